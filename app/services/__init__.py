@@ -1,0 +1,1 @@
+"""Service layer: request schemas in, pipeline calls, response schemas out (no HTTP here)."""

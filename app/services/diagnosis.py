@@ -1,0 +1,163 @@
+"""Turning API requests into pipeline requests and pipeline results into API responses."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+
+from app.errors import InputError
+from app.schemas import (
+    BatchDiagnoseRequest,
+    BatchDiagnoseResponse,
+    BatchError,
+    DiagnoseRequest,
+    DiagnoseResponse,
+    EntityReport,
+    PrivacyBlock,
+    StudentIn,
+    _DiagnoseOptions,
+)
+from app.settings import Settings
+from app.storage import CalibrationStore, QMatrixStore
+from calibration import (
+    AllEntitiesFailed,
+    DiagnosisPipeline,
+    DiagnosisRequest,
+    DiagnosisResult,
+    ResidualAggregator,
+    UnknownEntities,
+)
+from qmatrix import QMatrix, QMatrixError, Response, qmatrix_from_json
+
+__all__ = ["diagnose_batch", "diagnose_one", "resolve_qmatrix"]
+
+
+def resolve_qmatrix(options: _DiagnoseOptions, store: QMatrixStore) -> QMatrix:
+    if options.qmatrix is not None:
+        try:
+            return qmatrix_from_json(options.qmatrix.model_dump())
+        except QMatrixError as exc:
+            raise InputError(("body", "qmatrix"), exc.problems) from exc
+    assert options.qmatrix_id is not None
+    q = store.get(options.qmatrix_id)
+    if q is None:
+        raise InputError(("body", "qmatrix_id"), [f"unknown Q-matrix id '{options.qmatrix_id}'"], status_code=404)
+    return q
+
+
+def _check_items(q: QMatrix, responses: Sequence[Response], loc: tuple[str | int, ...]) -> None:
+    unknown = q.unknown_items(r.item_id for r in responses)
+    if unknown:
+        raise InputError(
+            (*loc, "responses"),
+            [f"unknown item ids for Q-matrix '{q.id}': {', '.join(unknown)}"],
+            extra={"unknown_item_ids": unknown},
+        )
+
+
+def _aggregator(options: _DiagnoseOptions, q: QMatrix, calibrations: CalibrationStore, settings: Settings) -> ResidualAggregator:
+    if options.calibration_id is not None:
+        record = calibrations.get(options.calibration_id)
+        if record is None:
+            raise InputError(("body", "calibration_id"), [f"unknown calibration id '{options.calibration_id}'"])
+        if record.qmatrix_id != q.id:
+            raise InputError(
+                ("body", "calibration_id"),
+                [f"calibration '{record.id}' was fitted for Q-matrix '{record.qmatrix_id}', not '{q.id}'"],
+            )
+        return ResidualAggregator(record)
+    record = calibrations.latest_for(q.id)
+    return ResidualAggregator(record) if record else ResidualAggregator(alpha=settings.alpha)
+
+
+def _to_response(result: DiagnosisResult, *, include_entities: bool, sensitivity_mode: str) -> DiagnoseResponse:
+    return DiagnoseResponse(
+        student_id=result.student_id,
+        mastery=result.mastery,
+        missing_concepts=result.missing_concepts,
+        entities=[EntityReport(**vars(o)) for o in result.entities] if include_entities else None,
+        failed_entities=[o.name for o in result.entities if o.status == "failed"],
+        privacy=PrivacyBlock(**result.privacy, sensitivity_mode=sensitivity_mode),  # type: ignore[arg-type]
+        calibration_id=result.calibration_id,
+        request_id=result.request_id,
+        latency_ms=result.latency_ms,
+    )
+
+
+def _epsilon(options: _DiagnoseOptions, settings: Settings) -> float | None:
+    if options.epsilon == "none":
+        return None
+    return float(options.epsilon) if options.epsilon is not None else settings.default_epsilon
+
+
+async def _run(
+    pipeline: DiagnosisPipeline,
+    options: _DiagnoseOptions,
+    q: QMatrix,
+    student: StudentIn | DiagnoseRequest,
+    aggregator: ResidualAggregator,
+    settings: Settings,
+) -> DiagnoseResponse:
+    mode = options.sensitivity or settings.sensitivity
+    request = DiagnosisRequest(
+        student_id=student.student_id,
+        qmatrix=q,
+        responses=student.responses,
+        epsilon=_epsilon(options, settings),
+        sensitivity=mode,
+        entities=options.entities,
+    )
+    try:
+        result = await pipeline.diagnose(request, aggregator)
+    except UnknownEntities as exc:
+        raise InputError(("body", "entities"), [str(exc)]) from exc
+    return _to_response(result, include_entities=options.include_entities, sensitivity_mode=mode)
+
+
+async def diagnose_one(
+    body: DiagnoseRequest,
+    *,
+    pipeline: DiagnosisPipeline,
+    qmatrices: QMatrixStore,
+    calibrations: CalibrationStore,
+    settings: Settings,
+) -> DiagnoseResponse:
+    q = resolve_qmatrix(body, qmatrices)
+    _check_items(q, body.responses, ("body",))
+    aggregator = _aggregator(body, q, calibrations, settings)
+    return await _run(pipeline, body, q, body, aggregator, settings)
+
+
+async def diagnose_batch(
+    body: BatchDiagnoseRequest,
+    *,
+    pipeline: DiagnosisPipeline,
+    qmatrices: QMatrixStore,
+    calibrations: CalibrationStore,
+    settings: Settings,
+) -> BatchDiagnoseResponse:
+    if len(body.students) > settings.max_batch_size:
+        raise InputError(("body", "students"), [f"at most {settings.max_batch_size} students per batch"])
+    q = resolve_qmatrix(body, qmatrices)
+    for n, student in enumerate(body.students):
+        _check_items(q, student.responses, ("body", "students", n))
+    aggregator = _aggregator(body, q, calibrations, settings)
+    if body.entities is not None:
+        try:
+            pipeline.select(body.entities)
+        except UnknownEntities as exc:
+            raise InputError(("body", "entities"), [str(exc)]) from exc
+    gate = asyncio.Semaphore(settings.batch_concurrency)
+
+    async def one(student: StudentIn) -> DiagnoseResponse | BatchError:
+        async with gate:
+            try:
+                return await _run(pipeline, body, q, student, aggregator, settings)
+            except AllEntitiesFailed as exc:
+                detail = {"message": str(exc), "entities": [{"name": o.name, "error": o.error} for o in exc.outcomes]}
+                return BatchError(student_id=student.student_id, status_code=503, detail=detail)
+
+    outcomes = await asyncio.gather(*(one(s) for s in body.students))
+    results = [o for o in outcomes if isinstance(o, DiagnoseResponse)]
+    errors = [o for o in outcomes if isinstance(o, BatchError)]
+    return BatchDiagnoseResponse(results=results, errors=errors, count=len(results))

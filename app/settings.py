@@ -1,0 +1,75 @@
+"""All gateway settings in one pydantic-settings object.
+
+Sources, highest priority first: constructor arguments (tests), environment variables
+(``FEDCD_*``; nested with ``__``, e.g. ``FEDCD_DEFAULT_EPSILON=2``), a YAML config file
+named by ``FEDCD_CONFIG``, then defaults. Entities are declared under ``entities``; when
+none are declared, the default federation is used: the embedded ``smollm2`` and ``gemma3``
+plus each hosted provider whose API key (``OPENAI_API_KEY``, ``ANTHROPIC_API_KEY``,
+``GROQ_API_KEY``) is set.
+"""
+
+from __future__ import annotations
+
+import os
+from functools import lru_cache
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, computed_field
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    YamlConfigSettingsSource,
+)
+
+from providers import EntitySpec, default_entity_specs
+
+__all__ = ["Settings", "get_settings"]
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="FEDCD_", env_nested_delimiter="__", extra="forbid")
+
+    host: str = "127.0.0.1"
+    port: int = Field(default=8000, ge=1, le=65535)
+    # Declared entities; None means the default federation (see module docstring).
+    entities: list[EntitySpec] | None = None
+    default_epsilon: float = Field(default=1.0, gt=0, description="ε per entity answer when a request gives none")
+    sensitivity: Literal["paper", "assessed"] = "paper"
+    alpha: float = Field(default=0.3, ge=0.0, le=1.0)
+    batch_concurrency: int = Field(default=4, ge=1, description="students diagnosed at once in a batch")
+    max_batch_size: int = Field(default=200, ge=1)
+    preload_models: bool = Field(default=True, description="load embedded models at start-up, not on first request")
+    state_dir: Path = Path(".fedcd")
+    data_dir: Path | None = None
+    noise_seed: int | None = Field(default=None, description="tests only: fixed seed for the privacy noise")
+    log_level: str = "INFO"
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        config = os.environ.get("FEDCD_CONFIG")
+        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
+        if config:
+            if not Path(config).is_file():
+                raise FileNotFoundError(f"FEDCD_CONFIG points to {config}, which does not exist")
+            sources.append(YamlConfigSettingsSource(settings_cls, yaml_file=config))
+        return tuple(sources)
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def entity_specs(self) -> list[EntitySpec]:
+        specs = self.entities if self.entities is not None else default_entity_specs()
+        return [s for s in specs if s.enabled]
+
+
+@lru_cache
+def get_settings() -> Settings:
+    return Settings()

@@ -1,0 +1,40 @@
+"""Federation members: one ``Entity`` protocol, one adapter per backend, prompts and parsing."""
+
+from providers.config import DEFAULT_HOSTED, EntityKind, EntitySpec, default_entity_specs
+from providers.errors import EntityError, EntityParseError, EntityRejected, EntityTimeout, EntityUnavailable
+from providers.factory import build_adapter, build_entity
+from providers.parsing import ParsedMastery, parse_mastery
+from providers.prompts import SYSTEM_PROMPT, build_messages, mastery_schema, user_prompt
+from providers.types import Entity, EntityPrediction, PromptContext, PromptItem, Repair, TokenUsage
+from providers.wrappers import ConcurrencyLimited, RetryPolicy, Retrying, WithDeadline, build_chain
+
+__all__ = [
+    "DEFAULT_HOSTED",
+    "SYSTEM_PROMPT",
+    "ConcurrencyLimited",
+    "Entity",
+    "EntityError",
+    "EntityKind",
+    "EntityParseError",
+    "EntityPrediction",
+    "EntityRejected",
+    "EntitySpec",
+    "EntityTimeout",
+    "EntityUnavailable",
+    "ParsedMastery",
+    "PromptContext",
+    "PromptItem",
+    "Repair",
+    "RetryPolicy",
+    "Retrying",
+    "TokenUsage",
+    "WithDeadline",
+    "build_adapter",
+    "build_chain",
+    "build_entity",
+    "build_messages",
+    "default_entity_specs",
+    "mastery_schema",
+    "parse_mastery",
+    "user_prompt",
+]

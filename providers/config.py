@@ -1,0 +1,86 @@
+"""Declarations of federation members (``EntitySpec``) and the default federation.
+
+Specs are plain pydantic models, so ``app.settings`` can read them from the environment
+or a config file, and tests can build them directly.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
+
+__all__ = ["DEFAULT_HOSTED", "EntityKind", "EntitySpec", "default_entity_specs"]
+
+EntityKind = Literal["openai", "anthropic", "groq", "openai_compatible", "llamacpp"]
+
+
+class EntitySpec(BaseModel):
+    """One entity: which backend, which model, and how hard to try.
+
+    ``timeout_s`` bounds one attempt (the SDK's timeout); ``deadline_s`` bounds the whole
+    call including retries; ``concurrency`` bounds calls in flight to this entity.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.:-]+$")
+    kind: EntityKind
+    model: str = ""
+    base_url: str | None = None
+    api_key: SecretStr | None = None
+    api_key_env: str | None = None
+    # json_schema: OpenAI-style strict schema; json_object: JSON mode (+ schema for llama.cpp); none: prompt only.
+    structured_output: Literal["json_schema", "json_object", "none"] = "json_schema"
+    temperature: float | None = Field(default=0.7, ge=0.0, le=2.0)
+    max_tokens: int = Field(default=512, ge=1)
+    timeout_s: float = Field(default=30.0, gt=0)
+    deadline_s: float = Field(default=90.0, gt=0)
+    max_attempts: int = Field(default=3, ge=1)
+    concurrency: int = Field(default=4, ge=1)
+    # llamacpp only: a GGUF path, or a packaged model name ("smollm2", "gemma3").
+    model_path: str | None = None
+    packaged_model: Literal["smollm2", "gemma3"] | None = None
+    n_ctx: int = Field(default=4096, ge=256)
+    n_threads: int | None = Field(default=None, ge=1)
+    enabled: bool = True
+
+    @model_validator(mode="after")
+    def _check_kind(self) -> EntitySpec:
+        if self.kind == "llamacpp" and not (self.model_path or self.packaged_model):
+            raise ValueError(f"entity '{self.name}': llamacpp needs model_path or packaged_model")
+        if self.kind == "openai_compatible" and not self.base_url:
+            raise ValueError(f"entity '{self.name}': openai_compatible needs base_url")
+        if self.kind in ("openai", "anthropic", "groq", "openai_compatible") and not self.model:
+            raise ValueError(f"entity '{self.name}': model is required for kind {self.kind}")
+        return self
+
+    def resolved_api_key(self, env: Mapping[str, str] | None = None) -> str | None:
+        if self.api_key is not None:
+            return self.api_key.get_secret_value()
+        if self.api_key_env:
+            return (env if env is not None else os.environ).get(self.api_key_env) or None
+        return None
+
+
+# Hosted providers join the federation only when their key is set (model names configurable).
+DEFAULT_HOSTED: tuple[EntitySpec, ...] = (
+    EntitySpec(name="gpt", kind="openai", model="gpt-4o-mini", api_key_env="OPENAI_API_KEY"),
+    # Anthropic's current API version rejects `temperature`; the adapter never sends it.
+    EntitySpec(name="claude", kind="anthropic", model="claude-haiku-4-5", api_key_env="ANTHROPIC_API_KEY", temperature=None),
+    EntitySpec(name="llama", kind="groq", model="llama-3.3-70b-versatile", api_key_env="GROQ_API_KEY"),
+)
+
+# The key-free default: two real LLMs running in-process on the CPU.
+DEFAULT_EMBEDDED: tuple[EntitySpec, ...] = (
+    EntitySpec(name="smollm2", kind="llamacpp", packaged_model="smollm2", model="SmolLM2-135M-Instruct", structured_output="json_object", concurrency=1, deadline_s=120.0, max_attempts=2),
+    EntitySpec(name="gemma3", kind="llamacpp", packaged_model="gemma3", model="gemma-3-270m", structured_output="json_object", concurrency=1, deadline_s=120.0, max_attempts=2),
+)
+
+
+def default_entity_specs(env: Mapping[str, str] | None = None) -> list[EntitySpec]:
+    """The embedded pair, plus each hosted provider whose API key is set in ``env``."""
+    env = env if env is not None else os.environ
+    return [*DEFAULT_EMBEDDED, *(spec for spec in DEFAULT_HOSTED if spec.resolved_api_key(env))]

@@ -1,0 +1,61 @@
+"""One error tree for every entity backend.
+
+::
+
+    EntityError                      anything that stops an entity answering one request
+    ├── EntityUnavailable            transient: rate limit, 5xx, timeout, connection (retryable)
+    │   └── EntityTimeout            the call or the per-entity deadline ran out
+    ├── EntityRejected               the backend refused the request (4xx other than 408/409/429)
+    └── EntityParseError             the backend answered, but nothing usable could be read from it
+
+Each adapter converts its SDK's exceptions into this tree in one context manager, so
+retry policy (``providers.wrappers``) and the HTTP layer (``app``) see only these.
+"""
+
+from __future__ import annotations
+
+__all__ = ["EntityError", "EntityParseError", "EntityRejected", "EntityTimeout", "EntityUnavailable"]
+
+
+class EntityError(Exception):
+    """Base class. ``entity`` names the entity; the message is safe to show to an API client."""
+
+    def __init__(self, message: str, *, entity: str = "") -> None:
+        super().__init__(message)
+        self.entity = entity
+
+    @property
+    def reason(self) -> str:
+        return f"{type(self).__name__}: {self}"
+
+
+class EntityUnavailable(EntityError):
+    """Transient failure; worth retrying. ``retry_after`` is the server's hint in seconds, if any."""
+
+    def __init__(
+        self, message: str, *, entity: str = "", retry_after: float | None = None, status_code: int | None = None
+    ) -> None:
+        super().__init__(message, entity=entity)
+        self.retry_after = retry_after
+        self.status_code = status_code
+
+
+class EntityTimeout(EntityUnavailable):
+    """The backend did not answer in time."""
+
+
+class EntityRejected(EntityError):
+    """The backend refused the request (bad key, bad model, bad request): retrying will not help."""
+
+    def __init__(self, message: str, *, entity: str = "", status_code: int | None = None) -> None:
+        super().__init__(message, entity=entity)
+        self.status_code = status_code
+
+
+class EntityParseError(EntityError):
+    """The answer could not be turned into a valid mastery vector (after the documented repairs)."""
+
+    def __init__(self, message: str, *, entity: str = "", raw_excerpt: str = "") -> None:
+        super().__init__(message, entity=entity)
+        # A short excerpt for debugging; it holds model output, never student identifiers.
+        self.raw_excerpt = raw_excerpt[:200]

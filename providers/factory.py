@@ -1,0 +1,53 @@
+"""Build ready-to-use entities from specs: adapter + the standard wrapper chain."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from typing import Any
+
+from providers.config import EntitySpec
+from providers.types import Entity
+from providers.wrappers import RetryPolicy, Sleep, build_chain
+
+__all__ = ["build_adapter", "build_entity"]
+
+
+def build_adapter(spec: EntitySpec, *, env: Mapping[str, str] | None = None, http_client: Any = None) -> Entity:
+    """The bare adapter for ``spec`` (no retries, no deadline)."""
+    api_key = spec.resolved_api_key(env)
+    if spec.kind in ("openai", "openai_compatible"):
+        from providers.openai_chat import OpenAIChatEntity
+
+        return OpenAIChatEntity(spec, api_key=api_key, http_client=http_client)
+    if spec.kind == "groq":
+        from providers.openai_chat import GroqEntity
+
+        return GroqEntity(spec, api_key=api_key, http_client=http_client)
+    if spec.kind == "anthropic":
+        from providers.anthropic_messages import AnthropicEntity
+
+        return AnthropicEntity(spec, api_key=api_key, http_client=http_client)
+    if spec.kind == "llamacpp":
+        from providers.llamacpp_embedded import LlamaCppEntity
+
+        return LlamaCppEntity(spec)
+    raise ValueError(f"unknown entity kind {spec.kind!r}")
+
+
+def build_entity(
+    spec: EntitySpec,
+    *,
+    env: Mapping[str, str] | None = None,
+    http_client: Any = None,
+    sleep: Sleep = asyncio.sleep,
+) -> Entity:
+    """Adapter wrapped in concurrency limit, deadline and retries, as the spec says."""
+    policy = RetryPolicy(max_attempts=spec.max_attempts)
+    return build_chain(
+        build_adapter(spec, env=env, http_client=http_client),
+        policy=policy,
+        deadline_s=spec.deadline_s,
+        concurrency=spec.concurrency,
+        sleep=sleep,
+    )

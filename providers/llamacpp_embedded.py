@@ -1,0 +1,103 @@
+"""Embedded in-process llama.cpp (``llama-cpp-python``): real local LLMs with no server and no key.
+
+A ``Llama`` object is not safe to call from two threads at once, so calls to one model
+are serialised by a lock and run in a worker thread (``asyncio.to_thread``), off the event
+loop. The model is loaded lazily on first use, or eagerly by ``load()`` at start-up.
+Structured output is llama.cpp's ``{"type": "json_object", "schema": …}``; its grammar
+ignores ``minimum``/``maximum``, so out-of-range numbers reach ``parse_mastery`` and are
+repaired or rejected there, and counted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from pathlib import Path
+from typing import Any
+
+from providers.config import EntitySpec
+from providers.errors import EntityParseError, EntityRejected, EntityUnavailable
+from providers.local_models import packaged_model_path
+from providers.parsing import parse_mastery
+from providers.prompts import build_messages
+from providers.openai_chat import response_format_for
+from providers.types import EntityPrediction, PromptContext, TokenUsage
+from providers.wrappers import tag_entity, timed
+
+__all__ = ["LlamaCppEntity"]
+
+
+class LlamaCppEntity:
+    def __init__(self, spec: EntitySpec) -> None:
+        self.spec = spec
+        self.name = spec.name
+        self._llama: Any = None
+        self._load_lock = threading.Lock()
+        self._call_lock = threading.Lock()
+
+    @property
+    def model_path(self) -> Path:
+        if self.spec.model_path:
+            return Path(self.spec.model_path)
+        assert self.spec.packaged_model is not None  # guaranteed by EntitySpec validation
+        return packaged_model_path(self.spec.packaged_model)
+
+    @property
+    def loaded(self) -> bool:
+        return self._llama is not None
+
+    def load(self) -> Any:
+        with self._load_lock:
+            if self._llama is None:
+                from llama_cpp import Llama  # heavy import, only when a local model is used
+
+                path = self.model_path
+                if not path.is_file():
+                    raise EntityRejected(f"model file {path} not found", entity=self.name)
+                self._llama = Llama(
+                    model_path=str(path), n_ctx=self.spec.n_ctx, n_threads=self.spec.n_threads, verbose=False
+                )
+        return self._llama
+
+    def _complete(self, context: PromptContext) -> dict[str, Any]:
+        llama = self.load()
+        kwargs: dict[str, Any] = {"messages": build_messages(context), "max_tokens": self.spec.max_tokens}
+        if self.spec.temperature is not None:
+            kwargs["temperature"] = self.spec.temperature
+        fmt = response_format_for("json_object" if self.spec.structured_output != "none" else "none", context.concepts)
+        if fmt is not None:
+            kwargs["response_format"] = fmt
+        with self._call_lock:
+            return llama.create_chat_completion(**kwargs)
+
+    async def respond(self, context: PromptContext) -> EntityPrediction:
+        elapsed = timed()
+        try:
+            completion = await asyncio.to_thread(self._complete, context)
+        except (EntityRejected, FileNotFoundError) as exc:
+            raise EntityRejected(str(exc), entity=self.name) from exc
+        except (RuntimeError, ValueError) as exc:  # llama.cpp decode failures, context overflow
+            raise EntityUnavailable(f"llama.cpp failed: {exc}", entity=self.name) from exc
+        content = completion["choices"][0]["message"].get("content") or ""
+        try:
+            parsed = parse_mastery(content, context.concepts)
+        except EntityParseError as exc:
+            raise tag_entity(exc, self.name)
+        usage = completion.get("usage") or {}
+        return EntityPrediction(
+            entity=self.name,
+            model=self.spec.model or self.model_path.name,
+            status="partial" if parsed.missing else "ok",
+            mastery=parsed.mastery,
+            missing=parsed.missing,
+            latency_ms=elapsed(),
+            usage=TokenUsage(
+                prompt_tokens=usage.get("prompt_tokens", 0), completion_tokens=usage.get("completion_tokens", 0)
+            ),
+            repairs=parsed.repairs,
+        )
+
+    async def aclose(self) -> None:
+        llama, self._llama = self._llama, None
+        if llama is not None and hasattr(llama, "close"):
+            llama.close()

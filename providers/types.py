@@ -1,0 +1,80 @@
+"""The ``Entity`` protocol and the data that crosses it.
+
+An entity is one member of the federation (a hosted LLM, a local LLM, the federated-trained
+model). Like an httpx transport it is deliberately small: one async ``respond`` plus
+``aclose``. Retries, deadlines, concurrency limits and privacy are wrappers that are
+themselves entities, never flags on an adapter.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, Protocol, runtime_checkable
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = ["Entity", "EntityPrediction", "PromptContext", "PromptItem", "Repair", "TokenUsage"]
+
+
+class PromptItem(BaseModel):
+    """One answered item as shown to an entity. Carries no student identifier by design."""
+
+    model_config = ConfigDict(frozen=True)
+
+    item_id: str
+    text: str | None = None
+    concepts: tuple[str, ...] = Field(description="the Q-matrix row: concepts this item requires")
+    score: float = Field(ge=0.0, le=1.0, description="1 correct, 0 incorrect, or partial credit")
+    answer: str | None = None
+
+
+class PromptContext(BaseModel):
+    """What an entity is asked: the Q-filtered concepts and the student's answered items."""
+
+    model_config = ConfigDict(frozen=True)
+
+    concepts: tuple[str, ...] = Field(description="Q-filtered: only concepts the answered items assess")
+    items: tuple[PromptItem, ...]
+
+
+class TokenUsage(BaseModel):
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+
+class Repair(BaseModel):
+    """One documented repair applied to a raw answer (see ``providers.parsing``)."""
+
+    rule: str
+    concept: str | None = None
+    detail: str = ""
+
+
+class EntityPrediction(BaseModel):
+    """An entity's answer for one request.
+
+    ``mastery`` holds a value in [0, 1] for each concept the entity answered usably;
+    concepts it left out are listed in ``missing`` (never filled with a made-up value).
+    """
+
+    entity: str
+    model: str = ""
+    status: Literal["ok", "partial"] = "ok"
+    mastery: dict[str, float]
+    missing: list[str] = Field(default_factory=list)
+    latency_ms: float = 0.0
+    usage: TokenUsage = Field(default_factory=TokenUsage)
+    repairs: list[Repair] = Field(default_factory=list)
+    attempts: int = 1
+    simulated: bool = False
+    privatized: bool = False
+
+
+@runtime_checkable
+class Entity(Protocol):
+    """A federation member. ``respond`` raises ``providers.errors.EntityError`` on failure."""
+
+    name: str
+
+    async def respond(self, context: PromptContext) -> EntityPrediction: ...
+
+    async def aclose(self) -> None: ...

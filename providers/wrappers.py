@@ -1,0 +1,141 @@
+"""Cross-cutting behaviour as entities that wrap entities (like Flower's DP strategy wrappers).
+
+``build_chain`` stacks them in one fixed order::
+
+    ConcurrencyLimited( WithDeadline( Retrying( adapter ) ) )
+
+so the deadline bounds all attempts together, and the concurrency slot is held for the
+whole call. Adapters build their SDK clients with ``max_retries=0``: retries happen here
+only, and never multiply.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt, wait_random_exponential
+
+from providers.errors import EntityError, EntityParseError, EntityTimeout, EntityUnavailable
+from providers.types import Entity, EntityPrediction, PromptContext
+
+__all__ = ["ConcurrencyLimited", "RetryPolicy", "Retrying", "WithDeadline", "build_chain"]
+
+Sleep = Callable[[float], Awaitable[None]]
+
+
+@dataclass(frozen=True, kw_only=True)
+class RetryPolicy:
+    """Retry policy as a value: how many attempts, how long to wait, what to retry.
+
+    Waits are exponential with full jitter (``initial_wait_s`` · 2^n, capped at
+    ``max_wait_s``), except when the server sent Retry-After: then that, capped at
+    ``max_retry_after_s`` (a server asking for longer is treated as unavailable now).
+    """
+
+    max_attempts: int = 3
+    initial_wait_s: float = 0.5
+    max_wait_s: float = 8.0
+    max_retry_after_s: float = 30.0
+    retry_parse_errors: bool = True
+
+    def __post_init__(self) -> None:
+        if self.max_attempts < 1:
+            raise ValueError(f"max_attempts must be >= 1, got {self.max_attempts}")
+        if self.initial_wait_s < 0 or self.max_wait_s < 0 or self.max_retry_after_s < 0:
+            raise ValueError("wait times must be >= 0")
+
+    def should_retry(self, exc: BaseException) -> bool:
+        if isinstance(exc, EntityUnavailable):
+            return exc.retry_after is None or exc.retry_after <= self.max_retry_after_s
+        # A sampled LLM answer that could not be read is worth one more draw.
+        return self.retry_parse_errors and isinstance(exc, EntityParseError)
+
+    def wait_seconds(self, state: RetryCallState) -> float:
+        exc = state.outcome.exception() if state.outcome else None
+        if isinstance(exc, EntityUnavailable) and exc.retry_after is not None:
+            return min(exc.retry_after, self.max_retry_after_s)
+        return wait_random_exponential(multiplier=self.initial_wait_s, max=self.max_wait_s)(state)
+
+
+class Retrying:
+    """Retries transient failures of the wrapped entity (tenacity), honouring Retry-After."""
+
+    def __init__(self, inner: Entity, policy: RetryPolicy, *, sleep: Sleep = asyncio.sleep) -> None:
+        self.inner, self.policy, self._sleep = inner, policy, sleep
+        self.name = inner.name
+
+    async def respond(self, context: PromptContext) -> EntityPrediction:
+        retrying = AsyncRetrying(
+            stop=stop_after_attempt(self.policy.max_attempts),
+            wait=self.policy.wait_seconds,
+            retry=retry_if_exception(self.policy.should_retry),
+            sleep=self._sleep,
+            reraise=True,
+        )
+        attempts = 0
+        async for attempt in retrying:
+            with attempt:
+                attempts += 1
+                prediction = await self.inner.respond(context)
+        return prediction.model_copy(update={"attempts": attempts})
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+class WithDeadline:
+    """Bounds the whole call (all retries included) to ``deadline_s`` seconds."""
+
+    def __init__(self, inner: Entity, deadline_s: float) -> None:
+        if deadline_s <= 0:
+            raise ValueError(f"deadline_s must be > 0, got {deadline_s}")
+        self.inner, self.deadline_s = inner, deadline_s
+        self.name = inner.name
+
+    async def respond(self, context: PromptContext) -> EntityPrediction:
+        try:
+            return await asyncio.wait_for(self.inner.respond(context), timeout=self.deadline_s)
+        except TimeoutError:
+            raise EntityTimeout(f"no answer within the {self.deadline_s:g} s deadline", entity=self.name) from None
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+class ConcurrencyLimited:
+    """At most ``limit`` calls in flight to the wrapped entity; the rest wait their turn."""
+
+    def __init__(self, inner: Entity, limit: int) -> None:
+        if limit < 1:
+            raise ValueError(f"limit must be >= 1, got {limit}")
+        self.inner, self.limit = inner, limit
+        self.name = inner.name
+        self._semaphore = asyncio.Semaphore(limit)
+
+    async def respond(self, context: PromptContext) -> EntityPrediction:
+        async with self._semaphore:
+            return await self.inner.respond(context)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+def build_chain(
+    adapter: Entity, *, policy: RetryPolicy, deadline_s: float, concurrency: int, sleep: Sleep = asyncio.sleep
+) -> Entity:
+    return ConcurrencyLimited(WithDeadline(Retrying(adapter, policy, sleep=sleep), deadline_s), concurrency)
+
+
+def timed() -> Callable[[], float]:
+    """A stopwatch in milliseconds (adapters report latency per attempt)."""
+    start = time.perf_counter()
+    return lambda: (time.perf_counter() - start) * 1000.0
+
+
+def tag_entity(exc: EntityError, name: str) -> EntityError:
+    if not exc.entity:
+        exc.entity = name
+    return exc

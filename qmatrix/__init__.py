@@ -1,0 +1,40 @@
+"""Q-matrices, student responses, real datasets and simulators (the bottom layer: imports nothing of fedcd)."""
+
+from qmatrix.datasets import Dataset, DatasetNotFound, default_data_dir, load_assist0910, load_frcsub
+from qmatrix.example import EXAMPLE_QMATRIX_ID, example_qmatrix
+from qmatrix.io import (
+    load_qmatrix,
+    qmatrix_from_csv_text,
+    qmatrix_from_json,
+    qmatrix_to_csv_text,
+    qmatrix_to_json,
+    save_qmatrix,
+)
+from qmatrix.model import Item, QMatrix, QMatrixError
+from qmatrix.responses import Response, StudentResponses, group_by_student, load_responses_csv, score_of
+from qmatrix.simulate import simulate_dina
+
+__all__ = [
+    "EXAMPLE_QMATRIX_ID",
+    "Dataset",
+    "DatasetNotFound",
+    "Item",
+    "QMatrix",
+    "QMatrixError",
+    "Response",
+    "StudentResponses",
+    "default_data_dir",
+    "example_qmatrix",
+    "group_by_student",
+    "load_assist0910",
+    "load_frcsub",
+    "load_qmatrix",
+    "load_responses_csv",
+    "qmatrix_from_csv_text",
+    "qmatrix_from_json",
+    "qmatrix_to_csv_text",
+    "qmatrix_to_json",
+    "save_qmatrix",
+    "score_of",
+    "simulate_dina",
+]

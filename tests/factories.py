@@ -1,0 +1,65 @@
+"""Test factories: a SIMULATED entity and request builders shared by the test modules."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+from providers import EntityError, EntityPrediction, PromptContext
+
+
+class FakeEntity:
+    """A SIMULATED entity: answers from a function of the prompt context, or raises.
+
+    Records every context it was asked, and the number of calls in flight at once.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        answer: Callable[[PromptContext], dict[str, float]] | dict[str, float] | float = 0.5,
+        *,
+        error: EntityError | None = None,
+        delay_s: float = 0.0,
+        missing: list[str] | None = None,
+    ) -> None:
+        self.name = name
+        self._answer = answer
+        self._error = error
+        self._delay_s = delay_s
+        self._missing = missing or []
+        self.contexts: list[PromptContext] = []
+        self.in_flight = 0
+        self.max_in_flight = 0
+        self.closed = False
+
+    async def respond(self, context: PromptContext) -> EntityPrediction:
+        self.contexts.append(context)
+        self.in_flight += 1
+        self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        try:
+            if self._delay_s:
+                await asyncio.sleep(self._delay_s)
+            if self._error is not None:
+                raise self._error
+            if callable(self._answer):
+                values = self._answer(context)
+            elif isinstance(self._answer, dict):
+                values = {c: self._answer[c] for c in context.concepts if c in self._answer}
+            else:
+                values = {c: float(self._answer) for c in context.concepts}
+            values = {c: v for c, v in values.items() if c not in self._missing}
+            missing = [c for c in context.concepts if c not in values]
+            return EntityPrediction(
+                entity=self.name,
+                model="fake",
+                status="partial" if missing else "ok",
+                mastery=values,
+                missing=missing,
+                simulated=True,
+            )
+        finally:
+            self.in_flight -= 1
+
+    async def aclose(self) -> None:
+        self.closed = True

@@ -1,0 +1,145 @@
+"""Response validation and the long-format responses CSV loader."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+
+from qmatrix import Response, group_by_student, load_responses_csv, score_of
+
+
+@pytest.mark.parametrize(("correct", "score"), [(True, 1.0), (False, 0.0), (0.0, 0.0), (0.25, 0.25), (1.0, 1.0)])
+def test_correct_accepts_bool_or_unit_score(correct, score):
+    # Execute
+    r = Response(item_id="i1", correct=correct)
+
+    # Assert
+    assert r.score == score
+
+
+def test_bool_correct_stays_bool():
+    assert Response(item_id="i1", correct=True).correct is True
+
+
+@pytest.mark.parametrize("bad", [1.5, -0.1, float("nan"), float("inf")])
+def test_correct_outside_unit_interval_is_rejected(bad):
+    with pytest.raises(ValidationError, match=r"score must be a boolean or a number in \[0, 1\]"):
+        Response(item_id="i1", correct=bad)
+
+
+def test_empty_item_id_is_rejected():
+    with pytest.raises(ValidationError):
+        Response(item_id="", correct=True)
+
+
+def test_unknown_field_is_rejected():
+    with pytest.raises(ValidationError):
+        Response(item_id="i1", correct=True, student_id="s1")
+
+
+@pytest.mark.parametrize(("value", "expected"), [(True, 1.0), (False, 0.0), (0.4, 0.4)])
+def test_score_of(value, expected):
+    assert score_of(value) == expected
+
+
+def test_group_by_student_keeps_first_seen_order():
+    # Prepare
+    rows = [("b", Response(item_id="i1", correct=True)), ("a", Response(item_id="i1", correct=False)),
+            ("b", Response(item_id="i2", correct=0.5))]
+
+    # Execute
+    grouped = group_by_student(rows)
+
+    # Assert
+    assert [s.student_id for s in grouped] == ["b", "a"]
+    assert grouped[0].item_ids() == ["i1", "i2"]
+
+
+def test_load_csv_with_student_id_column_groups_by_student(tmp_path):
+    # Prepare
+    path = tmp_path / "resp.csv"
+    path.write_text("student_id,item_id,correct\ns1,i1,1\ns2,i1,0\ns1,i2,0.5\ns2,i2,true\n")
+
+    # Execute
+    students = load_responses_csv(path)
+
+    # Assert
+    assert [s.student_id for s in students] == ["s1", "s2"]
+    assert [(r.item_id, r.correct) for r in students[0].responses] == [("i1", True), ("i2", 0.5)]
+    assert [(r.item_id, r.correct) for r in students[1].responses] == [("i1", False), ("i2", True)]
+
+
+def test_load_csv_without_student_id_column_is_one_student_named_by_stem(tmp_path):
+    # Prepare
+    path = tmp_path / "alice.csv"
+    path.write_text("item_id,correct\ni1,1\ni2,FALSE\ni3,0.75\n")
+
+    # Execute
+    students = load_responses_csv(path)
+
+    # Assert
+    assert len(students) == 1
+    assert students[0].student_id == "alice"
+    assert [r.score for r in students[0].responses] == [1.0, 0.0, 0.75]
+
+
+def test_load_csv_without_student_id_column_uses_given_student_id(tmp_path):
+    # Prepare
+    path = tmp_path / "resp.csv"
+    path.write_text("item_id,correct\ni1,1\n")
+
+    # Execute
+    students = load_responses_csv(path, student_id="bob")
+
+    # Assert
+    assert [s.student_id for s in students] == ["bob"]
+
+
+def test_load_csv_reads_answer_column(tmp_path):
+    # Prepare
+    path = tmp_path / "resp.csv"
+    path.write_text('item_id,correct,answer\ni1,0,"7/8, I think"\ni2,1,\n')
+
+    # Execute
+    (student,) = load_responses_csv(path)
+
+    # Assert
+    assert [r.answer for r in student.responses] == ["7/8, I think", None]
+
+
+@pytest.mark.parametrize("bad", ["1.5", "-0.1", "yes", "", "nan"])
+def test_load_csv_bad_value_names_file_line_and_column(tmp_path, bad):
+    # Prepare
+    path = tmp_path / "resp.csv"
+    path.write_text(f"student_id,item_id,correct\ns1,i1,1\ns1,i2,{bad}\n")
+
+    # Execute
+    with pytest.raises(ValueError) as err:
+        load_responses_csv(path)
+
+    # Assert
+    assert "resp.csv, line 3, column 'correct'" in str(err.value)
+    assert repr(bad) in str(err.value)
+
+
+def test_load_csv_missing_column_is_named(tmp_path):
+    # Prepare
+    path = tmp_path / "resp.csv"
+    path.write_text("student_id,item_id\ns1,i1\n")
+
+    # Execute / Assert
+    with pytest.raises(ValueError, match="missing column"):
+        load_responses_csv(path)
+
+
+def test_load_csv_empty_item_id_names_item_id_column(tmp_path):
+    # Prepare
+    path = tmp_path / "resp.csv"
+    path.write_text("student_id,item_id,correct\ns1,,1\n")
+
+    # Execute
+    with pytest.raises(ValueError) as err:
+        load_responses_csv(path)
+
+    # Assert
+    assert "line 2, column 'item_id'" in str(err.value)

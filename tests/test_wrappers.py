@@ -1,0 +1,339 @@
+"""providers.wrappers: Retrying (tenacity), WithDeadline, ConcurrencyLimited, RetryPolicy."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from providers.errors import EntityError, EntityParseError, EntityRejected, EntityTimeout, EntityUnavailable
+from providers.types import EntityPrediction, PromptContext, PromptItem
+from providers.wrappers import ConcurrencyLimited, RetryPolicy, Retrying, WithDeadline, build_chain
+
+CONTEXT = PromptContext(
+    concepts=("fractions",),
+    items=(PromptItem(item_id="q1", text="1/2 + 1/3", concepts=("fractions",), score=1.0),),
+)
+
+
+class FakeEntity:
+    """Raises the queued errors in turn, then answers; counts calls."""
+
+    def __init__(self, errors: list[EntityError] | None = None, *, delay_s: float = 0.0, name: str = "fake") -> None:
+        self.name = name
+        self.errors = list(errors or [])
+        self.delay_s = delay_s
+        self.calls = 0
+        self.in_flight = 0
+        self.max_in_flight = 0
+        self.closed = False
+
+    async def respond(self, context: PromptContext) -> EntityPrediction:
+        self.calls += 1
+        self.in_flight += 1
+        self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        try:
+            if self.delay_s:
+                await asyncio.sleep(self.delay_s)
+            if self.errors:
+                raise self.errors.pop(0)
+            return EntityPrediction(entity=self.name, mastery={c: 0.5 for c in context.concepts})
+        finally:
+            self.in_flight -= 1
+
+    async def aclose(self) -> None:
+        self.closed = True
+
+
+class RecordingSleep:
+    """An injected async sleep that records the requested delays and does not wait."""
+
+    def __init__(self) -> None:
+        self.delays: list[float] = []
+
+    async def __call__(self, seconds: float) -> None:
+        self.delays.append(seconds)
+
+
+def _unavailable(n: int, **kw) -> list[EntityError]:
+    return [EntityUnavailable(f"503 #{k}", status_code=503, **kw) for k in range(n)]
+
+
+# --- Retrying ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("failures", [0, 1, 3])
+async def test_retrying_succeeds_after_transient_failures_and_counts_attempts(failures):
+    # Prepare
+    inner, sleep = FakeEntity(_unavailable(failures)), RecordingSleep()
+    entity = Retrying(inner, RetryPolicy(max_attempts=5), sleep=sleep)
+
+    # Execute
+    prediction = await entity.respond(CONTEXT)
+
+    # Assert
+    assert prediction.attempts == failures + 1
+    assert inner.calls == failures + 1
+    assert len(sleep.delays) == failures
+
+
+async def test_retrying_waits_are_jittered_exponential_within_caps():
+    # Prepare
+    policy = RetryPolicy(max_attempts=6, initial_wait_s=0.5, max_wait_s=2.0)
+    inner, sleep = FakeEntity(_unavailable(5)), RecordingSleep()
+
+    # Execute
+    await Retrying(inner, policy, sleep=sleep).respond(CONTEXT)
+
+    # Assert: attempt n waits at most min(max_wait, initial * 2^(n-1))
+    caps = [min(2.0, 0.5 * 2**n) for n in range(5)]
+    assert len(sleep.delays) == 5
+    assert all(0.0 <= d <= cap for d, cap in zip(sleep.delays, caps))
+
+
+async def test_retry_after_is_honoured():
+    # Prepare
+    inner, sleep = FakeEntity(_unavailable(2, retry_after=7.5)), RecordingSleep()
+    entity = Retrying(inner, RetryPolicy(max_attempts=3, max_retry_after_s=30.0), sleep=sleep)
+
+    # Execute
+    prediction = await entity.respond(CONTEXT)
+
+    # Assert
+    assert sleep.delays == [7.5, 7.5]
+    assert prediction.attempts == 3
+
+
+async def test_retry_after_equal_to_cap_is_retried():
+    # Prepare
+    inner, sleep = FakeEntity(_unavailable(1, retry_after=30.0)), RecordingSleep()
+
+    # Execute
+    prediction = await Retrying(inner, RetryPolicy(max_retry_after_s=30.0), sleep=sleep).respond(CONTEXT)
+
+    # Assert
+    assert sleep.delays == [30.0] and prediction.attempts == 2
+
+
+async def test_retry_after_above_cap_is_not_retried():
+    # Prepare
+    inner, sleep = FakeEntity(_unavailable(1, retry_after=120.0)), RecordingSleep()
+    entity = Retrying(inner, RetryPolicy(max_attempts=3, max_retry_after_s=30.0), sleep=sleep)
+
+    # Execute
+    with pytest.raises(EntityUnavailable) as err:
+        await entity.respond(CONTEXT)
+
+    # Assert
+    assert err.value.retry_after == 120.0
+    assert inner.calls == 1 and sleep.delays == []
+
+
+async def test_entity_rejected_is_never_retried():
+    # Prepare
+    inner, sleep = FakeEntity([EntityRejected("401 bad key", status_code=401)]), RecordingSleep()
+
+    # Execute
+    with pytest.raises(EntityRejected, match="bad key"):
+        await Retrying(inner, RetryPolicy(max_attempts=5), sleep=sleep).respond(CONTEXT)
+
+    # Assert
+    assert inner.calls == 1 and sleep.delays == []
+
+
+async def test_timeout_is_retried_as_unavailable():
+    # Prepare
+    inner, sleep = FakeEntity([EntityTimeout("read timeout")]), RecordingSleep()
+
+    # Execute
+    prediction = await Retrying(inner, RetryPolicy(max_attempts=2), sleep=sleep).respond(CONTEXT)
+
+    # Assert
+    assert prediction.attempts == 2
+
+
+async def test_parse_error_is_retried_when_policy_allows():
+    # Prepare
+    inner, sleep = FakeEntity([EntityParseError("no JSON")]), RecordingSleep()
+
+    # Execute
+    prediction = await Retrying(inner, RetryPolicy(retry_parse_errors=True), sleep=sleep).respond(CONTEXT)
+
+    # Assert
+    assert prediction.attempts == 2 and inner.calls == 2
+
+
+async def test_parse_error_is_not_retried_when_policy_forbids():
+    # Prepare
+    inner, sleep = FakeEntity([EntityParseError("no JSON")]), RecordingSleep()
+
+    # Execute
+    with pytest.raises(EntityParseError):
+        await Retrying(inner, RetryPolicy(retry_parse_errors=False), sleep=sleep).respond(CONTEXT)
+
+    # Assert
+    assert inner.calls == 1 and sleep.delays == []
+
+
+async def test_exhaustion_reraises_the_last_error():
+    # Prepare
+    errors = _unavailable(3)
+    inner, sleep = FakeEntity(errors + _unavailable(1)), RecordingSleep()
+    last = errors[-1]
+
+    # Execute
+    with pytest.raises(EntityUnavailable) as err:
+        await Retrying(inner, RetryPolicy(max_attempts=3), sleep=sleep).respond(CONTEXT)
+
+    # Assert
+    assert err.value is last
+    assert inner.calls == 3 and len(sleep.delays) == 2
+
+
+async def test_max_attempts_one_means_no_retry():
+    # Prepare
+    inner, sleep = FakeEntity(_unavailable(1)), RecordingSleep()
+
+    # Execute
+    with pytest.raises(EntityUnavailable):
+        await Retrying(inner, RetryPolicy(max_attempts=1), sleep=sleep).respond(CONTEXT)
+
+    # Assert
+    assert inner.calls == 1 and sleep.delays == []
+
+
+async def test_retrying_keeps_name_and_closes_inner():
+    # Prepare
+    inner = FakeEntity(name="gpt")
+    entity = Retrying(inner, RetryPolicy())
+
+    # Execute
+    await entity.aclose()
+
+    # Assert
+    assert entity.name == "gpt" and inner.closed
+
+
+# --- RetryPolicy ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"max_attempts": 0},
+        {"max_attempts": -1},
+        {"initial_wait_s": -0.1},
+        {"max_wait_s": -1},
+        {"max_retry_after_s": -1},
+    ],
+    ids=lambda kw: ",".join(f"{k}={v}" for k, v in kw.items()),
+)
+def test_retry_policy_rejects_invalid_values(kwargs):
+    with pytest.raises(ValueError):
+        RetryPolicy(**kwargs)
+
+
+def test_retry_policy_max_attempts_zero_message():
+    with pytest.raises(ValueError, match="max_attempts must be >= 1, got 0"):
+        RetryPolicy(max_attempts=0)
+
+
+# --- WithDeadline --------------------------------------------------------------------------
+
+
+async def test_deadline_raises_entity_timeout_for_slow_entity():
+    # Prepare
+    entity = WithDeadline(FakeEntity(delay_s=1.0, name="slow"), deadline_s=0.05)
+
+    # Execute
+    with pytest.raises(EntityTimeout) as err:
+        await entity.respond(CONTEXT)
+
+    # Assert
+    assert err.value.entity == "slow"
+    assert "0.05 s deadline" in str(err.value)
+
+
+async def test_deadline_passes_through_fast_answer():
+    # Prepare
+    entity = WithDeadline(FakeEntity(), deadline_s=1.0)
+
+    # Execute
+    prediction = await entity.respond(CONTEXT)
+
+    # Assert
+    assert prediction.mastery == {"fractions": 0.5}
+
+
+@pytest.mark.parametrize("deadline", [0, -1.0])
+def test_deadline_must_be_positive(deadline):
+    with pytest.raises(ValueError):
+        WithDeadline(FakeEntity(), deadline_s=deadline)
+
+
+async def test_deadline_bounds_all_retries_together():
+    # Prepare: each attempt is quick, but the retry waits (real sleeps) add up past the deadline
+    inner = FakeEntity(_unavailable(10, retry_after=0.2))
+    entity = WithDeadline(Retrying(inner, RetryPolicy(max_attempts=20)), deadline_s=0.1)
+
+    # Execute
+    with pytest.raises(EntityTimeout):
+        await entity.respond(CONTEXT)
+
+    # Assert
+    assert inner.calls == 1
+
+
+# --- ConcurrencyLimited --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("limit", [1, 3])
+async def test_concurrency_never_exceeds_limit(limit):
+    # Prepare
+    inner = FakeEntity(delay_s=0.01)
+    entity = ConcurrencyLimited(inner, limit=limit)
+
+    # Execute
+    results = await asyncio.gather(*(entity.respond(CONTEXT) for _ in range(20)))
+
+    # Assert
+    assert len(results) == 20 and inner.calls == 20
+    assert inner.max_in_flight == limit
+
+
+@pytest.mark.parametrize("limit", [0, -2])
+def test_concurrency_limit_must_be_positive(limit):
+    with pytest.raises(ValueError):
+        ConcurrencyLimited(FakeEntity(), limit=limit)
+
+
+async def test_concurrency_slot_is_released_after_failure():
+    # Prepare
+    inner = FakeEntity([EntityRejected("400")])
+    entity = ConcurrencyLimited(inner, limit=1)
+
+    # Execute
+    with pytest.raises(EntityRejected):
+        await entity.respond(CONTEXT)
+    prediction = await asyncio.wait_for(entity.respond(CONTEXT), timeout=1.0)
+
+    # Assert
+    assert prediction.mastery == {"fractions": 0.5}
+
+
+# --- build_chain ---------------------------------------------------------------------------
+
+
+async def test_build_chain_stacks_wrappers_in_documented_order():
+    # Prepare
+    inner, sleep = FakeEntity(_unavailable(1), name="m"), RecordingSleep()
+
+    # Execute
+    chain = build_chain(inner, policy=RetryPolicy(), deadline_s=1.0, concurrency=2, sleep=sleep)
+    prediction = await chain.respond(CONTEXT)
+
+    # Assert
+    assert isinstance(chain, ConcurrencyLimited)
+    assert isinstance(chain.inner, WithDeadline)
+    assert isinstance(chain.inner.inner, Retrying) and chain.inner.inner.inner is inner
+    assert chain.name == "m" and prediction.attempts == 2
