@@ -1,0 +1,65 @@
+"""Settings: defaults, environment, YAML config file, and the default federation."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from app import Settings
+from providers import default_entity_specs
+
+
+def test_default_federation_is_the_embedded_pair_without_keys(monkeypatch: pytest.MonkeyPatch) -> None:
+    for key in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "GROQ_API_KEY", "FEDCD_ENTITIES", "FEDCD_CONFIG"):
+        monkeypatch.delenv(key, raising=False)
+    assert [s.name for s in Settings().entity_specs] == ["smollm2", "gemma3"]
+
+
+def test_hosted_entities_join_only_when_their_key_is_set() -> None:
+    names = [s.name for s in default_entity_specs({"ANTHROPIC_API_KEY": "sk-test"})]
+    assert names == ["smollm2", "gemma3", "claude"]
+    all_keys = {"OPENAI_API_KEY": "a", "ANTHROPIC_API_KEY": "b", "GROQ_API_KEY": "c"}
+    specs = {s.name: s for s in default_entity_specs(all_keys)}
+    assert specs["gpt"].model == "gpt-4o-mini"
+    assert specs["llama"].model == "llama-3.3-70b-versatile"
+    assert specs["claude"].temperature is None  # Anthropic's API version rejects temperature
+
+
+def test_environment_overrides(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FEDCD_DEFAULT_EPSILON", "4.5")
+    monkeypatch.setenv(
+        "FEDCD_ENTITIES", '[{"name": "local", "kind": "openai_compatible", "base_url": "http://127.0.0.1:9/v1", "model": "m"}]'
+    )
+    settings = Settings()
+    assert settings.default_epsilon == 4.5
+    assert [s.name for s in settings.entity_specs] == ["local"]
+
+
+def test_yaml_config_file(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    config = tmp_path / "fedcd.yaml"
+    config.write_text(
+        "default_epsilon: 3.0\n"
+        "entities:\n"
+        "  - {name: gpt, kind: openai, model: gpt-4o, api_key_env: MY_KEY, temperature: 0.2}\n"
+        "  - {name: spare, kind: groq, model: x, enabled: false}\n"
+    )
+    monkeypatch.setenv("FEDCD_CONFIG", str(config))
+    settings = Settings()
+    assert settings.default_epsilon == 3.0
+    assert [(s.name, s.model, s.temperature) for s in settings.entity_specs] == [("gpt", "gpt-4o", 0.2)]
+
+
+def test_missing_config_file_is_a_clear_error(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("FEDCD_CONFIG", str(tmp_path / "absent.yaml"))
+    with pytest.raises(FileNotFoundError, match="absent.yaml"):
+        Settings()
+
+
+def test_invalid_entity_declarations_are_refused() -> None:
+    with pytest.raises(ValueError, match="base_url"):
+        Settings(entities=[{"name": "x", "kind": "openai_compatible", "model": "m"}])  # type: ignore[list-item]
+    with pytest.raises(ValueError, match="packaged_model"):
+        Settings(entities=[{"name": "x", "kind": "llamacpp"}])  # type: ignore[list-item]
+    with pytest.raises(ValueError):
+        Settings(default_epsilon=0)
