@@ -29,8 +29,11 @@ __all__ = [
     "Aggregator",
     "CalibrationRecord",
     "ResidualAggregator",
+    "StackingAggregator",
+    "aggregator_for",
     "paper_residuals",
     "residual_aggregate",
+    "stacked_aggregate",
 ]
 
 DEFAULT_ALPHA = 0.3
@@ -40,13 +43,31 @@ Predictions = Mapping[str, Mapping[str, float]]  # entity -> concept -> value in
 
 @dataclass(frozen=True, kw_only=True)
 class CalibrationRecord:
-    """Fitted aggregation parameters for one Q-matrix: α and residuals per entity and concept."""
+    """Fitted aggregation parameters for one Q-matrix and one noise level.
+
+    ``method`` says which fields matter: ``paper`` and ``bias`` use ``alpha`` and
+    ``residuals`` (entity -> concept -> r); ``stacking`` uses ``weights`` (concept ->
+    entity -> w ≥ 0) and ``intercepts`` (concept -> b). ``epsilon`` is the noise level the
+    validation answers were privatized at (None: no noise). ``version`` counts the
+    calibrations fitted for the same Q-matrix.
+    """
 
     id: str
     qmatrix_id: str
+    method: str = "paper"
     alpha: float = DEFAULT_ALPHA
     residuals: dict[str, dict[str, float]] = field(default_factory=dict)
-    method: str = "paper"
+    weights: dict[str, dict[str, float]] = field(default_factory=dict)
+    intercepts: dict[str, float] = field(default_factory=dict)
+    entities: list[str] = field(default_factory=list)
+    epsilon: float | None = None
+    sensitivity: str = "paper"
+    mechanism: str = "laplace"
+    truth_source: str = "provided"
+    n_students: int = 0
+    version: int = 1
+    metrics: dict[str, float] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
     created_at: str = field(default_factory=lambda: datetime.now(UTC).isoformat())
 
     def residual(self, entity: str, concept: str) -> float:
@@ -116,6 +137,41 @@ class Aggregator(ABC):
     def calibration_id(self) -> str | None: ...
 
 
+def stacked_aggregate(
+    predictions: Predictions,
+    concepts: Sequence[str],
+    *,
+    weights: Mapping[str, Mapping[str, float]],
+    intercepts: Mapping[str, float],
+) -> Aggregation:
+    """y_k = b_k + Σ_j w'_jk ŷ_jk over the entities that answered k, clipped to [0, 1].
+
+    When some weighted entities did not answer, the weights of those that did are scaled
+    up so they keep the fitted total weight (renormalisation). A concept with no fitted
+    weights (not in ``weights``) falls back to the plain mean, and that is recorded in the
+    calibration's notes when it is fitted.
+    """
+    mastery: dict[str, float] = {}
+    missing: list[str] = []
+    contributors: dict[str, list[str]] = {}
+    for concept in concepts:
+        names = [name for name, values in predictions.items() if concept in values]
+        if not names:
+            missing.append(concept)
+            continue
+        contributors[concept] = names
+        w = weights.get(concept)
+        if not w:
+            mastery[concept] = float(np.clip(np.mean([predictions[n][concept] for n in names]), 0.0, 1.0))
+            continue
+        total = sum(w.values())
+        available = sum(w.get(n, 0.0) for n in names)
+        scale = total / available if available > 0 else 0.0
+        value = intercepts.get(concept, 0.0) + sum(scale * w.get(n, 0.0) * predictions[n][concept] for n in names)
+        mastery[concept] = float(np.clip(value, 0.0, 1.0))
+    return Aggregation(mastery=mastery, missing=missing, contributors=contributors)
+
+
 class ResidualAggregator(Aggregator):
     """The paper's residual-corrected mean, with residuals from ``record`` (none: plain mean)."""
 
@@ -132,3 +188,28 @@ class ResidualAggregator(Aggregator):
     def aggregate(self, predictions: Predictions, concepts: Sequence[str]) -> Aggregation:
         residuals = self.record.residuals if self.record else None
         return residual_aggregate(predictions, concepts, residuals=residuals, alpha=self.alpha)
+
+
+class StackingAggregator(Aggregator):
+    """Per-concept non-negative entity weights plus an intercept, fitted on a validation split."""
+
+    def __init__(self, record: CalibrationRecord) -> None:
+        if record.method != "stacking":
+            raise ValueError(f"calibration {record.id} is '{record.method}', not 'stacking'")
+        self.record = record
+
+    @property
+    def calibration_id(self) -> str | None:
+        return self.record.id
+
+    def aggregate(self, predictions: Predictions, concepts: Sequence[str]) -> Aggregation:
+        return stacked_aggregate(predictions, concepts, weights=self.record.weights, intercepts=self.record.intercepts)
+
+
+def aggregator_for(record: CalibrationRecord | None, *, alpha: float = DEFAULT_ALPHA) -> Aggregator:
+    """The aggregator a calibration record describes (none: the uncorrected mean)."""
+    if record is None:
+        return ResidualAggregator(alpha=alpha)
+    if record.method == "stacking":
+        return StackingAggregator(record)
+    return ResidualAggregator(record)

@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 
 __all__ = ["DEFAULT_HOSTED", "EntityKind", "EntitySpec", "default_entity_specs"]
 
-EntityKind = Literal["openai", "anthropic", "groq", "openai_compatible", "llamacpp"]
+EntityKind = Literal["openai", "anthropic", "groq", "openai_compatible", "llamacpp", "simulated"]
 
 
 class EntitySpec(BaseModel):
@@ -44,6 +44,9 @@ class EntitySpec(BaseModel):
     model_path: str | None = None
     packaged_model: Literal["smollm2", "gemma3"] | None = None
     n_ctx: int = Field(default=4096, ge=256)
+    # simulated only: which documented noise model (providers.simulated); names must start with "sim:".
+    simulated_style: Literal["confident", "conservative", "specialist"] | None = None
+    seed: int = 0
     n_threads: int | None = Field(default=None, ge=1)
     enabled: bool = True
 
@@ -51,6 +54,8 @@ class EntitySpec(BaseModel):
     def _check_kind(self) -> EntitySpec:
         if self.kind == "llamacpp" and not (self.model_path or self.packaged_model):
             raise ValueError(f"entity '{self.name}': llamacpp needs model_path or packaged_model")
+        if self.kind == "simulated" and not (self.simulated_style and self.name.startswith("sim:")):
+            raise ValueError(f"entity '{self.name}': simulated entities need simulated_style and a name starting 'sim:'")
         if self.kind == "openai_compatible" and not self.base_url:
             raise ValueError(f"entity '{self.name}': openai_compatible needs base_url")
         if self.kind in ("openai", "anthropic", "groq", "openai_compatible") and not self.model:

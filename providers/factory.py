@@ -28,6 +28,11 @@ def build_adapter(spec: EntitySpec, *, env: Mapping[str, str] | None = None, htt
         from providers.anthropic_messages import AnthropicEntity
 
         return AnthropicEntity(spec, api_key=api_key, http_client=http_client)
+    if spec.kind == "simulated":
+        from providers.simulated import SimulatedEntity
+
+        assert spec.simulated_style is not None  # guaranteed by EntitySpec validation
+        return SimulatedEntity(spec.simulated_style, name=spec.name, seed=spec.seed)
     if spec.kind == "llamacpp":
         from providers.llamacpp_embedded import LlamaCppEntity
 

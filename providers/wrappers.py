@@ -21,7 +21,7 @@ from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_aft
 from providers.errors import EntityError, EntityParseError, EntityTimeout, EntityUnavailable
 from providers.types import Entity, EntityPrediction, PromptContext
 
-__all__ = ["ConcurrencyLimited", "RetryPolicy", "Retrying", "WithDeadline", "build_chain"]
+__all__ = ["Cached", "ConcurrencyLimited", "RetryPolicy", "Retrying", "WithDeadline", "build_chain"]
 
 Sleep = Callable[[float], Awaitable[None]]
 
@@ -118,6 +118,41 @@ class ConcurrencyLimited:
     async def respond(self, context: PromptContext) -> EntityPrediction:
         async with self._semaphore:
             return await self.inner.respond(context)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+class Cached:
+    """Answers each distinct prompt context once; later identical requests reuse the answer.
+
+    Used inside one calibration job or evaluation run, *beneath* the privacy wrapper, so
+    every reuse is privatized afresh and raw answers stay inside the entity boundary.
+    Concurrent identical requests share one in-flight call. Failures are not cached.
+    """
+
+    def __init__(self, inner: Entity) -> None:
+        self.inner = inner
+        self.name = inner.name
+        self._answers: dict[str, asyncio.Task[EntityPrediction]] = {}
+        self.hits = 0
+        self.misses = 0
+
+    async def respond(self, context: PromptContext) -> EntityPrediction:
+        key = context.model_dump_json()
+        task = self._answers.get(key)
+        if task is None:
+            self.misses += 1
+            task = asyncio.ensure_future(self.inner.respond(context))
+            self._answers[key] = task
+        else:
+            self.hits += 1
+        try:
+            return await asyncio.shield(task)
+        except BaseException:
+            if self._answers.get(key) is task and task.done():
+                del self._answers[key]
+            raise
 
     async def aclose(self) -> None:
         await self.inner.aclose()

@@ -1,0 +1,80 @@
+"""Calibrators: the paper's (a no-op), truth-referenced bias residuals, and stacking."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from calibration import CalibrationRecord, aggregator_for
+from calibration.calibrators import BiasCalibrator, PaperCalibrator, StackingCalibrator, make_calibrator
+
+CONCEPTS = ["a", "b", "c"]
+
+
+def _validation(n: int = 300, seed: int = 0) -> tuple[list[dict], list[dict]]:
+    rng = np.random.default_rng(seed)
+    truths = [{c: float(rng.random()) for c in CONCEPTS} for _ in range(n)]
+    predictions = [
+        {
+            "over": {c: float(np.clip(t[c] + 0.3, 0, 1)) for c in CONCEPTS},  # biased upwards
+            "good": {c: float(np.clip(t[c] + rng.normal(0, 0.05), 0, 1)) for c in CONCEPTS},
+            "useless": {c: float(rng.random()) for c in CONCEPTS},
+        }
+        for t in truths
+    ]
+    return predictions, truths
+
+
+def test_paper_calibration_changes_nothing_and_keeps_alpha_03() -> None:
+    predictions, truths = _validation()
+    fitted = PaperCalibrator().fit(predictions, truths)
+    assert fitted.alpha == 0.3
+    assert fitted.metrics["validation_mae"] == pytest.approx(fitted.metrics["validation_mae_uncalibrated"], abs=1e-12)
+    assert any("no-op" in n for n in fitted.notes)
+
+
+def test_bias_calibration_recovers_the_offset_and_lowers_mae() -> None:
+    predictions, truths = _validation()
+    fitted = BiasCalibrator().fit(predictions, truths)
+    # 'over' adds 0.3 except where clipping at 1 cuts it: E[min(t+0.3, 1) − t] = 0.3 − 0.3²/2 = 0.255 for t ~ U(0,1)
+    assert fitted.residuals["over"]["a"] == pytest.approx(0.255, abs=0.03)
+    assert abs(fitted.residuals["good"]["a"]) < 0.02
+    assert fitted.metrics["validation_mae"] < fitted.metrics["validation_mae_uncalibrated"]
+
+
+def test_stacking_weights_the_good_entity_and_ignores_the_useless_one() -> None:
+    predictions, truths = _validation()
+    fitted = StackingCalibrator().fit(predictions, truths)
+    for c in CONCEPTS:
+        w = fitted.weights[c]
+        assert min(w.values()) >= 0.0
+        assert w["good"] > 0.5 and w["useless"] < 0.05
+    assert fitted.metrics["validation_mae"] < 0.06
+
+
+def test_stacking_renormalises_when_an_entity_is_missing_at_diagnosis() -> None:
+    record = CalibrationRecord(
+        id="s", qmatrix_id="q", method="stacking", weights={"a": {"x": 0.6, "y": 0.2}}, intercepts={"a": 0.1}
+    )
+    agg = aggregator_for(record)
+    both = agg.aggregate({"x": {"a": 0.5}, "y": {"a": 1.0}}, ["a"]).mastery["a"]
+    only_x = agg.aggregate({"x": {"a": 0.5}}, ["a"]).mastery["a"]
+    assert both == pytest.approx(0.1 + 0.6 * 0.5 + 0.2 * 1.0)
+    assert only_x == pytest.approx(0.1 + 0.8 * 0.5)  # x's weight scaled up to the fitted total 0.8
+
+
+def test_stacking_with_too_few_rows_keeps_the_plain_mean_and_says_so() -> None:
+    predictions, truths = _validation(n=3)
+    fitted = StackingCalibrator(min_students=5).fit(predictions, truths)
+    assert fitted.weights == {}
+    assert any("plain mean kept" in n for n in fitted.notes)
+
+
+def test_every_calibration_says_what_it_releases() -> None:
+    predictions, truths = _validation(n=20)
+    for method in ("paper", "bias", "stacking"):
+        assert any("Released without noise" in n for n in make_calibrator(method).fit(predictions, truths).notes)
+    with pytest.raises(ValueError):
+        make_calibrator("magic")
+    with pytest.raises(ValueError):
+        BiasCalibrator().fit([], [])
