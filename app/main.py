@@ -8,9 +8,12 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
+from app.db import make_sessionmaker
 from app.errors import install_error_handlers
 from app.federation import Federation
-from app.routes import diagnose, health, qmatrices
+from app.services.calibration import CalibrationService
+from app.services.jobs import JobRunner
+from app.routes import calibrate, diagnose, health, qmatrices
 from app.routes import entities as entities_routes
 from app.settings import Settings, get_settings
 from app.storage import CalibrationStore, QMatrixStore
@@ -38,11 +41,20 @@ def create_app(
         federation = Federation(settings.entity_specs, entities=entities, seed=settings.noise_seed)
         app.state.federation = federation
         log.info("federation: %s", ", ".join(federation.names) or "(no entities)")
+        jobs = JobRunner(app.state.sessions)
+        app.state.jobs = jobs
+        service = CalibrationService(
+            federation=federation, qmatrices=app.state.qmatrices, calibrations=app.state.calibrations, settings=settings
+        )
+        jobs.register("calibrate", service.run)
         if settings.preload_models:
             await federation.preload()
+        for job_id in jobs.resume_incomplete():
+            log.info("resumed job %s left unfinished by the previous run", job_id)
         if on_ready is not None:
             on_ready()
         yield
+        await jobs.aclose()
         await federation.aclose()
 
     app = FastAPI(
@@ -54,8 +66,9 @@ def create_app(
     app.state.settings = settings
     app.state.qmatrices = QMatrixStore(settings.state_dir)
     app.state.qmatrices.register_builtin(example_qmatrix())
-    app.state.calibrations = CalibrationStore(settings.state_dir)
+    app.state.sessions = make_sessionmaker(settings.state_dir)
+    app.state.calibrations = CalibrationStore(app.state.sessions)
     install_error_handlers(app)
-    for router in (health.router, qmatrices.router, diagnose.router, entities_routes.router):
+    for router in (health.router, qmatrices.router, diagnose.router, calibrate.router, entities_routes.router):
         app.include_router(router)
     return app

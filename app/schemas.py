@@ -169,3 +169,103 @@ class Health(BaseModel):
     status: Literal["ok"]
     entities: int
     version: str
+
+
+class CalibrationRecordIn(BaseModel):
+    """One validation student: responses, and the truth when it is known."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    student_id: str = Field(min_length=1, max_length=256)
+    responses: list[Response] = Field(min_length=1)
+    truth: dict[str, float] | None = Field(
+        default=None, description="concept -> mastery in [0, 1]; absent: the paper's proportion-correct rule"
+    )
+
+    @model_validator(mode="after")
+    def _truth_in_range(self) -> CalibrationRecordIn:
+        for concept, value in (self.truth or {}).items():
+            if not 0.0 <= value <= 1.0:
+                raise ValueError(f"truth['{concept}'] must be in [0, 1], got {value}")
+        return self
+
+
+class DatasetRef(BaseModel):
+    """A validation split of a dataset, drawn with the evaluation harness's seeded split."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(description="frcsub | assist0910 | synthetic (SIMULATED, known mastery)")
+    part: Literal["train", "validation", "test"] = "validation"
+    seed: int = 0
+    max_students: int | None = Field(default=None, ge=1, description="subsample the dataset first")
+
+
+class CalibrateRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    qmatrix_id: str | None = Field(default=None, description="required with inline records")
+    records: list[CalibrationRecordIn] | None = Field(default=None, min_length=1)
+    dataset: DatasetRef | None = None
+    epsilon: Epsilon | None = Field(default=None, description="noise level to fit at; should match diagnosis")
+    sensitivity: Literal["paper", "assessed"] | None = None
+    entities: list[str] | None = Field(default=None, min_length=1)
+    method: Literal["paper", "bias", "stacking"] = "bias"
+
+    @model_validator(mode="after")
+    def _one_source(self) -> CalibrateRequest:
+        if (self.records is None) == (self.dataset is None):
+            raise ValueError("give exactly one of 'records' or 'dataset'")
+        if self.records is not None and self.qmatrix_id is None:
+            raise ValueError("'qmatrix_id' is required with 'records'")
+        if isinstance(self.epsilon, float) and not self.epsilon > 0:
+            raise ValueError("epsilon must be > 0, or \"none\" for no noise")
+        return self
+
+
+class JobAccepted(BaseModel):
+    job_id: str
+
+
+class JobProgress(BaseModel):
+    done: int
+    total: int
+    failed_entities: dict[str, int] = Field(description="entity -> students for whom it failed")
+
+
+class CalibrateJob(BaseModel):
+    job_id: str
+    status: Literal["queued", "running", "succeeded", "failed"]
+    progress: JobProgress
+    calibration_id: str | None = None
+    metrics: dict[str, float] = Field(default_factory=dict)
+    notes: list[str] = Field(default_factory=list)
+    error: str | None = None
+    resumed: int = Field(default=0, description="times this job was resumed after a restart")
+    created_at: str
+    updated_at: str
+
+
+class CalibrationPublic(BaseModel):
+    id: str
+    qmatrix_id: str
+    version: int
+    method: str
+    alpha: float
+    residuals: dict[str, dict[str, float]]
+    weights: dict[str, dict[str, float]]
+    intercepts: dict[str, float]
+    entities: list[str]
+    epsilon: float | None
+    sensitivity: str
+    mechanism: str
+    truth_source: str
+    n_students: int
+    metrics: dict[str, float]
+    notes: list[str]
+    created_at: str
+
+
+class CalibrationList(BaseModel):
+    data: list[CalibrationPublic]
+    count: int

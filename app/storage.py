@@ -1,4 +1,5 @@
-"""Persistent stores for registered Q-matrices and calibration records (JSON files under ``state_dir``).
+"""Persistent stores: registered Q-matrices (JSON files under ``state_dir``) and calibration
+records (SQLite, see ``app.db``).
 
 Writes go to a temporary file that is renamed into place, so a crash never leaves a
 half-written record.
@@ -13,6 +14,10 @@ import tempfile
 from dataclasses import asdict
 from pathlib import Path
 
+from sqlalchemy import func, select
+from sqlalchemy.orm import sessionmaker
+
+from app.db import CalibrationRow
 from calibration import CalibrationRecord
 from qmatrix import QMatrix, qmatrix_from_json, qmatrix_to_json
 
@@ -69,23 +74,51 @@ class QMatrixStore:
 
 
 class CalibrationStore:
-    """Calibration records by id; ``latest_for`` picks the newest for a Q-matrix."""
+    """Versioned calibration records in SQLite; ``latest_for`` picks the newest for a Q-matrix."""
 
-    def __init__(self, folder: Path) -> None:
-        self.folder = folder / "calibrations"
+    def __init__(self, sessions: sessionmaker) -> None:
+        self.sessions = sessions
+
+    def next_version(self, qmatrix_id: str) -> int:
+        with self.sessions() as session:
+            current = session.scalar(
+                select(func.max(CalibrationRow.version)).where(CalibrationRow.qmatrix_id == qmatrix_id)
+            )
+        return (current or 0) + 1
 
     def save(self, record: CalibrationRecord) -> None:
-        _atomic_write(self.folder / f"{record.id}.json", asdict(record))
+        with self.sessions.begin() as session:
+            session.merge(
+                CalibrationRow(
+                    id=record.id,
+                    qmatrix_id=record.qmatrix_id,
+                    version=record.version,
+                    record_json=json.dumps(asdict(record)),
+                    created_at=record.created_at,
+                )
+            )
+
+    @staticmethod
+    def _record(row: CalibrationRow | None) -> CalibrationRecord | None:
+        return CalibrationRecord(**json.loads(row.record_json)) if row else None
 
     def get(self, cid: str) -> CalibrationRecord | None:
-        if not _SAFE_ID.match(cid):
-            return None
-        path = self.folder / f"{cid}.json"
-        return CalibrationRecord(**json.loads(path.read_text(encoding="utf-8"))) if path.is_file() else None
+        with self.sessions() as session:
+            return self._record(session.get(CalibrationRow, cid))
 
     def latest_for(self, qmatrix_id: str) -> CalibrationRecord | None:
-        if not self.folder.is_dir():
-            return None
-        records = [CalibrationRecord(**json.loads(p.read_text(encoding="utf-8"))) for p in self.folder.glob("*.json")]
-        matching = [r for r in records if r.qmatrix_id == qmatrix_id]
-        return max(matching, key=lambda r: r.created_at) if matching else None
+        with self.sessions() as session:
+            row = session.scalars(
+                select(CalibrationRow)
+                .where(CalibrationRow.qmatrix_id == qmatrix_id)
+                .order_by(CalibrationRow.version.desc())
+                .limit(1)
+            ).first()
+            return self._record(row)
+
+    def list(self, qmatrix_id: str | None = None) -> list[CalibrationRecord]:
+        with self.sessions() as session:
+            query = select(CalibrationRow).order_by(CalibrationRow.qmatrix_id, CalibrationRow.version)
+            if qmatrix_id is not None:
+                query = query.where(CalibrationRow.qmatrix_id == qmatrix_id)
+            return [r for r in (self._record(row) for row in session.scalars(query)) if r is not None]

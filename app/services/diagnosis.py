@@ -20,12 +20,13 @@ from app.schemas import (
 from app.settings import Settings
 from app.storage import CalibrationStore, QMatrixStore
 from calibration import (
+    Aggregator,
     AllEntitiesFailed,
     DiagnosisPipeline,
     DiagnosisRequest,
     DiagnosisResult,
-    ResidualAggregator,
     UnknownEntities,
+    aggregator_for,
 )
 from qmatrix import QMatrix, QMatrixError, Response, qmatrix_from_json
 
@@ -55,7 +56,7 @@ def _check_items(q: QMatrix, responses: Sequence[Response], loc: tuple[str | int
         )
 
 
-def _aggregator(options: _DiagnoseOptions, q: QMatrix, calibrations: CalibrationStore, settings: Settings) -> ResidualAggregator:
+def _aggregator(options: _DiagnoseOptions, q: QMatrix, calibrations: CalibrationStore, settings: Settings) -> Aggregator:
     if options.calibration_id is not None:
         record = calibrations.get(options.calibration_id)
         if record is None:
@@ -65,9 +66,8 @@ def _aggregator(options: _DiagnoseOptions, q: QMatrix, calibrations: Calibration
                 ("body", "calibration_id"),
                 [f"calibration '{record.id}' was fitted for Q-matrix '{record.qmatrix_id}', not '{q.id}'"],
             )
-        return ResidualAggregator(record)
-    record = calibrations.latest_for(q.id)
-    return ResidualAggregator(record) if record else ResidualAggregator(alpha=settings.alpha)
+        return aggregator_for(record)
+    return aggregator_for(calibrations.latest_for(q.id), alpha=settings.alpha)
 
 
 def _to_response(result: DiagnosisResult, *, include_entities: bool, sensitivity_mode: str) -> DiagnoseResponse:
@@ -95,7 +95,7 @@ async def _run(
     options: _DiagnoseOptions,
     q: QMatrix,
     student: StudentIn | DiagnoseRequest,
-    aggregator: ResidualAggregator,
+    aggregator: Aggregator,
     settings: Settings,
 ) -> DiagnoseResponse:
     mode = options.sensitivity or settings.sensitivity

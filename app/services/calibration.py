@@ -1,0 +1,141 @@
+"""``/v1/calibrate`` jobs: run the diagnosis pipeline over a validation split, then fit a calibrator.
+
+The validation students go through the same pipeline as a diagnosis, at the same noise
+level (ε, sensitivity), so the calibration is fitted on the kind of answers it will
+correct. Entity answers are cached within the job (beneath the privacy wrapper, so each
+reuse is privatized afresh). Each finished student is stored at once; a job cut off by a
+restart resumes where it stopped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from typing import Any
+
+from app.schemas import CalibrateRequest
+from app.settings import Settings
+from app.storage import CalibrationStore, QMatrixStore
+from app.federation import Federation
+from app.services.jobs import JobContext
+from calibration import AllEntitiesFailed, CalibrationRecord, DiagnosisPipeline, DiagnosisRequest, make_calibrator
+from calibration.evaluation import proportion_correct_truth, split_students
+from calibration.evaluation.datasets import load_dataset
+from providers.wrappers import Cached
+from qmatrix import QMatrix, Response
+
+__all__ = ["CalibrationService"]
+
+log = logging.getLogger("fedcd.calibration")
+
+
+class CalibrationService:
+    def __init__(
+        self, *, federation: Federation, qmatrices: QMatrixStore, calibrations: CalibrationStore, settings: Settings
+    ) -> None:
+        self.federation, self.qmatrices, self.calibrations, self.settings = federation, qmatrices, calibrations, settings
+
+    def _students(self, request: CalibrateRequest) -> tuple[QMatrix, list[dict[str, Any]], str]:
+        """(Q-matrix, [{student_id, responses, truth|None}], truth source)."""
+        if request.records is not None:
+            q = self.qmatrices.get(request.qmatrix_id or "")
+            if q is None:
+                raise ValueError(f"unknown Q-matrix id '{request.qmatrix_id}'")
+            rows = [
+                {"student_id": r.student_id, "responses": r.responses, "truth": r.truth} for r in request.records
+            ]
+            source = "provided" if all(r.truth is not None for r in request.records) else (
+                "proportion-correct" if all(r.truth is None for r in request.records) else "mixed"
+            )
+            return q, rows, source
+        assert request.dataset is not None
+        ref = request.dataset
+        dataset = load_dataset(
+            ref.name, data_dir=self.settings.data_dir, max_students=ref.max_students, seed=ref.seed
+        )
+        if request.qmatrix_id is not None and request.qmatrix_id != dataset.qmatrix.id:
+            raise ValueError(f"dataset '{ref.name}' uses Q-matrix '{dataset.qmatrix.id}', not '{request.qmatrix_id}'")
+        if self.qmatrices.get(dataset.qmatrix.id) is None:
+            self.qmatrices.save(dataset.qmatrix)  # so diagnoses can name it
+        part = split_students(dataset.students, seed=ref.seed).part(ref.part)
+        rows = [
+            {"student_id": s.student_id, "responses": s.responses, "truth": dataset.true_mastery.get(s.student_id)}
+            for s in part
+        ]
+        return dataset.qmatrix, rows, ("simulated-true-mastery" if dataset.simulated else "proportion-correct")
+
+    async def run(self, raw_request: dict[str, Any], job: JobContext) -> dict[str, Any]:
+        start = time.perf_counter()
+        request = CalibrateRequest.model_validate(raw_request)
+        q, rows, truth_source = self._students(request)
+        job.set_total(len(rows))
+        epsilon = None if request.epsilon == "none" else (
+            float(request.epsilon) if request.epsilon is not None else self.settings.default_epsilon
+        )
+        sensitivity = request.sensitivity or self.settings.sensitivity
+        selected = self.federation.pipeline.select(request.entities)
+        # Cached beneath Privatized: repeated identical prompts are answered once per job.
+        pipeline = DiagnosisPipeline({n: Cached(e) for n, e in selected.items()}, seed=self.settings.noise_seed)
+        finished = job.finished_items()
+        failures: dict[str, int] = {}
+        for item in finished.values():
+            for name in item.get("failed", []):
+                failures[name] = failures.get(name, 0) + 1
+        gate = asyncio.Semaphore(self.settings.batch_concurrency)
+
+        async def one(idx: int, row: dict[str, Any]) -> None:
+            async with gate:
+                responses: list[Response] = list(row["responses"])
+                truth = row["truth"] or proportion_correct_truth(q, responses)
+                diag = DiagnosisRequest(
+                    student_id=row["student_id"], qmatrix=q, responses=responses, epsilon=epsilon, sensitivity=sensitivity
+                )
+                try:
+                    result = await pipeline.diagnose(diag)
+                    outcomes = result.entities
+                except AllEntitiesFailed as exc:
+                    outcomes = exc.outcomes
+                failed = [o.name for o in outcomes if o.status == "failed"]
+                for name in failed:
+                    failures[name] = failures.get(name, 0) + 1
+                predictions = {o.name: o.mastery for o in outcomes if o.mastery is not None}
+                truth = {c: v for c, v in truth.items() if c in q.concepts_for([r.item_id for r in responses])}
+                job.record_item(
+                    idx, {"predictions": predictions, "truth": truth, "failed": failed}, failed_entities=failures
+                )
+                finished[idx] = {"predictions": predictions, "truth": truth, "failed": failed}
+
+        await asyncio.gather(*(one(i, row) for i, row in enumerate(rows) if i not in finished))
+        usable = [finished[i] for i in sorted(finished) if finished[i]["predictions"] and finished[i]["truth"]]
+        if not usable:
+            raise RuntimeError(f"no validation student got an answer from any entity (failures: {failures})")
+        fitted = make_calibrator(request.method).fit(
+            [u["predictions"] for u in usable], [u["truth"] for u in usable]
+        )
+        notes = list(fitted.notes)
+        if truth_source == "proportion-correct":
+            notes.append("truth: the paper's rule, per-concept proportion correct over each record's responses")
+        record = CalibrationRecord(
+            id=f"cal-{uuid.uuid4().hex[:12]}",
+            qmatrix_id=q.id,
+            method=fitted.method,
+            alpha=fitted.alpha,
+            residuals=fitted.residuals,
+            weights=fitted.weights,
+            intercepts=fitted.intercepts,
+            entities=sorted(selected),
+            epsilon=epsilon,
+            sensitivity=sensitivity,
+            mechanism="laplace" if epsilon is not None else "none",
+            truth_source=truth_source,
+            n_students=len(usable),
+            version=self.calibrations.next_version(q.id),
+            metrics=fitted.metrics,
+            notes=notes,
+        )
+        self.calibrations.save(record)
+        seconds = time.perf_counter() - start
+        log.info("calibration %s (%s, %d students) fitted in %.1f s", record.id, record.method, len(usable), seconds)
+        return {"calibration_id": record.id, "metrics": {**fitted.metrics, "seconds": seconds}, "notes": notes}

@@ -1,0 +1,56 @@
+"""Resolve a dataset name or folder for evaluation and calibration jobs.
+
+``frcsub`` and ``assist0910`` are the real public datasets (``qmatrix.datasets``);
+``synthetic`` is SIMULATED: DINA students on the project's example Q-matrix, with known
+mastery; a PATH is a folder holding ``qmatrix.csv`` and ``responses.csv`` in the FrcSub
+tidy form (``student_id,item_id,correct``; ``correct`` may be a score in [0, 1]).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from qmatrix import Dataset, example_qmatrix, load_assist0910, load_frcsub, load_qmatrix, load_responses_csv, simulate_dina
+
+__all__ = ["DATASET_NAMES", "load_dataset", "subsample"]
+
+DATASET_NAMES = ("frcsub", "assist0910", "synthetic")
+
+
+def subsample(dataset: Dataset, *, max_students: int | None, seed: int) -> Dataset:
+    """At most ``max_students`` students, drawn with ``seed`` (the rest are dropped)."""
+    if max_students is None or len(dataset.students) <= max_students:
+        return dataset
+    keep = sorted(np.random.default_rng(seed).choice(len(dataset.students), size=max_students, replace=False))
+    students = [dataset.students[i] for i in keep]
+    truth = {s.student_id: dataset.true_mastery[s.student_id] for s in students if s.student_id in dataset.true_mastery}
+    return Dataset(
+        name=dataset.name, qmatrix=dataset.qmatrix, students=students, simulated=dataset.simulated, true_mastery=truth
+    )
+
+
+def load_dataset(
+    name: str,
+    *,
+    data_dir: str | Path | None = None,
+    max_students: int | None = None,
+    seed: int = 0,
+    synthetic_students: int = 300,
+) -> Dataset:
+    if name == "frcsub":
+        dataset = load_frcsub(data_dir)
+    elif name == "assist0910":
+        dataset = load_assist0910(data_dir)
+    elif name == "synthetic":
+        dataset = simulate_dina(example_qmatrix(), n_students=synthetic_students, seed=seed, student_prefix="synth")
+    else:
+        folder = Path(name)
+        if not (folder / "qmatrix.csv").is_file() or not (folder / "responses.csv").is_file():
+            raise FileNotFoundError(
+                f"dataset {name!r}: not one of {', '.join(DATASET_NAMES)} and not a folder with qmatrix.csv and responses.csv"
+            )
+        q = load_qmatrix(folder / "qmatrix.csv", id=folder.name)
+        dataset = Dataset(name=folder.name, qmatrix=q, students=load_responses_csv(folder / "responses.csv"))
+    return subsample(dataset, max_students=max_students, seed=seed)

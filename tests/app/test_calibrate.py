@@ -1,0 +1,161 @@
+"""The calibrate → diagnose loop through the API, and jobs that survive a restart."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from app.db import JobRow, make_sessionmaker
+from providers import PromptContext
+from providers.simulated import observed_proportions
+from tests.app.conftest import make_client
+from tests.factories import FakeEntity
+
+Q_ID = "example-prealgebra"
+
+
+def biased(offset: float):  # type: ignore[no-untyped-def]
+    """A SIMULATED entity answer: the observed proportion correct, shifted by ``offset``."""
+
+    def answer(context: PromptContext) -> dict[str, float]:
+        return {c: min(1.0, max(0.0, p + offset)) for c, p in observed_proportions(context).items()}
+
+    return answer
+
+
+def _records(n: int) -> list[dict]:
+    items = ["q01", "q02", "q03", "q04", "q05", "q07", "q09", "q10"]
+    return [
+        {
+            "student_id": f"v{s}",
+            # Every student answers a different pattern (s in binary), so no two prompts are equal.
+            "responses": [{"item_id": i, "correct": bool((s >> k) & 1)} for k, i in enumerate(items)],
+        }
+        for s in range(n)
+    ]
+
+
+def _wait(client: TestClient, job_id: str, timeout_s: float = 20.0) -> dict:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        body = client.get(f"/v1/calibrate/{job_id}").json()
+        if body["status"] in ("succeeded", "failed"):
+            return body
+        time.sleep(0.02)
+    raise AssertionError(f"job {job_id} did not finish: {body}")
+
+
+def test_calibrate_then_diagnose_uses_the_calibration(tmp_path: Path) -> None:
+    entities = {"over": FakeEntity("over", biased(0.2)), "under": FakeEntity("under", biased(-0.05))}
+    with make_client(tmp_path, entities) as client:
+        # Execute: fit truth-referenced bias residuals without noise, on 30 validation students.
+        r = client.post("/v1/calibrate", json={"qmatrix_id": Q_ID, "records": _records(30), "epsilon": "none", "method": "bias"})
+        assert r.status_code == 202, r.text
+        job = _wait(client, r.json()["job_id"])
+        assert job["status"] == "succeeded", job
+        assert job["progress"] == {"done": 30, "total": 30, "failed_entities": {}}
+        cal_id = job["calibration_id"]
+        assert job["metrics"]["validation_mae"] < job["metrics"]["validation_mae_uncalibrated"]
+        assert any("proportion correct" in n for n in job["notes"])  # truth absent: the paper's rule, said so
+        record = client.get(f"/v1/calibrations/{cal_id}").json()
+        assert record["method"] == "bias" and record["version"] == 1 and record["truth_source"] == "proportion-correct"
+        assert record["residuals"]["over"]["Add and subtract fractions"] > 0.1
+        # Assert: a diagnosis now uses the latest calibration, echoes its id, and is closer to the truth.
+        body = {"student_id": "t", "qmatrix_id": Q_ID, "epsilon": "none",
+                "responses": [{"item_id": "q01", "correct": True}, {"item_id": "q02", "correct": False}]}
+        diagnosis = client.post("/v1/diagnose", json=body).json()
+        assert diagnosis["calibration_id"] == cal_id
+        assert abs(diagnosis["mastery"]["Add and subtract fractions"] - 0.5) < abs(0.575 - 0.5)
+
+
+def test_stacking_calibration_weights_entities(tmp_path: Path) -> None:
+    entities = {"good": FakeEntity("good", biased(0.0)), "flat": FakeEntity("flat", 0.5)}
+    with make_client(tmp_path, entities) as client:
+        r = client.post("/v1/calibrate", json={"qmatrix_id": Q_ID, "records": _records(25), "epsilon": "none", "method": "stacking"})
+        job = _wait(client, r.json()["job_id"])
+        record = client.get(f"/v1/calibrations/{job['calibration_id']}").json()
+    weights = record["weights"]["Add and subtract fractions"]
+    assert weights["good"] > 0.9 and weights["flat"] == 0.0
+
+
+def test_named_calibration_and_versions(tmp_path: Path, fakes: dict[str, FakeEntity]) -> None:
+    with make_client(tmp_path, fakes) as client:
+        ids = []
+        for _ in range(2):
+            job = _wait(client, client.post("/v1/calibrate", json={"qmatrix_id": Q_ID, "records": _records(6)}).json()["job_id"])
+            ids.append(job["calibration_id"])
+        listing = client.get(f"/v1/calibrations?qmatrix_id={Q_ID}").json()
+        assert [c["version"] for c in listing["data"]] == [1, 2]
+        body = {"student_id": "t", "qmatrix_id": Q_ID, "responses": [{"item_id": "q01", "correct": True}]}
+        assert client.post("/v1/diagnose", json=body).json()["calibration_id"] == ids[1]
+        assert client.post("/v1/diagnose", json={**body, "calibration_id": ids[0]}).json()["calibration_id"] == ids[0]
+
+
+def test_calibrate_on_a_simulated_dataset_split(tmp_path: Path) -> None:
+    entities = {"good": FakeEntity("good", biased(0.0))}
+    with make_client(tmp_path, entities) as client:
+        r = client.post("/v1/calibrate", json={"dataset": {"name": "synthetic", "max_students": 40, "seed": 1}, "method": "bias"})
+        job = _wait(client, r.json()["job_id"])
+        assert job["status"] == "succeeded", job
+        assert job["progress"]["total"] == 8  # the validation fifth of 40 students
+        assert client.get(f"/v1/calibrations/{job['calibration_id']}").json()["truth_source"] == "simulated-true-mastery"
+
+
+@pytest.mark.parametrize(
+    "body,field",
+    [
+        ({"qmatrix_id": "nope", "records": _records(1)}, "qmatrix_id"),
+        ({"records": _records(1)}, "qmatrix_id"),
+        ({"qmatrix_id": Q_ID, "records": [{"student_id": "a", "responses": [{"item_id": "zz", "correct": True}]}]}, "responses"),
+        ({"qmatrix_id": Q_ID, "records": _records(1), "entities": ["ghost"]}, "entities"),
+        ({"qmatrix_id": Q_ID, "records": _records(1), "method": "magic"}, "method"),
+        ({"dataset": {"name": "no-such-dataset"}}, "name"),
+        ({"qmatrix_id": Q_ID, "records": [{**_records(1)[0], "truth": {"Add and subtract fractions": 2}}]}, "truth"),
+    ],
+)
+def test_bad_calibrate_input_is_422_naming_the_field(client: TestClient, body: dict, field: str) -> None:
+    r = client.post("/v1/calibrate", json=body)
+    assert r.status_code == 422, r.text
+    assert field in r.text
+
+
+def test_unknown_job_and_calibration_are_404(client: TestClient) -> None:
+    assert client.get("/v1/calibrate/nope").status_code == 404
+    assert client.get("/v1/calibrations/nope").status_code == 404
+
+
+def test_a_job_cut_off_by_a_restart_resumes_where_it_stopped(tmp_path: Path) -> None:
+    slow = FakeEntity("slow", biased(0.1), delay_s=0.05)
+    # Prepare: start a 40-student job and shut the app down while it runs.
+    with make_client(tmp_path, {"slow": slow}, batch_concurrency=2) as client:
+        job_id = client.post("/v1/calibrate", json={"qmatrix_id": Q_ID, "records": _records(40), "epsilon": "none"}).json()["job_id"]
+        deadline = time.monotonic() + 10
+        while client.get(f"/v1/calibrate/{job_id}").json()["progress"]["done"] < 6 and time.monotonic() < deadline:
+            time.sleep(0.01)
+    sessions = make_sessionmaker(tmp_path)
+    with sessions() as session:
+        row = session.get(JobRow, job_id)
+        assert row is not None and row.status == "running" and 6 <= row.done < 40
+        done_before = row.done
+    calls_before = len(slow.contexts)
+    # Execute: a new process (app) on the same state folder.
+    fresh = FakeEntity("slow", biased(0.1))
+    with make_client(tmp_path, {"slow": fresh}) as client:
+        job = _wait(client, job_id)
+    # Assert: finished, resumed once, and only the unfinished students were asked again.
+    assert job["status"] == "succeeded" and job["resumed"] == 1
+    assert job["progress"]["done"] == 40
+    assert len(fresh.contexts) == 40 - done_before
+    assert calls_before >= done_before
+
+
+def test_a_job_that_cannot_resume_is_failed_with_a_reason(tmp_path: Path, fakes: dict[str, FakeEntity]) -> None:
+    sessions = make_sessionmaker(tmp_path)
+    with sessions.begin() as session:
+        session.add(JobRow(id="old", kind="retired-kind", status="running", request_json="{}"))
+    with make_client(tmp_path, fakes) as client:
+        row = client.app.state.jobs.get("old")  # type: ignore[attr-defined]
+    assert row.status == "failed" and "restart" in row.error
