@@ -45,7 +45,8 @@ def test_clipping_keeps_outputs_in_unit_interval_with_the_laplace_point_masses()
 
 
 def test_same_seed_same_noise_and_os_seeded_generators_differ() -> None:
-    mechanism = LaplaceMechanism(epsilon=1.0, sensitivity=1.0)
+    # Unclipped, so two different draws cannot both land on a bound and compare equal.
+    mechanism = LaplaceMechanism(epsilon=1.0, sensitivity=1.0, lower=-1e9, upper=1e9)
     values = {"a": 0.3, "b": 0.7}
     assert mechanism.privatize(values, make_rng(3)) == mechanism.privatize(values, make_rng(3))
     assert mechanism.privatize(values, make_rng()) != mechanism.privatize(values, make_rng())
