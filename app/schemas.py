@@ -71,6 +71,10 @@ class _DiagnoseOptions(BaseModel):
     sensitivity: Literal["paper", "assessed"] | None = Field(
         default=None, description="Δ = all K concepts (paper) or the concepts assessed by this request"
     )
+    mechanism: Literal["laplace", "secure_laplace", "gaussian", "duchi", "piecewise", "hybrid"] = Field(
+        default="laplace", description="local DP mechanism on each entity's answer; laplace is the paper's"
+    )
+    delta: float = Field(default=1e-5, gt=0, lt=1, description="δ, for the gaussian mechanism only")
     entities: list[str] | None = Field(default=None, min_length=1, description="entity names; omitted: all")
     calibration_id: str | None = None
     include_entities: bool = False
@@ -104,7 +108,9 @@ class EntityReport(BaseModel):
     name: str
     status: Literal["ok", "partial", "failed"]
     latency_ms: float
-    mastery: dict[str, float] | None = Field(description="privatized: noise added before aggregation")
+    mastery: dict[str, float] | None = Field(
+        description="privatized: noise added before aggregation (unbiased mechanisms may leave [0, 1])"
+    )
     missing: list[str] = []
     error: str | None = None
     model: str = ""
@@ -115,7 +121,11 @@ class EntityReport(BaseModel):
 
 
 class PrivacyBlock(BaseModel):
-    mechanism: Literal["laplace", "none"]
+    """The public parameters of the mechanism (extra keys depend on the mechanism)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    mechanism: str
     epsilon: float | None
     sensitivity: float | None
     noise_scale: float

@@ -20,7 +20,7 @@ from typing import Literal
 import numpy as np
 
 from calibration.aggregation import Aggregator, ResidualAggregator
-from privacy import Mechanism, SensitivityMode, laplace_for_request, make_rng
+from privacy import DEFAULT_DELTA, Mechanism, SensitivityMode, make_rng, mechanism_for_request
 from providers import Entity, EntityError, EntityPrediction, PromptContext, PromptItem
 from qmatrix import QMatrix, Response
 
@@ -71,6 +71,8 @@ class DiagnosisRequest:
     responses: Sequence[Response]
     epsilon: float | None = 1.0  # None: the caller asked for no noise
     sensitivity: SensitivityMode = "paper"
+    mechanism: str = "laplace"  # privacy.MECHANISM_NAMES; the paper's Laplace by default
+    delta: float = DEFAULT_DELTA  # used by the Gaussian mechanism only
     entities: Sequence[str] | None = None  # None: every configured entity
     request_id: str = field(default_factory=lambda: uuid.uuid4().hex)
 
@@ -180,8 +182,10 @@ class DiagnosisPipeline:
         aggregator = aggregator or ResidualAggregator()
         context = build_context(request.qmatrix, request.responses)
         selected = self.select(request.entities)
-        mechanism = laplace_for_request(
+        mechanism = mechanism_for_request(
+            name=request.mechanism,
             epsilon=request.epsilon,
+            delta=request.delta,
             mode=request.sensitivity,
             n_concepts_total=len(request.qmatrix.concepts),
             n_concepts_assessed=len(context.concepts),

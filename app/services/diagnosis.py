@@ -105,6 +105,8 @@ async def _run(
         responses=student.responses,
         epsilon=_epsilon(options, settings),
         sensitivity=mode,
+        mechanism=options.mechanism,
+        delta=options.delta,
         entities=options.entities,
     )
     try:

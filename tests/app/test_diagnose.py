@@ -157,3 +157,17 @@ def test_batch_runs_students_concurrently_with_a_bound(tmp_path) -> None:  # typ
         r = c.post("/v1/diagnose/batch", json={"qmatrix_id": "example-prealgebra", "students": students})
     assert r.status_code == 200
     assert slow.max_in_flight == 3
+
+
+@pytest.mark.parametrize("mechanism", ["secure_laplace", "gaussian", "duchi", "piecewise", "hybrid"])
+def test_mechanism_is_chosen_per_request(client: TestClient, mechanism: str) -> None:
+    r = client.post("/v1/diagnose", json={**BODY, "epsilon": 4.0, "mechanism": mechanism, "sensitivity": "assessed"})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["privacy"]["mechanism"] == ("analytic_gaussian" if mechanism == "gaussian" else mechanism)
+    assert all(0.0 <= v <= 1.0 for v in body["mastery"].values())
+
+
+def test_unknown_mechanism_is_422(client: TestClient) -> None:
+    r = client.post("/v1/diagnose", json={**BODY, "mechanism": "magic"})
+    assert r.status_code == 422 and "mechanism" in r.text

@@ -1,0 +1,55 @@
+"""Mechanisms by name, built for one request's privacy parameters.
+
+``laplace`` is the paper's mechanism and the default. The others answer the same
+question — release an entity's per-concept mastery vector under ε-LDP (ε, δ for the
+Gaussian) — with different noise shapes; see each class for its guarantee.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from privacy.bounded import DuchiMechanism, HybridMechanism, PiecewiseMechanism
+from privacy.gaussian import AnalyticGaussianMechanism
+from privacy.mechanisms import LaplaceMechanism, Mechanism, NoNoise, SensitivityMode, sensitivity_for
+from privacy.sampling import SecureLaplaceMechanism
+
+__all__ = ["DEFAULT_DELTA", "MECHANISM_NAMES", "MechanismName", "mechanism_for_request"]
+
+MechanismName = Literal["laplace", "secure_laplace", "gaussian", "duchi", "piecewise", "hybrid"]
+MECHANISM_NAMES: tuple[MechanismName, ...] = ("laplace", "secure_laplace", "gaussian", "duchi", "piecewise", "hybrid")
+DEFAULT_DELTA = 1e-5
+
+
+def mechanism_for_request(
+    *,
+    name: str = "laplace",
+    epsilon: float | None,
+    mode: SensitivityMode,
+    n_concepts_total: int,
+    n_concepts_assessed: int,
+    delta: float = DEFAULT_DELTA,
+) -> Mechanism:
+    """The mechanism for one request; ``epsilon=None`` means the request asked for no noise.
+
+    ``mode`` sets how many coordinates the budget covers: all K concepts of the Q-matrix
+    (``paper``) or only those the request assesses (``assessed``). For Laplace that is the
+    L1 sensitivity Δ; for the Gaussian the L2 sensitivity is √d; the bounded mechanisms
+    split ε over the d coordinates.
+    """
+    if epsilon is None:
+        return NoNoise()
+    d = int(sensitivity_for(mode, n_concepts_total=n_concepts_total, n_concepts_assessed=n_concepts_assessed))
+    if name == "laplace":
+        return LaplaceMechanism(epsilon=epsilon, sensitivity=float(d))
+    if name == "secure_laplace":
+        return SecureLaplaceMechanism(epsilon=epsilon, sensitivity=float(d))
+    if name == "gaussian":
+        return AnalyticGaussianMechanism.for_vector(epsilon=epsilon, delta=delta, dimension=d)
+    if name == "duchi":
+        return DuchiMechanism(epsilon=epsilon, dimension=d)
+    if name == "piecewise":
+        return PiecewiseMechanism(epsilon=epsilon, dimension=d)
+    if name == "hybrid":
+        return HybridMechanism(epsilon=epsilon, dimension=d)
+    raise ValueError(f"unknown mechanism {name!r} (use {', '.join(MECHANISM_NAMES)})")
