@@ -161,6 +161,98 @@ def _print(results: list[object], *, as_json: bool, show_entities: bool) -> None
                 err.print(f"  [yellow]{o.name} failed:[/] {o.error}")
 
 
+def _parse_epsilons(text: str) -> list[float]:
+    """'0.5,1,2,inf' -> [0.5, 1.0, 2.0]; ε = ∞ (no noise) is always evaluated."""
+    values = []
+    for part in (p.strip() for p in text.split(",") if p.strip()):
+        if part.lower() in ("inf", "none", "∞"):
+            continue
+        value = float(part)
+        if not value > 0:
+            raise ValueError(f"epsilon {part!r} must be > 0 (or 'inf')")
+        values.append(value)
+    return sorted(set(values))
+
+
+@cli.command()
+def evaluate(
+    dataset: Annotated[str, typer.Option(help="frcsub | assist0910 | synthetic | a folder with qmatrix.csv + responses.csv")] = "frcsub",
+    protocol: Annotated[str, typer.Option(help="paper | heldout | simulated")] = "paper",
+    entities: Annotated[
+        str, typer.Option(help="comma-separated: configured entities (smollm2, gemma3, ...) and/or sim:confident, sim:conservative, sim:specialist")
+    ] = "sim:confident,sim:conservative,sim:specialist",
+    max_students: Annotated[Optional[int], typer.Option(help="subsample the dataset (seeded)")] = None,
+    epsilons: Annotated[str, typer.Option(help="noise levels; inf = no noise")] = "0.5,1,2,inf",
+    seed: Annotated[int, typer.Option(help="seed for subsampling, splits, hold-outs and noise")] = 0,
+    method: Annotated[str, typer.Option(help="calibration for the RC rows: paper | bias | stacking")] = "bias",
+    sensitivity: Annotated[str, typer.Option(help="paper (Δ=K) or assessed")] = "paper",
+    n_simulated: Annotated[int, typer.Option(help="simulated protocol: students per generator")] = 500,
+    data_dir: Annotated[Optional[Path], typer.Option(help="folder holding the public datasets")] = None,
+    out: Annotated[Path, typer.Option("--out", help="output folder")] = Path("reports/evaluation"),
+) -> None:
+    """Evaluate the federation against baselines; writes results.json, report.md and plots to OUT."""
+    import shlex
+
+    from app.federation import Federation
+    from calibration.evaluation.datasets import load_dataset
+    from calibration.evaluation.protocols import PROTOCOLS, evaluate as run_evaluation
+    from calibration.evaluation.report import write_report
+    from calibration.evaluation.splits import split_students
+    from providers.simulated import simulated_family
+
+    if protocol not in PROTOCOLS:
+        err.print(f"[red]error:[/] --protocol must be one of {', '.join(PROTOCOLS)}")
+        raise typer.Exit(2)
+    try:
+        eps = _parse_epsilons(epsilons)
+        data = load_dataset(dataset, data_dir=data_dir, max_students=max_students, seed=seed)
+    except (ValueError, FileNotFoundError) as exc:
+        err.print(f"[red]error:[/] {exc}")
+        raise typer.Exit(2) from exc
+    names = [n.strip() for n in entities.split(",") if n.strip()]
+    settings = Settings()
+    sims = simulated_family(seed=seed)
+    configured = [s for s in settings.entity_specs if s.name in names]
+    unknown = [n for n in names if n not in sims and n not in {s.name for s in configured}]
+    if unknown or not names:
+        err.print(f"[red]error:[/] unknown entities: {', '.join(unknown) or '(none given)'}; "
+                  f"configured: {', '.join(s.name for s in settings.entity_specs)}; simulated: {', '.join(sims)}")
+        raise typer.Exit(2)
+    n_eval = n_simulated if protocol == "simulated" else len(data.students)
+    split = split_students(list(range(n_eval)), seed=seed)  # type: ignore[arg-type]
+    total = (len(split.validation) + len(split.test)) * (1 + 2 * len(eps)) * (2 if protocol == "simulated" else 1)
+
+    async def run() -> object:
+        federation = Federation(configured)
+        try:
+            chosen = {n: sims[n] if n in sims else federation.pipeline.entities[n] for n in names}
+            with Progress(TextColumn(f"evaluating {dataset}/{protocol}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=err) as bar:
+                task = bar.add_task("requests", total=total)
+                return await run_evaluation(
+                    data, chosen, protocol=protocol, epsilons=eps, seed=seed, method=method, sensitivity=sensitivity,
+                    n_simulated=n_simulated, progress=lambda k: bar.advance(task, k),
+                )
+        finally:
+            await federation.aclose()
+
+    try:
+        result = asyncio.run(run())
+    except ValueError as exc:
+        err.print(f"[red]error:[/] {exc}")
+        raise typer.Exit(2) from exc
+    # Rebuilt from the parsed options (not sys.argv) so it always names every setting used.
+    args = ["evaluate", "--dataset", dataset, "--protocol", protocol, "--entities", ",".join(names),
+            "--epsilons", ",".join([*(f"{e:g}" for e in eps), "inf"]), "--seed", str(seed), "--method", method,
+            "--sensitivity", sensitivity, "--out", str(out)]
+    if max_students is not None:
+        args += ["--max-students", str(max_students)]
+    if protocol == "simulated":
+        args += ["--n-simulated", str(n_simulated)]
+    command = "fedcd " + " ".join(shlex.quote(a) for a in args)
+    written = write_report(result, out, command=command)  # type: ignore[arg-type]
+    console.print(f"wrote {', '.join(str(p) for p in written)}")
+
+
 def main() -> None:
     cli()
 

@@ -11,7 +11,7 @@ from fastapi import FastAPI
 from app.db import make_sessionmaker
 from app.errors import install_error_handlers
 from app.federation import Federation
-from app.services.calibration import CalibrationService
+from app.services.calibration import CalibrationService, start_default_calibration
 from app.services.jobs import JobRunner
 from app.routes import calibrate, diagnose, health, qmatrices
 from app.routes import entities as entities_routes
@@ -51,6 +51,8 @@ def create_app(
             await federation.preload()
         for job_id in jobs.resume_incomplete():
             log.info("resumed job %s left unfinished by the previous run", job_id)
+        if settings.default_calibration:
+            start_default_calibration(jobs, app.state.calibrations, settings, federation)
         if on_ready is not None:
             on_ready()
         yield

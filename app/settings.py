@@ -41,6 +41,12 @@ class Settings(BaseSettings):
     batch_concurrency: int = Field(default=4, ge=1, description="students diagnosed at once in a batch")
     max_batch_size: int = Field(default=200, ge=1)
     preload_models: bool = Field(default=True, description="load embedded models at start-up, not on first request")
+    default_calibration: bool = Field(
+        default=True,
+        description="at first start, fit a calibration for the example Q-matrix on SIMULATED validation students",
+    )
+    default_calibration_students: int = Field(default=60, ge=10, description="simulated students; a fifth validate")
+    default_calibration_method: Literal["paper", "bias", "stacking"] = "stacking"
     state_dir: Path = Path(".fedcd")
     data_dir: Path | None = None
     noise_seed: int | None = Field(default=None, description="tests only: fixed seed for the privacy noise")

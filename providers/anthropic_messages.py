@@ -45,7 +45,7 @@ class AnthropicEntity:
             blocks = getattr(message, "content", None)
             if not isinstance(blocks, list):
                 # The SDK hands back a non-JSON 200 body (e.g. a proxy's HTML page) as a plain str.
-                raise ValueError("response is not a message")
+                raise ValueError("response is not a message")  # noqa: TRY004 - map_sdk_errors maps ValueError
             text = "".join(getattr(block, "text", "") for block in blocks)
             parsed = parse_mastery(text, context.concepts)
         usage = getattr(message, "usage", None)

@@ -32,8 +32,9 @@ class EntitySpec(BaseModel):
     base_url: str | None = None
     api_key: SecretStr | None = None
     api_key_env: str | None = None
-    # json_schema: OpenAI-style strict schema; json_object: JSON mode (+ schema for llama.cpp); none: prompt only.
-    structured_output: Literal["json_schema", "json_object", "none"] = "json_schema"
+    # json_schema: OpenAI-style strict schema; json_object: JSON mode (+ schema for llama.cpp);
+    # grammar: embedded llama.cpp only, a GBNF grammar bounding every value to [0, 1]; none: prompt only.
+    structured_output: Literal["json_schema", "json_object", "grammar", "none"] = "json_schema"
     temperature: float | None = Field(default=0.7, ge=0.0, le=2.0)
     max_tokens: int = Field(default=512, ge=1)
     timeout_s: float = Field(default=30.0, gt=0)
@@ -56,6 +57,8 @@ class EntitySpec(BaseModel):
             raise ValueError(f"entity '{self.name}': llamacpp needs model_path or packaged_model")
         if self.kind == "simulated" and not (self.simulated_style and self.name.startswith("sim:")):
             raise ValueError(f"entity '{self.name}': simulated entities need simulated_style and a name starting 'sim:'")
+        if self.structured_output == "grammar" and self.kind != "llamacpp":
+            raise ValueError(f"entity '{self.name}': structured_output 'grammar' is for kind llamacpp only")
         if self.kind == "openai_compatible" and not self.base_url:
             raise ValueError(f"entity '{self.name}': openai_compatible needs base_url")
         if self.kind in ("openai", "anthropic", "groq", "openai_compatible") and not self.model:
@@ -80,8 +83,8 @@ DEFAULT_HOSTED: tuple[EntitySpec, ...] = (
 
 # The key-free default: two real LLMs running in-process on the CPU.
 DEFAULT_EMBEDDED: tuple[EntitySpec, ...] = (
-    EntitySpec(name="smollm2", kind="llamacpp", packaged_model="smollm2", model="SmolLM2-135M-Instruct", structured_output="json_object", concurrency=1, deadline_s=120.0, max_attempts=2),
-    EntitySpec(name="gemma3", kind="llamacpp", packaged_model="gemma3", model="gemma-3-270m", structured_output="json_object", concurrency=1, deadline_s=120.0, max_attempts=2),
+    EntitySpec(name="smollm2", kind="llamacpp", packaged_model="smollm2", model="SmolLM2-135M-Instruct", structured_output="grammar", concurrency=1, deadline_s=120.0, max_attempts=2),
+    EntitySpec(name="gemma3", kind="llamacpp", packaged_model="gemma3", model="gemma-3-270m", structured_output="grammar", concurrency=1, deadline_s=120.0, max_attempts=2),
 )
 
 

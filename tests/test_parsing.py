@@ -278,3 +278,14 @@ def test_random_in_range_dicts_are_returned_unchanged_without_repairs():
             assert parsed.mastery == values
             assert parsed.missing == []
             assert parsed.repairs == []
+
+
+def test_bounded_grammar_compiles_for_awkward_concept_names():
+    from llama_cpp import LlamaGrammar
+
+    from providers.llamacpp_embedded import bounded_mastery_grammar
+
+    names = ['Borrow from "whole" part', "back\\slash", "Écrire 3/4 − 1/2", "a:b,c{d}"]
+    grammar = bounded_mastery_grammar(names)
+    assert grammar.count('ws ":" ws value') == len(names)
+    LlamaGrammar.from_string(grammar, verbose=False)  # raises on a malformed grammar

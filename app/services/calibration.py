@@ -15,18 +15,18 @@ import time
 import uuid
 from typing import Any
 
-from app.schemas import CalibrateRequest
+from app.schemas import CalibrateRequest, DatasetRef
 from app.settings import Settings
 from app.storage import CalibrationStore, QMatrixStore
 from app.federation import Federation
-from app.services.jobs import JobContext
+from app.services.jobs import JobContext, JobRunner
 from calibration import AllEntitiesFailed, CalibrationRecord, DiagnosisPipeline, DiagnosisRequest, make_calibrator
 from calibration.evaluation import proportion_correct_truth, split_students
 from calibration.evaluation.datasets import load_dataset
 from providers.wrappers import Cached
-from qmatrix import QMatrix, Response
+from qmatrix import EXAMPLE_QMATRIX_ID, QMatrix, Response
 
-__all__ = ["CalibrationService"]
+__all__ = ["CalibrationService", "start_default_calibration"]
 
 log = logging.getLogger("fedcd.calibration")
 
@@ -139,3 +139,29 @@ class CalibrationService:
         seconds = time.perf_counter() - start
         log.info("calibration %s (%s, %d students) fitted in %.1f s", record.id, record.method, len(usable), seconds)
         return {"calibration_id": record.id, "metrics": {**fitted.metrics, "seconds": seconds}, "notes": notes}
+
+
+def start_default_calibration(
+    jobs: JobRunner, calibrations: CalibrationStore, settings: Settings, federation: Federation
+) -> str | None:
+    """First start: calibrate the example Q-matrix on SIMULATED validation students, once.
+
+    Later starts reuse the stored calibration (or the job a restart resumed). The server
+    answers meanwhile, uncalibrated (``calibration_id`` null) until the job finishes.
+    """
+    if calibrations.latest_for(EXAMPLE_QMATRIX_ID) is not None or jobs.has_active("calibrate"):
+        return None
+    request = CalibrateRequest(
+        qmatrix_id=EXAMPLE_QMATRIX_ID,
+        dataset=DatasetRef(name="synthetic", part="validation", seed=0, max_students=settings.default_calibration_students),
+        method=settings.default_calibration_method,
+    )
+    job_id = jobs.submit("calibrate", request.model_dump(mode="json"))
+    n_validation = round(settings.default_calibration_students * 0.2)
+    log.info(
+        "first start: fitting the default '%s' calibration for %s on %d SIMULATED validation students with %s "
+        "(job %s; with the embedded models expect about %d s; diagnoses are uncalibrated until it finishes)",
+        settings.default_calibration_method, EXAMPLE_QMATRIX_ID, n_validation, ", ".join(federation.names), job_id,
+        n_validation * 8,
+    )
+    return job_id

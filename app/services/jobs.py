@@ -76,6 +76,12 @@ class JobRunner:
         self._start(job_id, kind, request)
         return job_id
 
+    def has_active(self, kind: str) -> bool:
+        with self.sessions() as session:
+            return session.scalar(
+                select(JobRow.id).where(JobRow.kind == kind, JobRow.status.in_(("queued", "running"))).limit(1)
+            ) is not None
+
     def get(self, job_id: str) -> JobRow | None:
         with self.sessions() as session:
             return session.get(JobRow, job_id)

@@ -12,7 +12,8 @@ from tests.factories import FakeEntity
 
 
 def make_client(tmp_path: Path, entities: dict[str, FakeEntity], **settings: object) -> TestClient:
-    config = Settings(state_dir=tmp_path, entities=[], preload_models=False, noise_seed=1, **settings)  # type: ignore[arg-type]
+    values: dict[str, object] = {"default_calibration": False, **settings}
+    config = Settings(state_dir=tmp_path, entities=[], preload_models=False, noise_seed=1, **values)  # type: ignore[arg-type]
     return TestClient(create_app(config, entities=entities))
 
 

@@ -159,3 +159,19 @@ def test_a_job_that_cannot_resume_is_failed_with_a_reason(tmp_path: Path, fakes:
     with make_client(tmp_path, fakes) as client:
         row = client.app.state.jobs.get("old")  # type: ignore[attr-defined]
     assert row.status == "failed" and "restart" in row.error
+
+
+def test_first_start_fits_a_default_calibration_and_later_starts_reuse_it(tmp_path: Path) -> None:
+    entities = {"good": FakeEntity("good", biased(0.0)), "flat": FakeEntity("flat", 0.5)}
+    with make_client(tmp_path, entities, default_calibration=True, default_calibration_students=40) as client:
+        listing = {}
+        deadline = time.monotonic() + 20
+        while not listing.get("count") and time.monotonic() < deadline:
+            time.sleep(0.05)
+            listing = client.get(f"/v1/calibrations?qmatrix_id={Q_ID}").json()
+        record = listing["data"][0]
+        assert record["method"] == "stacking" and record["truth_source"] == "simulated-true-mastery"
+        assert record["n_students"] == 8
+    with make_client(tmp_path, entities, default_calibration=True, default_calibration_students=40) as client:
+        time.sleep(0.2)
+        assert client.get(f"/v1/calibrations?qmatrix_id={Q_ID}").json()["count"] == 1
