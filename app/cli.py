@@ -176,7 +176,9 @@ def _parse_epsilons(text: str) -> list[float]:
 
 @cli.command()
 def evaluate(
-    dataset: Annotated[str, typer.Option(help="frcsub | assist0910 | synthetic | a folder with qmatrix.csv + responses.csv")] = "frcsub",
+    dataset: Annotated[
+        str, typer.Option(help="frcsub | assist0910 | uci | gsm8k | synthetic | a folder with qmatrix.csv + responses.csv")
+    ] = "frcsub",
     protocol: Annotated[str, typer.Option(help="paper | heldout | simulated")] = "paper",
     entities: Annotated[
         str, typer.Option(help="comma-separated: configured entities (smollm2, gemma3, ...) and/or sim:confident, sim:conservative, sim:specialist")
@@ -200,6 +202,9 @@ def evaluate(
     from calibration.evaluation.splits import split_students
     from providers.simulated import simulated_family
 
+    if dataset == "gsm8k":
+        _evaluate_extraction(entities, max_students or 50, data_dir, out)
+        return
     if protocol not in PROTOCOLS:
         err.print(f"[red]error:[/] --protocol must be one of {', '.join(PROTOCOLS)}")
         raise typer.Exit(2)
@@ -251,6 +256,59 @@ def evaluate(
     command = "fedcd " + " ".join(shlex.quote(a) for a in args)
     written = write_report(result, out, command=command)  # type: ignore[arg-type]
     console.print(f"wrote {', '.join(str(p) for p in written)}")
+
+
+def _evaluate_extraction(entities: str, n_problems: int, data_dir: Path | None, out: Path) -> None:
+    """GSM8K has no students: evaluate Q-matrix extraction (keyword vs LLM tagging agreement)."""
+    from dataclasses import asdict
+
+    from app.federation import Federation
+    from calibration.extraction import extract_qmatrix
+    from qmatrix.extract import GSM8K_CONCEPTS, load_gsm8k_problems
+
+    names = [n.strip() for n in entities.split(",") if n.strip() and not n.strip().startswith("sim:")]
+    settings = Settings()
+    specs = [s for s in settings.entity_specs if s.name in names]
+    if not specs:
+        err.print("[red]error:[/] gsm8k evaluates LLM tagging: name configured LLM entities with --entities (e.g. smollm2,gemma3)")
+        raise typer.Exit(2)
+    try:
+        problems = load_gsm8k_problems(data_dir, limit=n_problems)
+    except FileNotFoundError as exc:
+        err.print(f"[red]error:[/] {exc}")
+        raise typer.Exit(2) from exc
+    items = [(p["id"], p["question"]) for p in problems]
+
+    async def run() -> tuple[object, object]:
+        federation = Federation(specs)
+        try:
+            with console.status(f"tagging {len(items)} GSM8K problems with {', '.join(s.name for s in specs)}"):
+                return await extract_qmatrix("gsm8k", items, GSM8K_CONCEPTS, method="both", entities=federation.pipeline.entities)
+        finally:
+            await federation.aclose()
+
+    extraction, agreement = asyncio.run(run())
+    out.mkdir(parents=True, exist_ok=True)
+    counts = {c: sum(c in t for t in extraction.tags.values()) for c in GSM8K_CONCEPTS}  # type: ignore[attr-defined]
+    data = {
+        "dataset": "gsm8k", "protocol": "extraction", "n_problems": len(items), "entities": [s.name for s in specs],
+        "agreement": asdict(agreement), "llm_tag_counts": counts,  # type: ignore[call-overload]
+        "untagged_items": extraction.untagged_items, "failures": extraction.failures,  # type: ignore[attr-defined]
+        "rows": [],
+    }
+    (out / "results.json").write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+    lines = [
+        "# fedcd evaluation: GSM8K Q-matrix extraction", "",
+        f"Reproduce: `fedcd evaluate --dataset gsm8k --entities {','.join(s.name for s in specs)} --max-students {n_problems} --out {out}`", "",
+        f"{len(items)} problems; keyword tagging vs LLM tagging ({', '.join(s.name for s in specs)}, answers averaged, tag at ≥ 0.5).", "",
+        f"Overall agreement {agreement.percent:.3f}, Cohen's κ {agreement.kappa if agreement.kappa is None else round(agreement.kappa, 3)}.", "",  # type: ignore[attr-defined]
+        "| concept | agreement | κ | LLM-tagged problems |", "|---|---|---|---|",
+    ]
+    for c, v in agreement.per_concept.items():  # type: ignore[attr-defined]
+        kappa = "—" if v["kappa"] is None else f"{v['kappa']:.3f}"
+        lines.append(f"| {c} | {v['percent']:.3f} | {kappa} | {counts[c]} |")
+    (out / "report.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    console.print(f"wrote {out / 'results.json'}, {out / 'report.md'}")
 
 
 def main() -> None:

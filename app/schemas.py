@@ -279,3 +279,38 @@ class CalibrationPublic(BaseModel):
 class CalibrationList(BaseModel):
     data: list[CalibrationPublic]
     count: int
+
+
+class ExtractItem(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    id: str = Field(min_length=1)
+    text: str = Field(min_length=1)
+
+
+class ExtractRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    id: str = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.-]+$")
+    items: list[ExtractItem] = Field(min_length=1, max_length=500)
+    concepts: list[str] | None = Field(default=None, min_length=1, description="default: fedcd's GSM8K concept set")
+    method: Literal["keyword", "llm", "both"] = "keyword"
+    entities: list[str] | None = Field(default=None, min_length=1, description="LLM taggers; default: all configured")
+    save: bool = Field(default=False, description="also register the extracted Q-matrix under 'id'")
+
+
+class AgreementPublic(BaseModel):
+    percent: float
+    kappa: float | None
+    per_concept: dict[str, dict[str, float | None]]
+
+
+class ExtractResponse(BaseModel):
+    qmatrix: QMatrixCreate | None
+    method: str
+    tags: dict[str, list[str]]
+    untagged_items: list[str] = Field(description="items no concept was tagged for: left out of the Q-matrix")
+    unused_concepts: list[str] = Field(description="concepts no item was tagged with: left out of the Q-matrix")
+    agreement: AgreementPublic | None = Field(default=None, description="keyword vs LLM tagging (method 'both')")
+    failures: dict[str, list[str]] = Field(default_factory=dict, description="entity -> items it failed to tag")
+    registered: bool = False

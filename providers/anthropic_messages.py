@@ -13,7 +13,7 @@ import anthropic
 
 from providers.config import EntitySpec
 from providers.parsing import parse_mastery
-from providers.prompts import SYSTEM_PROMPT, mastery_schema, user_prompt
+from providers.prompts import mastery_schema, system_prompt, user_prompt
 from providers.sdk_errors import map_sdk_errors
 from providers.types import EntityPrediction, PromptContext, TokenUsage
 from providers.wrappers import timed
@@ -34,7 +34,7 @@ class AnthropicEntity:
         kwargs: dict[str, Any] = {
             "model": spec.model,
             "max_tokens": spec.max_tokens,
-            "system": SYSTEM_PROMPT,
+            "system": system_prompt(context),
             "messages": [{"role": "user", "content": user_prompt(context)}],
         }
         if spec.structured_output != "none":

@@ -12,7 +12,7 @@ from typing import Any
 
 from providers.types import PromptContext
 
-__all__ = ["SYSTEM_PROMPT", "build_messages", "mastery_schema", "user_prompt"]
+__all__ = ["SYSTEM_PROMPT", "TAG_SYSTEM_PROMPT", "build_messages", "mastery_schema", "system_prompt", "user_prompt"]
 
 SYSTEM_PROMPT = (
     "You are an educational assessment expert. Analyze the student's responses and "
@@ -25,7 +25,24 @@ def _response_text(score: float, answer: str | None) -> str:
     return f"{verdict}; answer given: {answer}" if answer else verdict
 
 
+TAG_SYSTEM_PROMPT = (
+    "You are an educational assessment expert. Decide which knowledge concepts a problem requires."
+)
+
+
+def _tag_prompt(context: PromptContext) -> str:
+    concept_list = ", ".join(f'"{c}"' for c in context.concepts)
+    problem = context.items[0].text or ""
+    return (
+        f"Problem: {problem}\n\nKnowledge concepts: {concept_list}\n"
+        "Return ONLY a JSON object whose keys are exactly these concept names and whose values are between 0 and 1: "
+        "1 if solving the problem requires the concept, 0 if it does not. No other text."
+    )
+
+
 def user_prompt(context: PromptContext) -> str:
+    if context.task == "tag":
+        return _tag_prompt(context)
     lines: list[str] = []
     for n, item in enumerate(context.items, start=1):
         question = item.text or f"item {item.item_id} (no text available)"
@@ -42,8 +59,12 @@ def user_prompt(context: PromptContext) -> str:
     return "\n".join(lines)
 
 
+def system_prompt(context: PromptContext) -> str:
+    return TAG_SYSTEM_PROMPT if context.task == "tag" else SYSTEM_PROMPT
+
+
 def build_messages(context: PromptContext) -> list[dict[str, str]]:
-    return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": user_prompt(context)}]
+    return [{"role": "system", "content": system_prompt(context)}, {"role": "user", "content": user_prompt(context)}]
 
 
 def mastery_schema(concepts: tuple[str, ...] | list[str]) -> dict[str, Any]:

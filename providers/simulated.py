@@ -25,6 +25,7 @@ from typing import Literal
 
 import numpy as np
 
+from providers.errors import EntityRejected
 from providers.types import EntityPrediction, PromptContext
 
 __all__ = ["SIMULATED_STYLES", "SimulatedEntity", "simulated_family"]
@@ -63,6 +64,8 @@ class SimulatedEntity:
         return _stable_int("specialty", self.name, str(self.seed), concept) % 2 == 0
 
     async def respond(self, context: PromptContext) -> EntityPrediction:
+        if context.task != "diagnose":
+            raise EntityRejected(f"simulated entities only diagnose; they cannot '{context.task}'", entity=self.name)
         rng = np.random.default_rng(_stable_int(self.name, str(self.seed), context.model_dump_json()))
         mastery: dict[str, float] = {}
         for concept, p in observed_proportions(context).items():

@@ -28,10 +28,15 @@ class PromptItem(BaseModel):
 
 
 class PromptContext(BaseModel):
-    """What an entity is asked: the Q-filtered concepts and the student's answered items."""
+    """What an entity is asked: the Q-filtered concepts and the student's answered items.
+
+    ``task`` is ``diagnose`` (mastery per concept) or ``tag`` (for each concept, how
+    likely the single item requires it — automatic Q-matrix extraction; no student data).
+    """
 
     model_config = ConfigDict(frozen=True)
 
+    task: Literal["diagnose", "tag"] = "diagnose"
     concepts: tuple[str, ...] = Field(description="Q-filtered: only concepts the answered items assess")
     items: tuple[PromptItem, ...]
 

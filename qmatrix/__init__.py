@@ -13,6 +13,7 @@ from qmatrix.io import (
 from qmatrix.model import Item, QMatrix, QMatrixError
 from qmatrix.responses import Response, StudentResponses, group_by_student, load_responses_csv, score_of
 from qmatrix.simulate import simulate_dina
+from qmatrix.uci import UCI_CONCEPTS, load_uci
 
 __all__ = [
     "EXAMPLE_QMATRIX_ID",
@@ -37,4 +38,6 @@ __all__ = [
     "save_qmatrix",
     "score_of",
     "simulate_dina",
+    "load_uci",
+    "UCI_CONCEPTS",
 ]

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from pathlib import PurePath
 
 from fastapi import APIRouter, Request, status
 from fastapi.exceptions import RequestValidationError
 from pydantic import ValidationError
 
-from app.deps import QMatrixStoreDep
+from app.deps import FederationDep, QMatrixStoreDep
 from app.errors import InputError
-from app.schemas import QMatrixCreate, QMatrixList, QMatrixPublic
+from app.schemas import AgreementPublic, ExtractRequest, ExtractResponse, QMatrixCreate, QMatrixList, QMatrixPublic
+from calibration import UnknownEntities
+from calibration.extraction import extract_qmatrix
+from qmatrix.extract import GSM8K_CONCEPTS
 from qmatrix import QMatrix, QMatrixError, qmatrix_from_csv_text, qmatrix_from_json, qmatrix_to_json
 
 router = APIRouter(prefix="/v1/qmatrices", tags=["qmatrices"])
@@ -83,6 +87,41 @@ async def create_qmatrix(request: Request, store: QMatrixStoreDep) -> QMatrixPub
         raise InputError(("body", "id"), [f"id {q.id!r} is a built-in Q-matrix and cannot be replaced"], status_code=409)
     store.save(q)
     return _public(q)
+
+
+@router.post("/extract", response_model=ExtractResponse)
+async def create_qmatrix_extraction(body: ExtractRequest, store: QMatrixStoreDep, federation: FederationDep) -> ExtractResponse:
+    """Tag items with concepts (keyword rules, LLM entities, or both with their agreement)."""
+    concepts = body.concepts or list(GSM8K_CONCEPTS)
+    if len(set(concepts)) != len(concepts):
+        raise InputError(("body", "concepts"), ["concept names must be unique"])
+    if len({i.id for i in body.items}) != len(body.items):
+        raise InputError(("body", "items"), ["item ids must be unique"])
+    entities = None
+    if body.method != "keyword":
+        try:
+            entities = federation.pipeline.select(body.entities)
+        except UnknownEntities as exc:
+            raise InputError(("body", "entities"), [str(exc)]) from exc
+    extraction, agreement = await extract_qmatrix(
+        body.id, [(i.id, i.text) for i in body.items], concepts, method=body.method, entities=entities
+    )
+    registered = False
+    if body.save and extraction.qmatrix is not None:
+        if store.is_builtin(body.id):
+            raise InputError(("body", "id"), [f"id {body.id!r} is a built-in Q-matrix"], status_code=409)
+        store.save(extraction.qmatrix)
+        registered = True
+    return ExtractResponse(
+        qmatrix=QMatrixCreate(**qmatrix_to_json(extraction.qmatrix)) if extraction.qmatrix else None,
+        method=body.method,
+        tags=extraction.tags,
+        untagged_items=extraction.untagged_items,
+        unused_concepts=extraction.unused_concepts,
+        agreement=AgreementPublic(**asdict(agreement)) if agreement else None,
+        failures=extraction.failures,
+        registered=registered,
+    )
 
 
 @router.get("", response_model=QMatrixList)

@@ -1,7 +1,8 @@
 """Resolve a dataset name or folder for evaluation and calibration jobs.
 
 ``frcsub`` and ``assist0910`` are the real public datasets (``qmatrix.datasets``);
-``synthetic`` is SIMULATED: DINA students on the project's example Q-matrix, with known
+``uci`` is UCI Student Performance (Portuguese course) mapped to the paper's five attribute
+groups (``qmatrix.uci``); ``synthetic`` is SIMULATED: DINA students on the project's example Q-matrix, with known
 mastery; a PATH is a folder holding ``qmatrix.csv`` and ``responses.csv`` in the FrcSub
 tidy form (``student_id,item_id,correct``; ``correct`` may be a score in [0, 1]).
 """
@@ -12,11 +13,20 @@ from pathlib import Path
 
 import numpy as np
 
-from qmatrix import Dataset, example_qmatrix, load_assist0910, load_frcsub, load_qmatrix, load_responses_csv, simulate_dina
+from qmatrix import (
+    Dataset,
+    example_qmatrix,
+    load_assist0910,
+    load_frcsub,
+    load_qmatrix,
+    load_responses_csv,
+    load_uci,
+    simulate_dina,
+)
 
 __all__ = ["DATASET_NAMES", "load_dataset", "subsample"]
 
-DATASET_NAMES = ("frcsub", "assist0910", "synthetic")
+DATASET_NAMES = ("frcsub", "assist0910", "uci", "synthetic")
 
 
 def subsample(dataset: Dataset, *, max_students: int | None, seed: int) -> Dataset:
@@ -43,6 +53,8 @@ def load_dataset(
         dataset = load_frcsub(data_dir)
     elif name == "assist0910":
         dataset = load_assist0910(data_dir)
+    elif name == "uci":
+        dataset = load_uci(data_dir)
     elif name == "synthetic":
         dataset = simulate_dina(example_qmatrix(), n_students=synthetic_students, seed=seed, student_prefix="synth")
     else:

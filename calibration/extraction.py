@@ -1,0 +1,120 @@
+"""Automatic Q-matrix extraction: keyword tagging and LLM tagging, and how well they agree.
+
+The LLM tagger asks each entity, per item, how likely the item requires each concept
+(``PromptContext(task="tag")``; no student data is involved, so no privacy noise), and
+tags a concept when the answer is ≥ 0.5. With several entities their answers are
+averaged first. Agreement between two taggings is reported as percent agreement and
+Cohen's κ over all (item, concept) cells, and per concept.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from providers import Entity, EntityError, PromptContext, PromptItem
+from qmatrix import Item, QMatrix
+from qmatrix.extract import keyword_tags
+
+__all__ = ["Agreement", "Extraction", "agreement", "build_qmatrix", "extract_qmatrix", "llm_tags"]
+
+
+@dataclass
+class Agreement:
+    percent: float
+    kappa: float | None
+    per_concept: dict[str, dict[str, float | None]]
+
+
+@dataclass
+class Extraction:
+    qmatrix: QMatrix | None
+    tags: dict[str, list[str]]  # item id -> concepts
+    untagged_items: list[str]
+    unused_concepts: list[str]
+    failures: dict[str, list[str]] = field(default_factory=dict)  # entity -> item ids it failed on
+
+
+def _kappa(a: np.ndarray, b: np.ndarray) -> float | None:
+    po = float(np.mean(a == b))
+    pa, pb = float(a.mean()), float(b.mean())
+    pe = pa * pb + (1 - pa) * (1 - pb)
+    return None if pe >= 1.0 else (po - pe) / (1 - pe)
+
+
+def agreement(first: Mapping[str, Sequence[str]], second: Mapping[str, Sequence[str]], concepts: Sequence[str]) -> Agreement:
+    """Agreement over the items both taggings cover."""
+    items = [i for i in first if i in second]
+    a = np.array([[c in first[i] for c in concepts] for i in items], dtype=bool).reshape(len(items), len(concepts))
+    b = np.array([[c in second[i] for c in concepts] for i in items], dtype=bool).reshape(len(items), len(concepts))
+    per = {
+        c: {"percent": float(np.mean(a[:, k] == b[:, k])) if items else None, "kappa": _kappa(a[:, k], b[:, k]) if items else None}
+        for k, c in enumerate(concepts)
+    }
+    return Agreement(percent=float(np.mean(a == b)) if items else float("nan"), kappa=_kappa(a.ravel(), b.ravel()) if items else None, per_concept=per)
+
+
+async def llm_tags(
+    entities: Mapping[str, Entity], items: Sequence[tuple[str, str]], concepts: Sequence[str], *, concurrency: int = 4
+) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
+    """(item id -> tagged concepts, entity -> item ids it failed on). Items no entity answered are left out."""
+    gate = asyncio.Semaphore(concurrency)
+    failures: dict[str, list[str]] = {}
+
+    async def one(item_id: str, text: str) -> tuple[str, list[str] | None]:
+        context = PromptContext(
+            task="tag", concepts=tuple(concepts), items=(PromptItem(item_id=item_id, text=text, concepts=tuple(concepts), score=0.0),)
+        )
+        answers = []
+        async with gate:
+            for name, entity in entities.items():
+                try:
+                    answers.append((await entity.respond(context)).mastery)
+                except EntityError:
+                    failures.setdefault(name, []).append(item_id)
+        if not answers:
+            return item_id, None
+        means = {c: float(np.mean([a[c] for a in answers if c in a])) for c in concepts if any(c in a for a in answers)}
+        return item_id, [c for c in concepts if means.get(c, 0.0) >= 0.5]
+
+    results = await asyncio.gather(*(one(i, t) for i, t in items))
+    return {i: tags for i, tags in results if tags is not None}, failures
+
+
+def build_qmatrix(qid: str, items: Sequence[tuple[str, str]], tags: Mapping[str, Sequence[str]], concepts: Sequence[str]) -> Extraction:
+    """A valid Q-matrix from taggings: untagged items and unused concepts are left out and listed."""
+    tagged = [(i, t) for i, t in items if tags.get(i)]
+    used = [c for c in concepts if any(c in tags[i] for i, _ in tagged)]
+    untagged = [i for i, _ in items if not tags.get(i)]
+    q = (
+        QMatrix(id=qid, concepts=tuple(used), items=tuple(Item(id=i, text=t, concepts=tuple(c for c in used if c in tags[i])) for i, t in tagged))
+        if tagged
+        else None
+    )
+    return Extraction(qmatrix=q, tags={i: list(tags.get(i, [])) for i, _ in items}, untagged_items=untagged, unused_concepts=[c for c in concepts if c not in used])
+
+
+async def extract_qmatrix(
+    qid: str,
+    items: Sequence[tuple[str, str]],
+    concepts: Sequence[str],
+    *,
+    method: str = "keyword",
+    entities: Mapping[str, Entity] | None = None,
+) -> tuple[Extraction, Agreement | None]:
+    """Extract with ``keyword``, ``llm`` or ``both`` (the Q-matrix then comes from the LLM tags,
+    and the agreement between the two taggings is returned)."""
+    if method not in ("keyword", "llm", "both"):
+        raise ValueError(f"unknown method {method!r} (use keyword, llm or both)")
+    keyword = {i: keyword_tags(t, concepts) for i, t in items}
+    if method == "keyword":
+        return build_qmatrix(qid, items, keyword, concepts), None
+    if not entities:
+        raise ValueError("LLM tagging needs at least one entity")
+    llm, failures = await llm_tags(entities, items, concepts)
+    extraction = build_qmatrix(qid, items, llm, concepts)
+    extraction.failures = failures
+    return extraction, (agreement(keyword, llm, concepts) if method == "both" else None)

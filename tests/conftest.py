@@ -1,0 +1,38 @@
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from app import Settings, create_app
+from providers import EntityRejected
+from tests.factories import FakeEntity
+
+
+def make_client(tmp_path: Path, entities: dict[str, FakeEntity], **settings: object) -> TestClient:
+    values: dict[str, object] = {"default_calibration": False, **settings}
+    config = Settings(state_dir=tmp_path, entities=[], preload_models=False, noise_seed=1, **values)  # type: ignore[arg-type]
+    return TestClient(create_app(config, entities=entities))
+
+
+@pytest.fixture
+def fakes() -> dict[str, FakeEntity]:
+    return {"alpha": FakeEntity("alpha", 0.2), "beta": FakeEntity("beta", 0.6)}
+
+
+@pytest.fixture
+def client(tmp_path: Path, fakes: dict[str, FakeEntity]) -> Iterator[TestClient]:
+    with make_client(tmp_path, fakes) as c:
+        yield c
+
+
+@pytest.fixture
+def failing_client(tmp_path: Path) -> Iterator[TestClient]:
+    entities = {
+        "alpha": FakeEntity("alpha", error=EntityRejected("HTTP 401: invalid key")),
+        "beta": FakeEntity("beta", error=EntityRejected("HTTP 404: model not found")),
+    }
+    with make_client(tmp_path, entities) as c:
+        yield c
