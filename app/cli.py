@@ -184,6 +184,9 @@ def evaluate(
         str, typer.Option(help="comma-separated: configured entities (smollm2, gemma3, ...) and/or sim:confident, sim:conservative, sim:specialist")
     ] = "sim:confident,sim:conservative,sim:specialist",
     max_students: Annotated[Optional[int], typer.Option(help="subsample the dataset (seeded)")] = None,
+    max_items: Annotated[
+        Optional[int], typer.Option(help="keep each student's first N responses (small models' context)")
+    ] = None,
     epsilons: Annotated[str, typer.Option(help="noise levels; inf = no noise")] = "0.5,1,2,inf",
     seed: Annotated[int, typer.Option(help="seed for subsampling, splits, hold-outs and noise")] = 0,
     method: Annotated[str, typer.Option(help="calibration for the RC rows: paper | bias | stacking")] = "bias",
@@ -210,7 +213,7 @@ def evaluate(
         raise typer.Exit(2)
     try:
         eps = _parse_epsilons(epsilons)
-        data = load_dataset(dataset, data_dir=data_dir, max_students=max_students, seed=seed)
+        data = load_dataset(dataset, data_dir=data_dir, max_students=max_students, max_items=max_items, seed=seed)
     except (ValueError, FileNotFoundError) as exc:
         err.print(f"[red]error:[/] {exc}")
         raise typer.Exit(2) from exc
@@ -251,6 +254,8 @@ def evaluate(
             "--sensitivity", sensitivity, "--out", str(out)]
     if max_students is not None:
         args += ["--max-students", str(max_students)]
+    if max_items is not None:
+        args += ["--max-items", str(max_items)]
     if protocol == "simulated":
         args += ["--n-simulated", str(n_simulated)]
     command = "fedcd " + " ".join(shlex.quote(a) for a in args)

@@ -15,6 +15,7 @@ import numpy as np
 
 from qmatrix import (
     Dataset,
+    StudentResponses,
     example_qmatrix,
     load_assist0910,
     load_frcsub,
@@ -24,7 +25,7 @@ from qmatrix import (
     simulate_dina,
 )
 
-__all__ = ["DATASET_NAMES", "load_dataset", "subsample"]
+__all__ = ["DATASET_NAMES", "load_dataset", "subsample", "truncate_responses"]
 
 DATASET_NAMES = ("frcsub", "assist0910", "uci", "synthetic")
 
@@ -41,11 +42,23 @@ def subsample(dataset: Dataset, *, max_students: int | None, seed: int) -> Datas
     )
 
 
+def truncate_responses(dataset: Dataset, max_items: int | None) -> Dataset:
+    """Keep each student's first ``max_items`` responses (file order), for prompts that must fit a
+    small model's context; truth and baselines then see the same responses as the entities."""
+    if max_items is None:
+        return dataset
+    if max_items < 1:
+        raise ValueError(f"max_items must be >= 1, got {max_items}")
+    students = [StudentResponses(student_id=s.student_id, responses=s.responses[:max_items]) for s in dataset.students]
+    return Dataset(name=dataset.name, qmatrix=dataset.qmatrix, students=students, simulated=dataset.simulated, true_mastery=dataset.true_mastery)
+
+
 def load_dataset(
     name: str,
     *,
     data_dir: str | Path | None = None,
     max_students: int | None = None,
+    max_items: int | None = None,
     seed: int = 0,
     synthetic_students: int = 300,
 ) -> Dataset:
@@ -65,4 +78,4 @@ def load_dataset(
             )
         q = load_qmatrix(folder / "qmatrix.csv", id=folder.name)
         dataset = Dataset(name=folder.name, qmatrix=q, students=load_responses_csv(folder / "responses.csv"))
-    return subsample(dataset, max_students=max_students, seed=seed)
+    return truncate_responses(subsample(dataset, max_students=max_students, seed=seed), max_items)
