@@ -38,6 +38,9 @@ class Settings(BaseSettings):
     default_epsilon: float = Field(default=1.0, gt=0, description="ε per entity answer when a request gives none")
     sensitivity: Literal["paper", "assessed"] = "paper"
     alpha: float = Field(default=0.3, ge=0.0, le=1.0)
+    send_answer_text: bool = Field(
+        default=False, description="send students' free-text answers to entities (off: only item text and correctness)"
+    )
     batch_concurrency: int = Field(default=4, ge=1, description="students diagnosed at once in a batch")
     max_batch_size: int = Field(default=200, ge=1)
     preload_models: bool = Field(default=True, description="load embedded models at start-up, not on first request")

@@ -74,6 +74,7 @@ class DiagnosisRequest:
     mechanism: str = "laplace"  # privacy.MECHANISM_NAMES; the paper's Laplace by default
     delta: float = DEFAULT_DELTA  # used by the Gaussian mechanism only
     entities: Sequence[str] | None = None  # None: every configured entity
+    include_answers: bool = False  # send free-text answers to the entities (off: data minimisation)
     request_id: str = field(default_factory=lambda: uuid.uuid4().hex)
 
 
@@ -116,8 +117,13 @@ class AllEntitiesFailed(RuntimeError):
         super().__init__(f"all entities failed ({reasons})")
 
 
-def build_context(qmatrix: QMatrix, responses: Sequence[Response]) -> PromptContext:
-    """Q-filtered prompt context. Raises ``QMatrixError`` naming unknown item ids."""
+def build_context(qmatrix: QMatrix, responses: Sequence[Response], *, include_answers: bool = True) -> PromptContext:
+    """Q-filtered prompt context. Raises ``QMatrixError`` naming unknown item ids.
+
+    Data minimisation: the context holds the answered items' text, their Q-matrix rows
+    and correctness — never the student id. Free-text answers are included only when
+    ``include_answers`` (they may hold names or other identifying text).
+    """
     concepts = qmatrix.concepts_for([r.item_id for r in responses])
     items = tuple(
         PromptItem(
@@ -125,7 +131,7 @@ def build_context(qmatrix: QMatrix, responses: Sequence[Response]) -> PromptCont
             text=qmatrix.item(r.item_id).text,
             concepts=qmatrix.item(r.item_id).concepts,
             score=r.score,
-            answer=r.answer,
+            answer=r.answer if include_answers else None,
         )
         for r in responses
     )
@@ -180,7 +186,7 @@ class DiagnosisPipeline:
     async def diagnose(self, request: DiagnosisRequest, aggregator: Aggregator | None = None) -> DiagnosisResult:
         start = time.perf_counter()
         aggregator = aggregator or ResidualAggregator()
-        context = build_context(request.qmatrix, request.responses)
+        context = build_context(request.qmatrix, request.responses, include_answers=request.include_answers)
         selected = self.select(request.entities)
         mechanism = mechanism_for_request(
             name=request.mechanism,

@@ -108,6 +108,7 @@ async def _run(
         mechanism=options.mechanism,
         delta=options.delta,
         entities=options.entities,
+        include_answers=settings.send_answer_text,
     )
     try:
         result = await pipeline.diagnose(request, aggregator)
