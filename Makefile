@@ -25,8 +25,9 @@ install: $(STAMP)
 serve: $(STAMP)
 	$(VENV)/bin/fedcd serve --host $(HOST) --port $(PORT)
 
+# One BLAS thread: on 2 shared cores, threaded OpenBLAS makes the many small matrix products far slower.
 test: $(STAMP)
-	$(PY) -m pytest $(PYTEST_ARGS)
+	OPENBLAS_NUM_THREADS=1 $(PY) -m pytest $(PYTEST_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache build *.egg-info

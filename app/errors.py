@@ -4,6 +4,7 @@
   unknown resource id), with FastAPI's ``detail`` shape: a list of ``{loc, msg, type}``
   whose ``loc`` names the field.
 * ``AllEntitiesFailed`` → 503 with each entity's reason.
+* ``BudgetExceeded`` → 429 saying the student's privacy budget is spent.
 * ``QMatrixError`` raised below the services → 422.
 """
 
@@ -16,6 +17,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
 from calibration import AllEntitiesFailed
+from privacy import BudgetExceeded
 from qmatrix import QMatrixError
 
 __all__ = ["InputError", "install_error_handlers"]
@@ -46,6 +48,10 @@ def install_error_handlers(app: FastAPI) -> None:
     async def _qmatrix_error(_: Request, exc: QMatrixError) -> JSONResponse:
         detail = [{"loc": ["body"], "msg": p, "type": "value_error"} for p in exc.problems]
         return JSONResponse(status_code=422, content={"detail": detail})
+
+    @app.exception_handler(BudgetExceeded)
+    async def _budget_spent(_: Request, exc: BudgetExceeded) -> JSONResponse:
+        return JSONResponse(status_code=429, content={"detail": str(exc)})
 
     @app.exception_handler(AllEntitiesFailed)
     async def _all_failed(_: Request, exc: AllEntitiesFailed) -> JSONResponse:

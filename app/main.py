@@ -13,11 +13,12 @@ from app.errors import install_error_handlers
 from app.federation import Federation
 from app.services.calibration import CalibrationService, start_default_calibration
 from app.services.jobs import JobRunner
-from app.routes import calibrate, diagnose, health, qmatrices
+from app.routes import calibrate, diagnose, health, privacy, qmatrices
 from app.routes import entities as entities_routes
 from app.settings import Settings, get_settings
 from app.storage import CalibrationStore, QMatrixStore
 from app.version import VERSION
+from privacy import PrivacyLedger
 from providers import Entity
 from qmatrix import example_qmatrix
 
@@ -58,6 +59,8 @@ def create_app(
         yield
         await jobs.aclose()
         await federation.aclose()
+        if app.state.ledger is not None:
+            app.state.ledger.close()
 
     app = FastAPI(
         title="fedcd",
@@ -70,7 +73,18 @@ def create_app(
     app.state.qmatrices.register_builtin(example_qmatrix())
     app.state.sessions = make_sessionmaker(settings.state_dir)
     app.state.calibrations = CalibrationStore(app.state.sessions)
+    app.state.ledger = (
+        PrivacyLedger(
+            app.state.sessions,
+            cap_epsilon=settings.privacy_cap_epsilon,
+            cap_delta=settings.privacy_cap_delta,
+            accountant=settings.privacy_accountant,
+            repeat_window_s=settings.privacy_repeat_window_s,
+        )
+        if settings.privacy_cap_epsilon is not None
+        else None
+    )
     install_error_handlers(app)
-    for router in (health.router, qmatrices.router, diagnose.router, calibrate.router, entities_routes.router):
+    for router in (health.router, qmatrices.router, diagnose.router, calibrate.router, privacy.router, entities_routes.router):
         app.include_router(router)
     return app

@@ -133,6 +133,17 @@ class PrivacyBlock(BaseModel):
     scope: str = "local DP: noise added to each entity's answer before aggregation"
 
 
+class BudgetBlock(BaseModel):
+    """The per-student privacy ledger after this request (see README, Privacy model)."""
+
+    tenant: str
+    charged_epsilon: float = Field(description="ε spent by this request (all entity answers together)")
+    spent_epsilon: float
+    remaining_epsilon: float
+    cap_epsilon: float
+    repeat: bool = Field(description="an identical earlier request's answer, returned again at no cost")
+
+
 class DiagnoseResponse(BaseModel):
     student_id: str
     mastery: dict[str, float] = Field(description="assessed concepts only")
@@ -143,6 +154,7 @@ class DiagnoseResponse(BaseModel):
     calibration_id: str | None
     request_id: str
     latency_ms: float
+    budget: BudgetBlock | None = Field(default=None, description="null when no noise was added or the ledger is off")
 
 
 class BatchError(BaseModel):
@@ -314,3 +326,16 @@ class ExtractResponse(BaseModel):
     agreement: AgreementPublic | None = Field(default=None, description="keyword vs LLM tagging (method 'both')")
     failures: dict[str, list[str]] = Field(default_factory=dict, description="entity -> items it failed to tag")
     registered: bool = False
+
+
+class StudentBudget(BaseModel):
+    tenant: str
+    student_id: str
+    accountant: str
+    spent_epsilon: float
+    spent_delta: float
+    cap_epsilon: float
+    cap_delta: float
+    remaining_epsilon: float
+    remaining_delta: float
+    queries: int

@@ -41,6 +41,17 @@ class Settings(BaseSettings):
     send_answer_text: bool = Field(
         default=False, description="send students' free-text answers to entities (off: only item text and correctness)"
     )
+    privacy_cap_epsilon: float | None = Field(
+        default=50.0, gt=0, description="lifetime ε per (tenant, student); None switches the ledger off"
+    )
+    privacy_cap_delta: float = Field(default=1e-4, ge=0, lt=1, description="lifetime δ per student (Gaussian queries)")
+    privacy_accountant: Literal["basic", "rdp", "zcdp"] = "basic"
+    privacy_repeat_window_s: float = Field(
+        default=3600.0, ge=0, description="an identical request within this window gets the same answer, free"
+    )
+    allow_unnoised: bool = Field(
+        default=False, description="allow epsilon \"none\" (raw answers: unbounded privacy cost, never charged)"
+    )
     batch_concurrency: int = Field(default=4, ge=1, description="students diagnosed at once in a batch")
     max_batch_size: int = Field(default=200, ge=1)
     preload_models: bool = Field(default=True, description="load embedded models at start-up, not on first request")

@@ -183,19 +183,23 @@ class DiagnosisPipeline:
             completion_tokens=prediction.usage.completion_tokens,
         )
 
-    async def diagnose(self, request: DiagnosisRequest, aggregator: Aggregator | None = None) -> DiagnosisResult:
-        start = time.perf_counter()
-        aggregator = aggregator or ResidualAggregator()
-        context = build_context(request.qmatrix, request.responses, include_answers=request.include_answers)
-        selected = self.select(request.entities)
-        mechanism = mechanism_for_request(
+    def mechanism_for(self, request: DiagnosisRequest) -> Mechanism:
+        """The privacy mechanism this request's answers will be released through."""
+        return mechanism_for_request(
             name=request.mechanism,
             epsilon=request.epsilon,
             delta=request.delta,
             mode=request.sensitivity,
             n_concepts_total=len(request.qmatrix.concepts),
-            n_concepts_assessed=len(context.concepts),
+            n_concepts_assessed=len(request.qmatrix.concepts_for([r.item_id for r in request.responses])),
         )
+
+    async def diagnose(self, request: DiagnosisRequest, aggregator: Aggregator | None = None) -> DiagnosisResult:
+        start = time.perf_counter()
+        aggregator = aggregator or ResidualAggregator()
+        context = build_context(request.qmatrix, request.responses, include_answers=request.include_answers)
+        selected = self.select(request.entities)
+        mechanism = self.mechanism_for(request)
         outcomes = list(
             await asyncio.gather(
                 *(self._ask(Privatized(entity, mechanism, self._rng), context) for entity in selected.values())

@@ -1,5 +1,14 @@
 """Local differential privacy for entity answers (imports nothing of fedcd but itself)."""
 
+from privacy.accountants import (
+    Accountant,
+    BasicCompositionAccountant,
+    RDPAccountant,
+    ZCDPAccountant,
+    accountant_names,
+    make_accountant,
+    register_accountant,
+)
 from privacy.bounded import DuchiMechanism, HybridMechanism, PiecewiseMechanism
 from privacy.gaussian import AnalyticGaussianMechanism, analytic_gaussian_sigma
 from privacy.mechanisms import (
@@ -11,13 +20,28 @@ from privacy.mechanisms import (
     make_rng,
     sensitivity_for,
 )
-from privacy.registry import DEFAULT_DELTA, MECHANISM_NAMES, MechanismName, mechanism_for_request
+from privacy.ledger import BudgetExceeded, Charge, ChargeStateError, LedgerError, PrivacyLedger, UnknownCharge
+from privacy.registry import DEFAULT_DELTA, MECHANISM_NAMES, MechanismName, charge_parameters, mechanism_for_request
 from privacy.sampling import SecureLaplaceMechanism
 
 __all__ = [
     "DEFAULT_DELTA",
     "MECHANISM_NAMES",
+    "Accountant",
     "AnalyticGaussianMechanism",
+    "BasicCompositionAccountant",
+    "BudgetExceeded",
+    "Charge",
+    "ChargeStateError",
+    "LedgerError",
+    "PrivacyLedger",
+    "RDPAccountant",
+    "UnknownCharge",
+    "ZCDPAccountant",
+    "accountant_names",
+    "charge_parameters",
+    "make_accountant",
+    "register_accountant",
     "DuchiMechanism",
     "HybridMechanism",
     "LaplaceMechanism",

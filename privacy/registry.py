@@ -14,7 +14,7 @@ from privacy.gaussian import AnalyticGaussianMechanism
 from privacy.mechanisms import LaplaceMechanism, Mechanism, NoNoise, SensitivityMode, sensitivity_for
 from privacy.sampling import SecureLaplaceMechanism
 
-__all__ = ["DEFAULT_DELTA", "MECHANISM_NAMES", "MechanismName", "mechanism_for_request"]
+__all__ = ["DEFAULT_DELTA", "MECHANISM_NAMES", "MechanismName", "charge_parameters", "mechanism_for_request"]
 
 MechanismName = Literal["laplace", "secure_laplace", "gaussian", "duchi", "piecewise", "hybrid"]
 MECHANISM_NAMES: tuple[MechanismName, ...] = ("laplace", "secure_laplace", "gaussian", "duchi", "piecewise", "hybrid")
@@ -53,3 +53,20 @@ def mechanism_for_request(
     if name == "hybrid":
         return HybridMechanism(epsilon=epsilon, dimension=d)
     raise ValueError(f"unknown mechanism {name!r} (use {', '.join(MECHANISM_NAMES)})")
+
+
+def charge_parameters(mechanism: Mechanism) -> dict[str, float | str | None]:
+    """What one release by ``mechanism`` costs, for a privacy accountant or ledger.
+
+    The snapping mechanism is charged its effective ε (slightly above the nominal one);
+    the Gaussian is charged (ε, δ) and carries σ/Δ₂ so an RDP accountant can compose it tightly.
+    """
+    info = mechanism.describe()
+    if info["epsilon"] is None:
+        raise ValueError("a release without noise has unbounded privacy cost and cannot be charged")
+    epsilon = float(info.get("effective_epsilon") or info["epsilon"])  # type: ignore[arg-type]
+    delta = float(info.get("delta") or 0.0)  # type: ignore[arg-type]
+    sigma = None
+    if isinstance(mechanism, AnalyticGaussianMechanism):
+        sigma = mechanism.sigma / mechanism.sensitivity
+    return {"epsilon": epsilon, "delta": delta, "mechanism": str(info["mechanism"]), "sigma_over_sensitivity": sigma}

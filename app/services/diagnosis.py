@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import json
 from collections.abc import Sequence
 
 from app.errors import InputError
@@ -10,6 +12,7 @@ from app.schemas import (
     BatchDiagnoseRequest,
     BatchDiagnoseResponse,
     BatchError,
+    BudgetBlock,
     DiagnoseRequest,
     DiagnoseResponse,
     EntityReport,
@@ -28,7 +31,8 @@ from calibration import (
     UnknownEntities,
     aggregator_for,
 )
-from qmatrix import QMatrix, QMatrixError, Response, qmatrix_from_json
+from privacy import BudgetExceeded, PrivacyLedger, charge_parameters
+from qmatrix import QMatrix, QMatrixError, Response, qmatrix_from_json, qmatrix_to_json
 
 __all__ = ["diagnose_batch", "diagnose_one", "resolve_qmatrix"]
 
@@ -90,6 +94,22 @@ def _epsilon(options: _DiagnoseOptions, settings: Settings) -> float | None:
     return float(options.epsilon) if options.epsilon is not None else settings.default_epsilon
 
 
+def _fingerprint(request: DiagnosisRequest, options: _DiagnoseOptions, calibration_id: str | None) -> str:
+    """The canonical content of a request: equal fingerprints get the same answer within the repeat window."""
+    content = {
+        "qmatrix": qmatrix_to_json(request.qmatrix),
+        "responses": [r.model_dump(mode="json") for r in request.responses],
+        "epsilon": request.epsilon,
+        "delta": request.delta,
+        "mechanism": request.mechanism,
+        "sensitivity": request.sensitivity,
+        "entities": sorted(request.entities) if request.entities is not None else None,
+        "calibration_id": calibration_id,
+        "include_entities": options.include_entities,
+    }
+    return hashlib.sha256(json.dumps(content, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
 async def _run(
     pipeline: DiagnosisPipeline,
     options: _DiagnoseOptions,
@@ -97,9 +117,73 @@ async def _run(
     student: StudentIn | DiagnoseRequest,
     aggregator: Aggregator,
     settings: Settings,
+    ledger: PrivacyLedger | None = None,
+    tenant: str = "default",
 ) -> DiagnoseResponse:
+    """Charge the student's privacy budget, diagnose, store the released answer (or refund if none)."""
+    request = _request(options, student, q, settings)
+    try:
+        selected = pipeline.select(options.entities)
+    except UnknownEntities as exc:
+        raise InputError(("body", "entities"), [str(exc)]) from exc
+    if request.epsilon is None:
+        if not settings.allow_unnoised:
+            raise InputError(
+                ("body", "epsilon"),
+                ['"none" would release raw answers with unbounded privacy cost; this server refuses it '
+                 "(FEDCD_ALLOW_UNNOISED=true allows it)"],
+            )
+        return await _diagnose(pipeline, request, aggregator, options)
+    if ledger is None:
+        return await _diagnose(pipeline, request, aggregator, options)
+    cost = charge_parameters(pipeline.mechanism_for(request))
+    fingerprint = _fingerprint(request, options, aggregator.calibration_id)
+    for _ in range(2):  # a second pass only when an identical in-flight request was refunded
+        charge = await ledger.acharge(
+            tenant=tenant,
+            student_id=request.student_id,
+            epsilon=cost["epsilon"],
+            delta=cost["delta"],
+            mechanism=cost["mechanism"],
+            request_fingerprint=fingerprint,
+            releases=len(selected),
+            sigma_over_sensitivity=cost["sigma_over_sensitivity"],
+        )
+        if not charge.repeat:
+            break
+        stored = charge.answer_json if not charge.pending else await ledger.await_answer(charge.id)
+        if stored is not None:
+            earlier = DiagnoseResponse.model_validate_json(stored)
+            budget = BudgetBlock(
+                tenant=tenant, charged_epsilon=0.0, spent_epsilon=charge.spent_epsilon,
+                remaining_epsilon=charge.remaining_epsilon, cap_epsilon=ledger.cap_epsilon, repeat=True,
+            )
+            return earlier.model_copy(update={"budget": budget})
+    try:
+        response = await _diagnose(pipeline, request, aggregator, options)
+    except AllEntitiesFailed:
+        await ledger.arefund(charge.id)  # nothing was released, so nothing is spent
+        raise
+    response.budget = BudgetBlock(
+        tenant=tenant, charged_epsilon=charge.epsilon * charge.releases, spent_epsilon=charge.spent_epsilon,
+        remaining_epsilon=charge.remaining_epsilon, cap_epsilon=ledger.cap_epsilon, repeat=False,
+    )
+    await ledger.astore_answer(charge.id, response.model_dump_json())
+    return response
+
+
+async def _diagnose(
+    pipeline: DiagnosisPipeline, request: DiagnosisRequest, aggregator: Aggregator, options: _DiagnoseOptions
+) -> DiagnoseResponse:
+    result = await pipeline.diagnose(request, aggregator)
+    return _to_response(result, include_entities=options.include_entities, sensitivity_mode=request.sensitivity)
+
+
+def _request(
+    options: _DiagnoseOptions, student: StudentIn | DiagnoseRequest, q: QMatrix, settings: Settings
+) -> DiagnosisRequest:
     mode = options.sensitivity or settings.sensitivity
-    request = DiagnosisRequest(
+    return DiagnosisRequest(
         student_id=student.student_id,
         qmatrix=q,
         responses=student.responses,
@@ -110,11 +194,6 @@ async def _run(
         entities=options.entities,
         include_answers=settings.send_answer_text,
     )
-    try:
-        result = await pipeline.diagnose(request, aggregator)
-    except UnknownEntities as exc:
-        raise InputError(("body", "entities"), [str(exc)]) from exc
-    return _to_response(result, include_entities=options.include_entities, sensitivity_mode=mode)
 
 
 async def diagnose_one(
@@ -124,11 +203,13 @@ async def diagnose_one(
     qmatrices: QMatrixStore,
     calibrations: CalibrationStore,
     settings: Settings,
+    ledger: PrivacyLedger | None = None,
+    tenant: str = "default",
 ) -> DiagnoseResponse:
     q = resolve_qmatrix(body, qmatrices)
     _check_items(q, body.responses, ("body",))
     aggregator = _aggregator(body, q, calibrations, settings)
-    return await _run(pipeline, body, q, body, aggregator, settings)
+    return await _run(pipeline, body, q, body, aggregator, settings, ledger, tenant)
 
 
 async def diagnose_batch(
@@ -138,6 +219,8 @@ async def diagnose_batch(
     qmatrices: QMatrixStore,
     calibrations: CalibrationStore,
     settings: Settings,
+    ledger: PrivacyLedger | None = None,
+    tenant: str = "default",
 ) -> BatchDiagnoseResponse:
     if len(body.students) > settings.max_batch_size:
         raise InputError(("body", "students"), [f"at most {settings.max_batch_size} students per batch"])
@@ -150,15 +233,19 @@ async def diagnose_batch(
             pipeline.select(body.entities)
         except UnknownEntities as exc:
             raise InputError(("body", "entities"), [str(exc)]) from exc
+    if body.epsilon == "none" and not settings.allow_unnoised:
+        raise InputError(("body", "epsilon"), ['"none" would release raw answers; this server refuses it'])
     gate = asyncio.Semaphore(settings.batch_concurrency)
 
     async def one(student: StudentIn) -> DiagnoseResponse | BatchError:
         async with gate:
             try:
-                return await _run(pipeline, body, q, student, aggregator, settings)
+                return await _run(pipeline, body, q, student, aggregator, settings, ledger, tenant)
             except AllEntitiesFailed as exc:
                 detail = {"message": str(exc), "entities": [{"name": o.name, "error": o.error} for o in exc.outcomes]}
                 return BatchError(student_id=student.student_id, status_code=503, detail=detail)
+            except BudgetExceeded as exc:
+                return BatchError(student_id=student.student_id, status_code=429, detail=str(exc))
 
     outcomes = await asyncio.gather(*(one(s) for s in body.students))
     results = [o for o in outcomes if isinstance(o, DiagnoseResponse)]

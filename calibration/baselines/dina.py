@@ -74,7 +74,7 @@ def profile_classes(q: np.ndarray) -> ProfileClasses:
     share = np.stack(
         [np.bincount(inverse, weights=(profiles >> k) & 1, minlength=size.size) for k in range(n_concepts)], axis=1
     )
-    return ProfileClasses(eta=eta[first].astype(np.int8), size=size, share=share / size[:, None], class_of_profile=inverse)
+    return ProfileClasses(eta=eta[first].astype(float), size=size, share=share / size[:, None], class_of_profile=inverse)
 
 
 def dina_log_likelihood(responses: np.ndarray, eta: np.ndarray, slip: np.ndarray, guess: np.ndarray) -> np.ndarray:
@@ -130,20 +130,20 @@ class DINA(CDMBaseline):
         *,
         method: Method = "auto",
         max_exact_concepts: int = 16,
-        max_iter: int = 500,
-        tol: float = 1e-7,
+        max_iter: int = 1000,
+        tol: float = 1e-6,
         init_slip: float = 0.2,
         init_guess: float = 0.2,
         param_pseudocount: float = 1.0,
         class_pseudocount: float = 1.0,
         bounds: tuple[float, float] = (1e-3, 0.499),
-        mean_field_sweeps: int = 2,
+        mean_field_sweeps: int = 1,
         mean_field_max_sweeps: int = 200,
     ) -> None:
         if method not in ("auto", "exact", "mean-field"):
             raise ValueError(f"method must be 'auto', 'exact' or 'mean-field', got {method!r}")
-        if not 1 <= max_exact_concepts <= 24:
-            raise ValueError(f"max_exact_concepts must be in [1, 24], got {max_exact_concepts}")
+        if not 0 <= max_exact_concepts <= 20:  # 2^20 profiles is already a large enumeration
+            raise ValueError(f"max_exact_concepts must be in [0, 20], got {max_exact_concepts}")
         if max_iter < 1 or mean_field_sweeps < 1 or mean_field_max_sweeps < 1:
             raise ValueError("max_iter and the sweep counts must be >= 1")
         if tol <= 0:
@@ -189,7 +189,9 @@ class DINA(CDMBaseline):
         return len(trace) > 1 and trace[-1] - trace[-2] < self.tol * (1 + abs(trace[-1]))
 
     # --- exact path ----------------------------------------------------------------------
-    def _class_estep(self, responses: np.ndarray, prior: np.ndarray) -> tuple[float, np.ndarray, np.ndarray, np.ndarray]:
+    def _class_estep(
+        self, responses: np.ndarray, prior: np.ndarray
+    ) -> tuple[float, np.ndarray, np.ndarray, np.ndarray]:
         """Chunked posterior pass: (log-likelihood, class mass, P(η=1|x), mastery)."""
         cl = self.classes_
         assert cl is not None
@@ -215,7 +217,7 @@ class DINA(CDMBaseline):
         prior = cl.size / cl.size.sum()
         trace: list[float] = []
         for _ in range(self.max_iter):
-            self.class_prior_ = prior
+            self.class_prior_ = prior  # the E-step of new students uses it too
             loglik, mass, w, _ = self._class_estep(responses, prior)
             trace.append(loglik + self._log_param_prior() + float((pseudo * np.log(prior)).sum()))
             if self._converged(trace):
@@ -224,7 +226,7 @@ class DINA(CDMBaseline):
             n1, r1 = (observed * w).sum(0), (correct * w).sum(0)
             self._slip_guess(n1, r1, observed.sum(0) - n1, correct.sum(0) - r1)
             prior = (mass + pseudo) / (mass.sum() + pseudo.sum())
-        self.loglik_trace_ = trace
+        self.class_prior_, self.loglik_trace_ = prior, trace
 
     # --- mean-field path (sparse: only answered (student, item) pairs are touched) ---------
     def _mf_delta(self, obs: _Observations) -> np.ndarray:

@@ -30,9 +30,10 @@ from typing import Self
 
 import numpy as np
 from numpy.polynomial.hermite_e import hermegauss
+from scipy import sparse
 from scipy.special import expit, log_expit, logsumexp
 
-from calibration.baselines.common import CDMBaseline, check_q, check_responses, select_items, split_scores
+from calibration.baselines.common import CDMBaseline, check_q, check_responses, select_items, sparse_scores
 
 __all__ = ["IRT2PL", "eap", "irt_2pl_prob", "normal_quadrature"]
 
@@ -51,9 +52,15 @@ def normal_quadrature(n_nodes: int) -> tuple[np.ndarray, np.ndarray]:
 
 def grid_log_likelihood(responses: np.ndarray, a: np.ndarray, c: np.ndarray, nodes: np.ndarray) -> np.ndarray:
     """Students x nodes log P(observed responses | θ = node), logit = a θ + c; nan cells skipped."""
-    _, correct, wrong = split_scores(responses)
+    _, correct, wrong = sparse_scores(responses)
+    return _grid_log_likelihood(correct, wrong, a, c, nodes)
+
+
+def _grid_log_likelihood(
+    correct: sparse.csr_array, wrong: sparse.csr_array, a: np.ndarray, c: np.ndarray, nodes: np.ndarray
+) -> np.ndarray:
     z = nodes[:, None] * a[None, :] + c[None, :]  # nodes x items
-    return correct @ log_expit(z).T + wrong @ log_expit(-z).T
+    return np.asarray(correct @ log_expit(z).T + wrong @ log_expit(-z).T)
 
 
 def eap(
@@ -128,40 +135,48 @@ class IRT2PL(CDMBaseline):
             hcc = info.sum(1) + 1 / vc
             det = haa * hcc - hac**2
             da, dc = (hcc * ga - hac * gc) / det, (haa * gc - hac * ga) / det
-            step = np.ones_like(a)
-            for _ in range(30):
-                new_a = np.clip(a + step * da, *self.slope_bounds)
-                new_c = c + step * dc
-                value = self._item_objective(new_a, new_c, n, r)
-                better = value >= current
-                if better.all():
+            # a slope held at a bound by its gradient stays there; the intercept then moves alone
+            lo, hi = self.slope_bounds
+            held = ((a <= lo) & (ga < 0)) | ((a >= hi) & (ga > 0))
+            da, dc = np.where(held, 0.0, da), np.where(held, gc / hcc, dc)
+            new_a, new_c = a.copy(), c.copy()
+            # items whose Newton step promises (almost) nothing are at their optimum: leave them
+            pending, step = np.flatnonzero(ga * da + gc * dc > 1e-10), 1.0
+            if pending.size == 0:
+                break
+            for _ in range(20):  # halve the step for the items whose objective did not increase
+                na, nc = np.clip(a[pending] + step * da[pending], *self.slope_bounds), c[pending] + step * dc[pending]
+                value = self._item_objective(na, nc, n[pending], r[pending])
+                better = value >= current[pending]
+                accepted = pending[better]
+                new_a[accepted], new_c[accepted], current[accepted] = na[better], nc[better], value[better]
+                pending, step = pending[~better], step / 2
+                if pending.size == 0:
                     break
-                step = np.where(better, step, step / 2)
-            a, c = np.where(better, new_a, a), np.where(better, new_c, c)
-            current = np.where(better, value, current)
+            a, c = new_a, new_c
         return a, c
 
     def fit(self, responses: np.ndarray, q: np.ndarray) -> Self:
         """Marginal-ML EM from a = 1 and intercepts at each item's logit proportion correct."""
         q = check_q(q)
         responses = check_responses(responses, n_items=q.shape[0])
-        observed, correct, _ = split_scores(responses)
-        with np.errstate(invalid="ignore"):
-            p0 = np.clip(np.nanmean(np.where(observed > 0, responses, np.nan), axis=0), 0.05, 0.95)
+        observed, correct, wrong = sparse_scores(responses)
+        answered, right = observed.sum(axis=0), correct.sum(axis=0)
+        p0 = np.clip(right / np.maximum(answered, 1), 0.05, 0.95)
         a = np.ones(q.shape[0])
-        c = np.where(np.isnan(p0), 0.0, np.log(p0 / (1 - p0)))
+        c = np.where(answered > 0, np.log(p0 / (1 - p0)), 0.0)
         log_w = np.log(self.weights_)
         trace: list[float] = []
         self.converged_ = False
         for _ in range(self.max_iter):
-            log_joint = grid_log_likelihood(responses, a, c, self.nodes_) + log_w[None, :]
+            log_joint = _grid_log_likelihood(correct, wrong, a, c, self.nodes_) + log_w[None, :]
             log_marg = logsumexp(log_joint, axis=1, keepdims=True)
             trace.append(float(log_marg.sum() + self._log_prior(a, c).sum()))
             if len(trace) > 1 and trace[-1] - trace[-2] < self.tol * (1 + abs(trace[-1])):
                 self.converged_ = True
                 break
             post = np.exp(log_joint - log_marg)  # students x nodes
-            n, r = observed.T @ post, correct.T @ post  # items x nodes expected counts
+            n, r = np.asarray(observed.T @ post), np.asarray(correct.T @ post)  # items x nodes expected counts
             a, c = self._m_step(a, c, n, r)
         self._q, self.a_, self.b_, self.loglik_trace_ = q, a, -c / a, trace
         return self

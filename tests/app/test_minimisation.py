@@ -16,7 +16,7 @@ ANSWER = "My name is Alice Liddell and I think it is 11/15"
 
 def _client(tmp_path: Path, server: WireServer, **settings: object) -> TestClient:
     entity = {"name": "stub", "kind": "openai_compatible", "base_url": f"{server.url}/v1", "model": "stub-model", "max_attempts": 1}
-    config = Settings(state_dir=tmp_path, entities=[entity], preload_models=False, default_calibration=False, **settings)  # type: ignore[arg-type]
+    config = Settings(state_dir=tmp_path, entities=[entity], preload_models=False, default_calibration=False, allow_unnoised=True, **settings)  # type: ignore[arg-type]
     return TestClient(create_app(config))
 
 

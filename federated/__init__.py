@@ -1,0 +1,97 @@
+"""Federated training of an inductive cognitive-diagnosis model, with optional differential privacy.
+
+Layers, each usable alone: :mod:`~federated.features` (items as Q-row + hashed text),
+:mod:`~federated.model` (monotone encoder, Q-respecting decoder), :mod:`~federated.data`
+(tensors, splits, client partitions), :mod:`~federated.local` (plain or student-level
+DP-SGD local training), :mod:`~federated.dp` and :mod:`~federated.accountant` (client-level
+clipping/noise/sampling and epsilon), :mod:`~federated.inprocess` (a FedAvg driver), and
+:mod:`~federated.predict` (diagnosis in the project's own types). Nothing here imports
+Flower; a Flower app wraps these pieces.
+"""
+
+from federated.accountant import MECHANISM, PrivacyAccountant, epsilon_for, noise_multiplier_for
+from federated.data import (
+    ResponseTensors,
+    Split,
+    dirichlet_partition,
+    encode_dataset,
+    encode_students,
+    hidden_mask,
+    iid_partition,
+    split_students,
+)
+from federated.dp import add_gaussian_noise, clip_update, flatten, l2_norm, poisson_sample, unflatten, update_nbytes
+from federated.features import hash_text, item_features
+from federated.inprocess import DPMode, FedConfig, FedResult, RoundRecord, run_fedavg
+from federated.local import (
+    LocalConfig,
+    LocalResult,
+    StudentDP,
+    add_update,
+    clipped_grad_sum,
+    get_parameters,
+    set_parameters,
+    train_local,
+)
+from federated.metrics import Evaluation, evaluate_masked, roc_auc
+from federated.model import CDModel, Interaction, default_device, masked_bce
+from federated.predict import (
+    Diagnosis,
+    diagnose,
+    diagnose_batch,
+    predict_mastery,
+    predict_mastery_batch,
+    predict_response_proba,
+    predict_response_proba_batch,
+)
+
+__all__ = [
+    "MECHANISM",
+    "CDModel",
+    "DPMode",
+    "Diagnosis",
+    "Evaluation",
+    "FedConfig",
+    "FedResult",
+    "Interaction",
+    "LocalConfig",
+    "LocalResult",
+    "PrivacyAccountant",
+    "ResponseTensors",
+    "RoundRecord",
+    "Split",
+    "StudentDP",
+    "add_gaussian_noise",
+    "add_update",
+    "clip_update",
+    "clipped_grad_sum",
+    "default_device",
+    "diagnose",
+    "diagnose_batch",
+    "dirichlet_partition",
+    "encode_dataset",
+    "encode_students",
+    "epsilon_for",
+    "evaluate_masked",
+    "flatten",
+    "get_parameters",
+    "hash_text",
+    "hidden_mask",
+    "iid_partition",
+    "item_features",
+    "l2_norm",
+    "masked_bce",
+    "noise_multiplier_for",
+    "poisson_sample",
+    "predict_mastery",
+    "predict_mastery_batch",
+    "predict_response_proba",
+    "predict_response_proba_batch",
+    "roc_auc",
+    "run_fedavg",
+    "set_parameters",
+    "split_students",
+    "train_local",
+    "unflatten",
+    "update_nbytes",
+]

@@ -1,0 +1,339 @@
+"""Privacy accountants: how the (ε, δ) of one student's released answers add up.
+
+An accountant only does arithmetic: :meth:`Accountant.step` records one release, and
+:meth:`Accountant.spent` says what all releases so far cost together. Persistence, caps and
+refusals belong to :class:`privacy.ledger.PrivacyLedger`, which keeps one accountant per
+(tenant, student) and saves it with :meth:`Accountant.state_dict` (a plain dict, checked on
+load). This mirrors Opacus, where the accountants are separate from the engine.
+
+Accountants (by registry name):
+
+* ``basic`` (:class:`BasicCompositionAccountant`, the default): k releases that are (ε_i, δ_i)-DP
+  are (Σε_i, Σδ_i)-DP together. Exact for pure ε-DP mechanisms (Laplace, Duchi, PM, HM) and valid
+  for every mechanism.
+* ``rdp`` (:class:`RDPAccountant`): Rényi-DP composition through Google's ``dp_accounting``. Each
+  Gaussian release is a ``GaussianDpEvent`` with noise multiplier σ/Δ₂ (given, or derived from
+  the release's (ε, δ) by the analytic Gaussian calibration, which is scale-free), each Laplace
+  release a ``LaplaceDpEvent`` with noise multiplier b/Δ₁ = 1/ε, and any other pure ε-DP release
+  the RDP curve min(ε, α·ε²/2) (Mironov 2017, Prop. 3; Bun & Steinke 2016, Prop. 3.3). The RDP
+  curves add up; ε at a target δ comes from ``dp_accounting.rdp.compute_epsilon``. For many
+  Gaussian releases this is far below basic composition, which is why it exists.
+* ``zcdp`` (:class:`ZCDPAccountant`): the same with zero-concentrated DP, ρ = 1/(2(σ/Δ₂)²) per
+  Gaussian release and ρ = ε²/2 per pure ε-DP release; ρ's add, converted to ε at δ as above.
+
+The Rényi accountants also know the basic-composition bound of the same history and report the
+smaller ε of the two whenever basic composition's Σδ fits the target δ: both bounds hold, so
+their minimum does. A few pure ε-DP releases are thus never charged more than Σε.
+
+Neighbouring inputs are any two answer sets of one student (local DP, "replace one"); the
+sensitivities Δ₁, Δ₂ the mechanisms use are for that relation, so the RDP curves above apply
+as written.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from abc import ABC, abstractmethod
+from functools import lru_cache
+from typing import Any, ClassVar
+
+import numpy as np
+
+from privacy.gaussian import analytic_gaussian_sigma
+
+__all__ = [
+    "DEFAULT_TARGET_DELTA",
+    "Accountant",
+    "BasicCompositionAccountant",
+    "RDPAccountant",
+    "ZCDPAccountant",
+    "accountant_names",
+    "make_accountant",
+    "register_accountant",
+]
+
+DEFAULT_TARGET_DELTA = 1e-5
+GAUSSIAN_MECHANISMS = frozenset({"gaussian"})
+LAPLACE_MECHANISMS = frozenset({"laplace"})  # exact Laplace only; secure_laplace is charged as generic pure ε-DP
+_EVENT_KEYS = frozenset({"mechanism", "epsilon", "delta", "sigma_over_sensitivity"})
+_STATE_KEYS = frozenset({"accountant", "history"})
+
+
+def _event(*, epsilon: float, delta: float, mechanism: str, sigma_over_sensitivity: float | None) -> dict[str, Any]:
+    """One validated release, as the plain dict that ``history`` and ``state_dict`` hold."""
+    if not isinstance(mechanism, str) or not mechanism:
+        raise ValueError(f"mechanism must be a non-empty name, got {mechanism!r}")
+    epsilon, delta = float(epsilon), float(delta)
+    if not (math.isfinite(epsilon) and epsilon > 0):
+        raise ValueError(f"epsilon must be a finite number > 0, got {epsilon}")
+    if not (0.0 <= delta < 1.0):
+        raise ValueError(f"delta must lie in [0, 1), got {delta}")
+    if sigma_over_sensitivity is not None:
+        sigma_over_sensitivity = float(sigma_over_sensitivity)
+        if not (math.isfinite(sigma_over_sensitivity) and sigma_over_sensitivity > 0):
+            raise ValueError(f"sigma_over_sensitivity must be a finite number > 0, got {sigma_over_sensitivity}")
+    return {
+        "mechanism": mechanism,
+        "epsilon": epsilon,
+        "delta": delta,
+        "sigma_over_sensitivity": sigma_over_sensitivity,
+    }
+
+
+class Accountant(ABC):
+    """Adds up the privacy cost of a sequence of releases about one individual.
+
+    ``history`` is a list of plain dicts ``{mechanism, epsilon, delta, sigma_over_sensitivity}``,
+    one per :meth:`step`; subclasses derive everything else from it.
+    """
+
+    name: ClassVar[str]
+
+    def __init__(self) -> None:
+        self.history: list[dict[str, Any]] = []
+
+    def step(
+        self,
+        *,
+        epsilon: float,
+        delta: float = 0.0,
+        mechanism: str = "laplace",
+        sigma_over_sensitivity: float | None = None,
+    ) -> None:
+        """Record one release that is (ε, δ)-DP by itself (δ = 0: pure ε-DP).
+
+        ``sigma_over_sensitivity`` (σ/Δ₂) is the Gaussian noise multiplier, used by the Rényi
+        accountants; without it they derive it from (ε, δ).
+        """
+        event = _event(
+            epsilon=epsilon, delta=delta, mechanism=mechanism, sigma_over_sensitivity=sigma_over_sensitivity
+        )
+        self._compose(event)  # may refuse the event before it enters the history
+        self.history.append(event)
+
+    @abstractmethod
+    def spent(self, delta: float | None = None) -> tuple[float, float]:
+        """(ε, δ) such that all releases so far are (ε, δ)-DP together; ``delta`` is a target δ."""
+
+    def mechanism(self) -> str:
+        """The accounting method (its registry name), e.g. ``"basic"`` or ``"rdp"``."""
+        return self.name
+
+    def __len__(self) -> int:
+        return len(self.history)
+
+    def _compose(self, event: dict[str, Any]) -> None:  # noqa: B027 - optional hook
+        """Fold one validated event into derived state; raise ``ValueError`` to refuse it."""
+
+    def _reset(self) -> None:  # noqa: B027 - optional hook
+        """Clear derived state (``history`` is cleared by the caller)."""
+
+    def spent_after(
+        self,
+        *,
+        epsilon: float,
+        delta: float = 0.0,
+        mechanism: str = "laplace",
+        sigma_over_sensitivity: float | None = None,
+        count: int = 1,
+        target_delta: float | None = None,
+    ) -> tuple[float, float]:
+        """What :meth:`spent` would say after ``count`` more such releases (this accountant is unchanged)."""
+        trial = copy.deepcopy(self)
+        for _ in range(count):
+            trial.step(
+                epsilon=epsilon, delta=delta, mechanism=mechanism, sigma_over_sensitivity=sigma_over_sensitivity
+            )
+        return trial.spent(target_delta)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"accountant": self.mechanism(), "history": [dict(e) for e in self.history]}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Replace this accountant's history with a saved one, after checking its keys and its method."""
+        if not isinstance(state, dict) or set(state) != _STATE_KEYS:
+            got = sorted(state) if isinstance(state, dict) else type(state).__name__
+            raise ValueError(f"accountant state must have exactly the keys {sorted(_STATE_KEYS)}, got {got}")
+        if state["accountant"] != self.mechanism():
+            raise ValueError(f"state was saved by the {state['accountant']!r} accountant, not {self.mechanism()!r}")
+        if not isinstance(state["history"], list):
+            raise ValueError("accountant state 'history' must be a list")
+        events = []
+        for i, entry in enumerate(state["history"]):
+            if not isinstance(entry, dict) or set(entry) != _EVENT_KEYS:
+                raise ValueError(f"history entry {i} must have exactly the keys {sorted(_EVENT_KEYS)}, got {entry!r}")
+            events.append(_event(**entry))
+        self.history = []
+        self._reset()
+        for event in events:
+            self._compose(event)
+            self.history.append(event)
+
+
+class BasicCompositionAccountant(Accountant):
+    """Basic (sequential) composition: Σε and Σδ. ``spent`` ignores the target δ."""
+
+    name: ClassVar[str] = "basic"
+
+    def spent(self, delta: float | None = None) -> tuple[float, float]:
+        return _basic(self.history)
+
+
+def _basic(history: list[dict[str, Any]]) -> tuple[float, float]:
+    return math.fsum(e["epsilon"] for e in history), math.fsum(e["delta"] for e in history)
+
+
+@lru_cache(maxsize=1)
+def _orders() -> np.ndarray:
+    from dp_accounting.rdp import rdp_privacy_accountant
+
+    orders = np.array(rdp_privacy_accountant.DEFAULT_RDP_ORDERS, dtype=np.float64)
+    orders.setflags(write=False)
+    return orders
+
+
+@lru_cache(maxsize=1024)
+def gaussian_noise_multiplier(epsilon: float, delta: float) -> float:
+    """σ/Δ₂ of the analytic Gaussian mechanism that is (ε, δ)-DP (the calibration is scale-free)."""
+    return analytic_gaussian_sigma(epsilon=epsilon, delta=delta, sensitivity=1.0)
+
+
+@lru_cache(maxsize=1024)
+def _dp_accounting_rdp(kind: str, parameter: float) -> np.ndarray:
+    """The RDP curve of one Gaussian (noise multiplier) or Laplace (noise multiplier) release."""
+    import dp_accounting
+    from dp_accounting.rdp import RdpAccountant
+
+    accountant = RdpAccountant(orders=_orders())
+    event = dp_accounting.GaussianDpEvent(parameter) if kind == "gaussian" else dp_accounting.LaplaceDpEvent(parameter)
+    accountant.compose(event)
+    curve = accountant.rdp
+    curve.setflags(write=False)
+    return curve
+
+
+class RDPAccountant(Accountant):
+    """Rényi-DP composition via ``dp_accounting``; ``spent(δ)`` is ε at δ (default ``target_delta``)."""
+
+    name: ClassVar[str] = "rdp"
+
+    def __init__(self, *, target_delta: float = DEFAULT_TARGET_DELTA) -> None:
+        if not (0.0 < target_delta < 1.0):
+            raise ValueError(f"target_delta must lie in (0, 1), got {target_delta}")
+        super().__init__()
+        self.target_delta = target_delta
+        self._curve = np.zeros_like(_orders())
+
+    @property
+    def orders(self) -> np.ndarray:
+        return _orders().copy()
+
+    @property
+    def rdp(self) -> np.ndarray:
+        """The composed RDP curve, one value per order."""
+        return self._curve.copy()
+
+    def _event_curve(self, event: dict[str, Any]) -> np.ndarray:
+        mechanism, epsilon, delta = event["mechanism"], event["epsilon"], event["delta"]
+        if mechanism in GAUSSIAN_MECHANISMS:
+            multiplier = event["sigma_over_sensitivity"]
+            if multiplier is None:
+                if delta <= 0:
+                    raise ValueError("a Gaussian release needs delta > 0 or sigma_over_sensitivity")
+                multiplier = gaussian_noise_multiplier(epsilon, delta)
+            return _dp_accounting_rdp("gaussian", multiplier)
+        if delta > 0:
+            raise ValueError(
+                f"Rényi accounting takes Gaussian or pure ε-DP releases; {mechanism!r} with delta={delta} is neither"
+            )
+        if mechanism in LAPLACE_MECHANISMS:
+            return _dp_accounting_rdp("laplace", 1.0 / epsilon)
+        orders = _orders()
+        return np.minimum(epsilon, orders * epsilon**2 / 2)
+
+    def _compose(self, event: dict[str, Any]) -> None:
+        self._curve = self._curve + self._event_curve(event)
+
+    def _reset(self) -> None:
+        self._curve = np.zeros_like(_orders())
+
+    def renyi_epsilon(self, delta: float | None = None) -> float:
+        """ε at δ from the RDP curve alone (``dp_accounting.rdp.compute_epsilon``)."""
+        from dp_accounting.rdp import compute_epsilon
+
+        target = self.target_delta if delta is None else float(delta)
+        if not self.history:
+            return 0.0
+        return float(compute_epsilon(_orders(), self._curve, target)[0])
+
+    def spent(self, delta: float | None = None) -> tuple[float, float]:
+        target = self.target_delta if delta is None else float(delta)
+        if not (0.0 <= target < 1.0):
+            raise ValueError(f"delta must lie in [0, 1), got {target}")
+        if not self.history:
+            return 0.0, 0.0
+        renyi = self.renyi_epsilon(target) if target > 0 else math.inf
+        basic_epsilon, basic_delta = _basic(self.history)
+        if basic_delta <= target and basic_epsilon <= renyi:
+            return basic_epsilon, basic_delta
+        return renyi, target
+
+
+class ZCDPAccountant(RDPAccountant):
+    """Zero-concentrated DP: ρ adds up over releases; ε at δ via the RDP conversion of ``dp_accounting``."""
+
+    name: ClassVar[str] = "zcdp"
+
+    @property
+    def rho(self) -> float:
+        return math.fsum(self._rho(e) for e in self.history)
+
+    @staticmethod
+    def _rho(event: dict[str, Any]) -> float:
+        mechanism, epsilon, delta = event["mechanism"], event["epsilon"], event["delta"]
+        if mechanism in GAUSSIAN_MECHANISMS:
+            multiplier = event["sigma_over_sensitivity"]
+            if multiplier is None:
+                if delta <= 0:
+                    raise ValueError("a Gaussian release needs delta > 0 or sigma_over_sensitivity")
+                multiplier = gaussian_noise_multiplier(epsilon, delta)
+            return 1.0 / (2.0 * multiplier**2)
+        if delta > 0:
+            raise ValueError(
+                f"zCDP accounting takes Gaussian or pure ε-DP releases; {mechanism!r} with delta={delta} is neither"
+            )
+        return epsilon**2 / 2.0
+
+    def _event_curve(self, event: dict[str, Any]) -> np.ndarray:
+        return _orders() * self._rho(event)
+
+
+_REGISTRY: dict[str, type[Accountant]] = {}
+
+
+def register_accountant(name: str, cls: type[Accountant], force: bool = False) -> None:
+    """Make ``cls`` available as ``make_accountant(name)``; a taken name is refused unless ``force``."""
+    if not (isinstance(cls, type) and issubclass(cls, Accountant)):
+        raise TypeError(f"{cls!r} is not an Accountant subclass")
+    if name in _REGISTRY and not force:
+        raise ValueError(f"accountant {name!r} is already registered (pass force=True to replace it)")
+    _REGISTRY[name] = cls
+
+
+def make_accountant(name: str, **kwargs: Any) -> Accountant:
+    """A fresh accountant by registry name; ``kwargs`` go to its constructor."""
+    try:
+        cls = _REGISTRY[name]
+    except KeyError:
+        raise ValueError(f"unknown accountant {name!r} (use {', '.join(accountant_names())})") from None
+    return cls(**kwargs)
+
+
+def accountant_names() -> tuple[str, ...]:
+    return tuple(_REGISTRY)
+
+
+register_accountant("basic", BasicCompositionAccountant)
+register_accountant("rdp", RDPAccountant)
+register_accountant("zcdp", ZCDPAccountant)
