@@ -75,6 +75,12 @@ class _DiagnoseOptions(BaseModel):
         default="laplace", description="local DP mechanism on each entity's answer; laplace is the paper's"
     )
     delta: float = Field(default=1e-5, gt=0, lt=1, description="δ, for the gaussian mechanism only")
+    aggregation: Literal["auto", "mean", "posterior"] = Field(
+        default="auto",
+        description="auto: as the calibration record says; mean: (residual/stacking) mean; posterior: Bayes "
+        "post-processing of the privatized answers (free of privacy cost), with mastery_interval",
+    )
+    estimate: Literal["mean", "median"] = Field(default="mean", description="posterior mean or median")
     entities: list[str] | None = Field(default=None, min_length=1, description="entity names; omitted: all")
     calibration_id: str | None = None
     include_entities: bool = False
@@ -151,6 +157,11 @@ class DiagnoseResponse(BaseModel):
     entities: list[EntityReport] | None = None
     failed_entities: list[str] = Field(default_factory=list)
     privacy: PrivacyBlock
+    mastery_interval: dict[str, tuple[float, float]] | None = Field(
+        default=None, description="posterior aggregation: equal-tailed credible interval per concept"
+    )
+    interval_level: float | None = None
+    aggregation: str = Field(default="mean", description="how the entities' answers were combined")
     calibration_id: str | None
     request_id: str
     latency_ms: float
@@ -232,7 +243,7 @@ class CalibrateRequest(BaseModel):
     epsilon: Epsilon | None = Field(default=None, description="noise level to fit at; should match diagnosis")
     sensitivity: Literal["paper", "assessed"] | None = None
     entities: list[str] | None = Field(default=None, min_length=1)
-    method: Literal["paper", "bias", "stacking"] = "bias"
+    method: Literal["paper", "bias", "stacking", "posterior"] = "bias"
 
     @model_validator(mode="after")
     def _one_source(self) -> CalibrateRequest:
@@ -277,6 +288,8 @@ class CalibrationPublic(BaseModel):
     residuals: dict[str, dict[str, float]]
     weights: dict[str, dict[str, float]]
     intercepts: dict[str, float]
+    priors: dict[str, list[float]] = Field(default_factory=dict, description="posterior: concept -> Beta(a, b)")
+    entity_error_sd: dict[str, float] = Field(default_factory=dict, description="posterior: entity -> τ")
     entities: list[str]
     epsilon: float | None
     sensitivity: str

@@ -60,7 +60,7 @@ class Settings(BaseSettings):
         description="at first start, fit a calibration for the example Q-matrix on SIMULATED validation students",
     )
     default_calibration_students: int = Field(default=60, ge=10, description="simulated students; a fifth validate")
-    default_calibration_method: Literal["paper", "bias", "stacking"] = "stacking"
+    default_calibration_method: Literal["paper", "bias", "stacking", "posterior"] = "stacking"
     state_dir: Path = Path(".fedcd")
     data_dir: Path | None = None
     noise_seed: int | None = Field(default=None, description="tests only: fixed seed for the privacy noise")

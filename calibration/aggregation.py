@@ -59,6 +59,8 @@ class CalibrationRecord:
     residuals: dict[str, dict[str, float]] = field(default_factory=dict)
     weights: dict[str, dict[str, float]] = field(default_factory=dict)
     intercepts: dict[str, float] = field(default_factory=dict)
+    priors: dict[str, list[float]] = field(default_factory=dict)  # posterior: concept -> [a, b] of a Beta prior
+    entity_error_sd: dict[str, float] = field(default_factory=dict)  # posterior: entity -> τ of its clean answers
     entities: list[str] = field(default_factory=list)
     epsilon: float | None = None
     sensitivity: str = "paper"
@@ -210,6 +212,14 @@ def aggregator_for(record: CalibrationRecord | None, *, alpha: float = DEFAULT_A
     """The aggregator a calibration record describes (none: the uncorrected mean)."""
     if record is None:
         return ResidualAggregator(alpha=alpha)
+    if record.method == "posterior":
+        from calibration.posterior import BetaPrior, PosteriorAggregator
+
+        return PosteriorAggregator(
+            priors={c: BetaPrior(a=ab[0], b=ab[1]) for c, ab in record.priors.items()},
+            entity_error_sd=record.entity_error_sd,
+            calibration_id=record.id,
+        )
     if record.method == "stacking":
         return StackingAggregator(record)
     return ResidualAggregator(record)

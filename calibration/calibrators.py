@@ -35,6 +35,7 @@ __all__ = [
     "Calibrator",
     "FittedCalibration",
     "PaperCalibrator",
+    "PosteriorCalibrator",
     "StackingCalibrator",
     "make_calibrator",
 ]
@@ -55,10 +56,18 @@ class FittedCalibration:
     residuals: dict[str, dict[str, float]] = field(default_factory=dict)
     weights: dict[str, dict[str, float]] = field(default_factory=dict)
     intercepts: dict[str, float] = field(default_factory=dict)
+    priors: dict[str, list[float]] = field(default_factory=dict)
+    entity_error_sd: dict[str, float] = field(default_factory=dict)
     metrics: dict[str, float] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
 
     def predict(self, predictions: Predictions, concepts: Sequence[str]) -> dict[str, float]:
+        if self.method == "posterior":
+            from calibration.posterior import BetaPrior, posterior_aggregate
+
+            priors = {c: BetaPrior(a=ab[0], b=ab[1]) for c, ab in self.priors.items()}
+            none = {"mechanism": "none", "epsilon": None, "sensitivity": None, "noise_scale": 0.0}
+            return posterior_aggregate(predictions, concepts, none, priors, self.entity_error_sd).mastery
         if self.method == "stacking":
             return stacked_aggregate(predictions, concepts, weights=self.weights, intercepts=self.intercepts).mastery
         return residual_aggregate(predictions, concepts, residuals=self.residuals, alpha=self.alpha).mastery
@@ -194,10 +203,45 @@ class StackingCalibrator(Calibrator):
         return FittedCalibration(method=self.method, weights=weights, intercepts=intercepts, notes=notes)
 
 
+class PosteriorCalibrator(Calibrator):
+    """Bayes post-processing: a Beta prior per concept (from the validation truth) and each
+    entity's error sd τ (RMS error of its answers against the truth, at least ``min_sd``).
+
+    Fit it on *clean* answers: the mechanism's noise is modelled exactly at diagnosis time,
+    and noisy answers would count it twice (the calibration job runs without noise for this method).
+    """
+
+    method = "posterior"
+
+    def __init__(self, *, min_sd: float = 0.02) -> None:
+        self.min_sd = min_sd
+
+    def _fit(self, predictions: Sequence[Predictions], truths: Sequence[Truth]) -> FittedCalibration:
+        from calibration.posterior import fit_concept_priors, fit_entity_error_sd
+
+        priors = fit_concept_priors(truths)
+        errors: dict[str, tuple[list[float], list[float]]] = {}
+        for preds, truth in zip(predictions, truths):
+            for entity, values in preds.items():
+                for concept, value in values.items():
+                    if concept in truth:
+                        errors.setdefault(entity, ([], []))[0].append(value)
+                        errors[entity][1].append(truth[concept])
+        tau = {e: max(self.min_sd, fit_entity_error_sd(a, t)) for e, (a, t) in errors.items()}
+        return FittedCalibration(
+            method=self.method,
+            priors={c: [p.a, p.b] for c, p in priors.items()},
+            entity_error_sd=tau,
+            notes=["posterior: priors and entity error sd fitted on clean validation answers; "
+                   "the mechanism's noise is modelled exactly when diagnosing"],
+        )
+
+
 CALIBRATORS: dict[str, type[Calibrator]] = {
     "paper": PaperCalibrator,
     "bias": BiasCalibrator,
     "stacking": StackingCalibrator,
+    "posterior": PosteriorCalibrator,
 }
 
 

@@ -106,6 +106,8 @@ class DiagnosisResult:
     privacy: dict[str, object]
     calibration_id: str | None
     latency_ms: float
+    intervals: dict[str, tuple[float, float]] = field(default_factory=dict)  # Bayes post-processing only
+    interval_level: float | None = None
 
 
 class AllEntitiesFailed(RuntimeError):
@@ -208,6 +210,8 @@ class DiagnosisPipeline:
         answered = {o.name: o.mastery for o in outcomes if o.mastery is not None}
         if not answered:
             raise AllEntitiesFailed(outcomes)
+        if hasattr(aggregator, "with_mechanism"):  # Bayes post-processing models the public mechanism
+            aggregator = aggregator.with_mechanism(mechanism.describe())
         aggregation = aggregator.aggregate(answered, context.concepts)
         return DiagnosisResult(
             student_id=request.student_id,
@@ -219,6 +223,8 @@ class DiagnosisPipeline:
             privacy=mechanism.describe(),
             calibration_id=aggregator.calibration_id,
             latency_ms=(time.perf_counter() - start) * 1000,
+            intervals={c: (float(lo), float(hi)) for c, (lo, hi) in getattr(aggregation, "intervals", {}).items()},
+            interval_level=getattr(aggregation, "level", None),
         )
 
     async def aclose(self) -> None:

@@ -75,6 +75,9 @@ class CalibrationService:
             float(request.epsilon) if request.epsilon is not None else self.settings.default_epsilon
         )
         sensitivity = request.sensitivity or self.settings.sensitivity
+        if request.method == "posterior":
+            # The posterior models the mechanism's noise exactly; it is fitted on clean answers (inside the job).
+            epsilon = None
         selected = self.federation.pipeline.select(request.entities)
         # Cached beneath Privatized: repeated identical prompts are answered once per job.
         pipeline = DiagnosisPipeline({n: Cached(e) for n, e in selected.items()}, seed=self.settings.noise_seed)
@@ -125,6 +128,8 @@ class CalibrationService:
             residuals=fitted.residuals,
             weights=fitted.weights,
             intercepts=fitted.intercepts,
+            priors=fitted.priors,
+            entity_error_sd=fitted.entity_error_sd,
             entities=sorted(selected),
             epsilon=epsilon,
             sensitivity=sensitivity,

@@ -24,6 +24,7 @@ from app.settings import Settings
 from app.storage import CalibrationStore, QMatrixStore
 from calibration import (
     Aggregator,
+    CalibrationRecord,
     AllEntitiesFailed,
     DiagnosisPipeline,
     DiagnosisRequest,
@@ -31,6 +32,7 @@ from calibration import (
     UnknownEntities,
     aggregator_for,
 )
+from calibration.posterior import BetaPrior, DegeneratePosteriorError, PosteriorAggregator
 from privacy import BudgetExceeded, PrivacyLedger, charge_parameters
 from qmatrix import QMatrix, QMatrixError, Response, qmatrix_from_json, qmatrix_to_json
 
@@ -60,7 +62,26 @@ def _check_items(q: QMatrix, responses: Sequence[Response], loc: tuple[str | int
         )
 
 
-def _aggregator(options: _DiagnoseOptions, q: QMatrix, calibrations: CalibrationStore, settings: Settings) -> Aggregator:
+DEFAULT_ENTITY_ERROR_SD = 0.1  # τ assumed for posterior aggregation without a posterior calibration
+
+
+def _aggregator(
+    options: _DiagnoseOptions, q: QMatrix, calibrations: CalibrationStore, settings: Settings, entities: Sequence[str]
+) -> Aggregator:
+    record = _record(options, q, calibrations)
+    if options.aggregation == "posterior" or (options.aggregation == "auto" and record and record.method == "posterior"):
+        if record is not None and record.method == "posterior":
+            priors = {c: BetaPrior(a=ab[0], b=ab[1]) for c, ab in record.priors.items()}
+            tau = {e: record.entity_error_sd.get(e, DEFAULT_ENTITY_ERROR_SD) for e in entities}
+            return PosteriorAggregator(priors=priors, entity_error_sd=tau, estimate=options.estimate, calibration_id=record.id)
+        # No posterior calibration: uniform priors and a documented default entity error.
+        return PosteriorAggregator(entity_error_sd={e: DEFAULT_ENTITY_ERROR_SD for e in entities}, estimate=options.estimate)
+    if options.aggregation == "mean" and record is not None and record.method == "posterior":
+        return aggregator_for(None, alpha=settings.alpha)
+    return aggregator_for(record, alpha=settings.alpha)
+
+
+def _record(options: _DiagnoseOptions, q: QMatrix, calibrations: CalibrationStore) -> CalibrationRecord | None:
     if options.calibration_id is not None:
         record = calibrations.get(options.calibration_id)
         if record is None:
@@ -70,11 +91,13 @@ def _aggregator(options: _DiagnoseOptions, q: QMatrix, calibrations: Calibration
                 ("body", "calibration_id"),
                 [f"calibration '{record.id}' was fitted for Q-matrix '{record.qmatrix_id}', not '{q.id}'"],
             )
-        return aggregator_for(record)
-    return aggregator_for(calibrations.latest_for(q.id), alpha=settings.alpha)
+        return record
+    return calibrations.latest_for(q.id)
 
 
-def _to_response(result: DiagnosisResult, *, include_entities: bool, sensitivity_mode: str) -> DiagnoseResponse:
+def _to_response(
+    result: DiagnosisResult, *, include_entities: bool, sensitivity_mode: str, aggregation: str
+) -> DiagnoseResponse:
     return DiagnoseResponse(
         student_id=result.student_id,
         mastery=result.mastery,
@@ -82,6 +105,9 @@ def _to_response(result: DiagnosisResult, *, include_entities: bool, sensitivity
         entities=[EntityReport(**vars(o)) for o in result.entities] if include_entities else None,
         failed_entities=[o.name for o in result.entities if o.status == "failed"],
         privacy=PrivacyBlock(**result.privacy, sensitivity_mode=sensitivity_mode),  # type: ignore[arg-type]
+        mastery_interval=result.intervals or None,
+        interval_level=result.interval_level,
+        aggregation=aggregation,
         calibration_id=result.calibration_id,
         request_id=result.request_id,
         latency_ms=result.latency_ms,
@@ -106,6 +132,8 @@ def _fingerprint(request: DiagnosisRequest, options: _DiagnoseOptions, calibrati
         "entities": sorted(request.entities) if request.entities is not None else None,
         "calibration_id": calibration_id,
         "include_entities": options.include_entities,
+        "aggregation": options.aggregation,
+        "estimate": options.estimate,
     }
     return hashlib.sha256(json.dumps(content, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
@@ -175,8 +203,12 @@ async def _run(
 async def _diagnose(
     pipeline: DiagnosisPipeline, request: DiagnosisRequest, aggregator: Aggregator, options: _DiagnoseOptions
 ) -> DiagnoseResponse:
-    result = await pipeline.diagnose(request, aggregator)
-    return _to_response(result, include_entities=options.include_entities, sensitivity_mode=request.sensitivity)
+    try:
+        result = await pipeline.diagnose(request, aggregator)
+    except DegeneratePosteriorError as exc:
+        raise InputError(("body", "aggregation"), [f"posterior aggregation impossible: {exc}"]) from exc
+    name = "posterior" if isinstance(aggregator, PosteriorAggregator) else "mean"
+    return _to_response(result, include_entities=options.include_entities, sensitivity_mode=request.sensitivity, aggregation=name)
 
 
 def _request(
@@ -208,7 +240,7 @@ async def diagnose_one(
 ) -> DiagnoseResponse:
     q = resolve_qmatrix(body, qmatrices)
     _check_items(q, body.responses, ("body",))
-    aggregator = _aggregator(body, q, calibrations, settings)
+    aggregator = _aggregator(body, q, calibrations, settings, list(body.entities or pipeline.entities))
     return await _run(pipeline, body, q, body, aggregator, settings, ledger, tenant)
 
 
@@ -227,7 +259,7 @@ async def diagnose_batch(
     q = resolve_qmatrix(body, qmatrices)
     for n, student in enumerate(body.students):
         _check_items(q, student.responses, ("body", "students", n))
-    aggregator = _aggregator(body, q, calibrations, settings)
+    aggregator = _aggregator(body, q, calibrations, settings, list(body.entities or pipeline.entities))
     if body.entities is not None:
         try:
             pipeline.select(body.entities)
