@@ -13,7 +13,7 @@ from app.errors import install_error_handlers
 from app.federation import Federation
 from app.services.calibration import CalibrationService, start_default_calibration
 from app.services.jobs import JobRunner
-from app.routes import calibrate, diagnose, health, privacy, qmatrices
+from app.routes import calibrate, cohort, diagnose, health, privacy, qmatrices
 from app.routes import entities as entities_routes
 from app.settings import Settings, get_settings
 from app.storage import CalibrationStore, QMatrixStore
@@ -85,6 +85,6 @@ def create_app(
         else None
     )
     install_error_handlers(app)
-    for router in (health.router, qmatrices.router, diagnose.router, calibrate.router, privacy.router, entities_routes.router):
+    for router in (health.router, qmatrices.router, diagnose.router, calibrate.router, cohort.router, privacy.router, entities_routes.router):
         app.include_router(router)
     return app

@@ -352,3 +352,31 @@ class StudentBudget(BaseModel):
     remaining_epsilon: float
     remaining_delta: float
     queries: int
+
+
+class CohortReportRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    qmatrix_id: str
+    students: list[StudentIn] = Field(min_length=1, max_length=5000)
+    epsilon: float = Field(gt=0, description="central-DP ε for the whole report, charged to every student in it")
+    bins: int = Field(default=5, ge=1, le=20, description="histogram bins over [0, 1]")
+    entities: list[str] | None = Field(default=None, min_length=1)
+
+
+class CohortConcept(BaseModel):
+    mean: float | None = Field(description="noisy sum / noisy count; null when the noisy count is below 1")
+    noisy_count: float
+    histogram: dict[str, list[float]] = Field(description='{"bin_edges": [...], "counts": [...]} (noisy counts)')
+
+
+class CohortReport(BaseModel):
+    cohort_size: int
+    concepts: dict[str, CohortConcept]
+    epsilon: float
+    epsilon_per_statistic: float
+    mechanism: str = "central Laplace on bounded contributions (sum and histogram per concept)"
+    min_cohort_size: int
+    charged_epsilon_per_student: float
+    calibration_id: str | None
+    notes: list[str]

@@ -52,6 +52,7 @@ class Settings(BaseSettings):
     allow_unnoised: bool = Field(
         default=False, description="allow epsilon \"none\" (raw answers: unbounded privacy cost, never charged)"
     )
+    min_cohort_size: int = Field(default=10, ge=2, description="smallest cohort /v1/cohort-report will describe")
     batch_concurrency: int = Field(default=4, ge=1, description="students diagnosed at once in a batch")
     max_batch_size: int = Field(default=200, ge=1)
     preload_models: bool = Field(default=True, description="load embedded models at start-up, not on first request")

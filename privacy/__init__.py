@@ -10,6 +10,7 @@ from privacy.accountants import (
     register_accountant,
 )
 from privacy.bounded import DuchiMechanism, HybridMechanism, PiecewiseMechanism
+from privacy.central import CohortConceptStats, cohort_statistics
 from privacy.gaussian import AnalyticGaussianMechanism, analytic_gaussian_sigma
 from privacy.mechanisms import (
     LaplaceMechanism,
@@ -33,6 +34,7 @@ __all__ = [
     "BudgetExceeded",
     "Charge",
     "ChargeStateError",
+    "CohortConceptStats",
     "LedgerError",
     "PrivacyLedger",
     "RDPAccountant",
@@ -40,6 +42,7 @@ __all__ = [
     "ZCDPAccountant",
     "accountant_names",
     "charge_parameters",
+    "cohort_statistics",
     "make_accountant",
     "register_accountant",
     "DuchiMechanism",
