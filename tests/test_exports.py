@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[1]
 ALLOWED = {
     "qmatrix": set(),
     "privacy": set(),
-    "providers": {"qmatrix"},
+    "providers": {"federated", "qmatrix"},  # providers serves the federated-trained model
     "calibration": {"privacy", "providers", "qmatrix"},
     # federated uses qmatrix/privacy; providers serves its trained model (DEVELOPERS.md).
     "federated": {"privacy", "qmatrix"},
