@@ -45,7 +45,8 @@ def create_app(
         jobs = JobRunner(app.state.sessions)
         app.state.jobs = jobs
         service = CalibrationService(
-            federation=federation, qmatrices=app.state.qmatrices, calibrations=app.state.calibrations, settings=settings
+            federation=federation, qmatrices=app.state.qmatrices, calibrations=app.state.calibrations, settings=settings,
+            ledger=app.state.ledger,
         )
         jobs.register("calibrate", service.run)
         if settings.preload_models:

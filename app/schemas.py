@@ -244,6 +244,11 @@ class CalibrateRequest(BaseModel):
     sensitivity: Literal["paper", "assessed"] | None = None
     entities: list[str] | None = Field(default=None, min_length=1)
     method: Literal["paper", "bias", "stacking", "posterior"] = "bias"
+    release_epsilon: Epsilon | None = Field(
+        default=None,
+        description="ε with which the fitted parameters are released (charged to each validation student); "
+        "omitted: the server default; \"none\": released without noise (the record says so)",
+    )
 
     @model_validator(mode="after")
     def _one_source(self) -> CalibrateRequest:

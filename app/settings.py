@@ -56,6 +56,9 @@ class Settings(BaseSettings):
     batch_concurrency: int = Field(default=4, ge=1, description="students diagnosed at once in a batch")
     max_batch_size: int = Field(default=200, ge=1)
     preload_models: bool = Field(default=True, description="load embedded models at start-up, not on first request")
+    calibration_release_epsilon: float | None = Field(
+        default=4.0, gt=0, description="ε for releasing calibration parameters; None: released without noise"
+    )
     default_calibration: bool = Field(
         default=True,
         description="at first start, fit a calibration for the example Q-matrix on SIMULATED validation students",

@@ -89,19 +89,53 @@ def _plain_mae(predictions: Sequence[Predictions], truths: Sequence[Truth]) -> f
 class Calibrator(ABC):
     method: str
 
-    def fit(self, predictions: Sequence[Predictions], truths: Sequence[Truth]) -> FittedCalibration:
+    def fit(
+        self,
+        predictions: Sequence[Predictions],
+        truths: Sequence[Truth],
+        *,
+        release_epsilon: float | None = None,
+        rng: np.random.Generator | None = None,
+    ) -> FittedCalibration:
+        """Fit on the validation split; with ``release_epsilon`` the released parameters are
+        differentially private (``calibration.release``) and the metrics describe them."""
         if len(predictions) != len(truths):
             raise ValueError(f"{len(predictions)} prediction sets but {len(truths)} truths")
         if not predictions:
             raise ValueError("calibration needs at least one validation student")
         fitted = self._fit(predictions, truths)
+        if release_epsilon is not None:
+            if not release_epsilon > 0:
+                raise ValueError(f"release_epsilon must be > 0, got {release_epsilon}")
+            self._privatize(fitted, predictions, truths, release_epsilon, rng if rng is not None else np.random.default_rng())
         fitted.metrics = {
             "validation_mae_uncalibrated": _plain_mae(predictions, truths),
             "validation_mae": _validation_mae(fitted, predictions, truths),
             "n_students": float(len(predictions)),
         }
-        fitted.notes.append(RELEASE_NOTE)
+        if release_epsilon is None:
+            fitted.notes.append(RELEASE_NOTE)
         return fitted
+
+    def _privatize(
+        self, fitted: FittedCalibration, predictions: Sequence[Predictions], truths: Sequence[Truth], epsilon: float, rng: np.random.Generator
+    ) -> None:
+        from calibration.release import noisy_posterior, noisy_residuals, noisy_stacking
+
+        if fitted.method in ("bias", "paper"):
+            if fitted.method == "paper":
+                # The paper's residuals are a no-op and carry no truth; nothing about the truth is released.
+                fitted.notes.append(f"released with ε = {epsilon:g}: the paper's residuals use no truth, alpha only")
+                return
+            fitted.residuals = noisy_residuals(predictions, truths, epsilon=epsilon, rng=rng)
+        elif fitted.method == "posterior":
+            fitted.priors, fitted.entity_error_sd = noisy_posterior(predictions, truths, epsilon=epsilon, rng=rng)
+        elif fitted.method == "stacking":
+            fitted.weights, fitted.intercepts = noisy_stacking(predictions, truths, epsilon=epsilon, rng=rng)
+        fitted.notes.append(
+            f"released with differential privacy: ε = {epsilon:g} over the validation students (Laplace noise on the "
+            "released statistics, sensitivity per student; see calibration/release.py)"
+        )
 
     @abstractmethod
     def _fit(self, predictions: Sequence[Predictions], truths: Sequence[Truth]) -> FittedCalibration: ...

@@ -13,7 +13,10 @@ from tests.factories import FakeEntity
 
 def make_client(tmp_path: Path, entities: dict[str, FakeEntity], **settings: object) -> TestClient:
     # Most API tests exercise diagnosis, not the budget: unnoised answers allowed, a generous cap.
-    values: dict[str, object] = {"default_calibration": False, "allow_unnoised": True, "privacy_cap_epsilon": 1e6, **settings}
+    values: dict[str, object] = {
+        "default_calibration": False, "allow_unnoised": True, "privacy_cap_epsilon": 1e6,
+        "calibration_release_epsilon": None, **settings,
+    }
     config = Settings(state_dir=tmp_path, entities=[], preload_models=False, noise_seed=1, **values)  # type: ignore[arg-type]
     return TestClient(create_app(config, entities=entities))
 

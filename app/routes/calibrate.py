@@ -8,7 +8,7 @@ from pathlib import Path
 
 from fastapi import APIRouter, status
 
-from app.deps import CalibrationStoreDep, FederationDep, JobRunnerDep, QMatrixStoreDep
+from app.deps import CalibrationStoreDep, FederationDep, JobRunnerDep, QMatrixStoreDep, TenantDep
 from app.errors import InputError
 from app.schemas import CalibrateJob, CalibrateRequest, CalibrationList, CalibrationPublic, JobAccepted, JobProgress
 from calibration import UnknownEntities
@@ -45,11 +45,14 @@ def _check(body: CalibrateRequest, qmatrices: QMatrixStoreDep, federation: Feder
 
 @router.post("/v1/calibrate", status_code=status.HTTP_202_ACCEPTED, response_model=JobAccepted)
 async def create_calibration_job(
-    body: CalibrateRequest, jobs: JobRunnerDep, qmatrices: QMatrixStoreDep, federation: FederationDep
+    body: CalibrateRequest, jobs: JobRunnerDep, qmatrices: QMatrixStoreDep, federation: FederationDep, tenant: TenantDep
 ) -> JobAccepted:
-    """Start fitting the aggregation on a validation split; poll ``GET /v1/calibrate/{job_id}``."""
+    """Start fitting the aggregation on a validation split; poll ``GET /v1/calibrate/{job_id}``.
+
+    The fitted parameters are released with ``release_epsilon`` (charged to each validation student).
+    """
     _check(body, qmatrices, federation)
-    return JobAccepted(job_id=jobs.submit("calibrate", body.model_dump(mode="json")))
+    return JobAccepted(job_id=jobs.submit("calibrate", {**body.model_dump(mode="json"), "tenant": tenant}))
 
 
 @router.get("/v1/calibrate/{job_id}", response_model=CalibrateJob, responses={404: {"description": "unknown job"}})

@@ -23,6 +23,7 @@ from app.services.jobs import JobContext, JobRunner
 from calibration import AllEntitiesFailed, CalibrationRecord, DiagnosisPipeline, DiagnosisRequest, make_calibrator
 from calibration.evaluation import proportion_correct_truth, split_students
 from calibration.evaluation.datasets import load_dataset
+from privacy import BudgetExceeded, PrivacyLedger, make_rng
 from providers.wrappers import Cached
 from qmatrix import EXAMPLE_QMATRIX_ID, QMatrix, Response
 
@@ -33,9 +34,32 @@ log = logging.getLogger("fedcd.calibration")
 
 class CalibrationService:
     def __init__(
-        self, *, federation: Federation, qmatrices: QMatrixStore, calibrations: CalibrationStore, settings: Settings
+        self,
+        *,
+        federation: Federation,
+        qmatrices: QMatrixStore,
+        calibrations: CalibrationStore,
+        settings: Settings,
+        ledger: PrivacyLedger | None = None,
     ) -> None:
         self.federation, self.qmatrices, self.calibrations, self.settings = federation, qmatrices, calibrations, settings
+        self.ledger = ledger
+
+    async def _charge_release(self, tenant: str, student_ids: list[str], epsilon: float) -> None:
+        """Charge every validation student the release ε, all or nothing."""
+        if self.ledger is None:
+            return
+        charges = []
+        try:
+            for sid in dict.fromkeys(student_ids):
+                charge = await self.ledger.acharge(tenant=tenant, student_id=sid, epsilon=epsilon, mechanism="laplace")
+                charges.append(charge)
+        except BudgetExceeded:
+            for charge in charges:
+                await self.ledger.arefund(charge.id)
+            raise
+        for charge in charges:
+            await self.ledger.astore_answer(charge.id, "calibration-release")
 
     def _students(self, request: CalibrateRequest) -> tuple[QMatrix, list[dict[str, Any]], str]:
         """(Q-matrix, [{student_id, responses, truth|None}], truth source)."""
@@ -68,6 +92,8 @@ class CalibrationService:
 
     async def run(self, raw_request: dict[str, Any], job: JobContext) -> dict[str, Any]:
         start = time.perf_counter()
+        raw_request = dict(raw_request)
+        tenant = str(raw_request.pop("tenant", "default"))
         request = CalibrateRequest.model_validate(raw_request)
         q, rows, truth_source = self._students(request)
         job.set_total(len(rows))
@@ -114,8 +140,14 @@ class CalibrationService:
         usable = [finished[i] for i in sorted(finished) if finished[i]["predictions"] and finished[i]["truth"]]
         if not usable:
             raise RuntimeError(f"no validation student got an answer from any entity (failures: {failures})")
+        release = None if request.release_epsilon == "none" else (
+            float(request.release_epsilon) if request.release_epsilon is not None else self.settings.calibration_release_epsilon
+        )
+        if release is not None and request.records is not None:
+            await self._charge_release(tenant, [r.student_id for r in request.records], release)
         fitted = make_calibrator(request.method).fit(
-            [u["predictions"] for u in usable], [u["truth"] for u in usable]
+            [u["predictions"] for u in usable], [u["truth"] for u in usable],
+            release_epsilon=release, rng=make_rng(self.settings.noise_seed),
         )
         notes = list(fitted.notes)
         if truth_source == "proportion-correct":
@@ -160,6 +192,7 @@ def start_default_calibration(
         qmatrix_id=EXAMPLE_QMATRIX_ID,
         dataset=DatasetRef(name="synthetic", part="validation", seed=0, max_students=settings.default_calibration_students),
         method=settings.default_calibration_method,
+        release_epsilon="none",  # SIMULATED students: there is no one to protect, so no noise
     )
     job_id = jobs.submit("calibrate", request.model_dump(mode="json"))
     n_validation = round(settings.default_calibration_students * 0.2)

@@ -175,3 +175,26 @@ def test_first_start_fits_a_default_calibration_and_later_starts_reuse_it(tmp_pa
     with make_client(tmp_path, entities, default_calibration=True, default_calibration_students=40) as client:
         time.sleep(0.2)
         assert client.get(f"/v1/calibrations?qmatrix_id={Q_ID}").json()["count"] == 1
+
+
+def test_calibration_parameters_are_released_with_dp_and_charged(tmp_path: Path) -> None:
+    entities = {"over": FakeEntity("over", biased(0.2))}
+    with make_client(tmp_path, entities, privacy_cap_epsilon=10.0) as client:
+        body = {"qmatrix_id": Q_ID, "records": _records(30), "epsilon": "none", "method": "bias", "release_epsilon": 4.0}
+        job = _wait(client, client.post("/v1/calibrate", json=body, headers={"X-Tenant-ID": "school"}).json()["job_id"])
+        assert job["status"] == "succeeded", job
+        assert any("differential privacy" in n for n in job["notes"])
+        assert not any("Released without noise" in n for n in job["notes"])
+        assert client.get("/v1/privacy/students/v3", headers={"X-Tenant-ID": "school"}).json()["spent_epsilon"] == 4.0
+        # the residual is noisy but still near the true bias (30 students, ε = 4 over 6 statistics)
+        residual = client.get(f"/v1/calibrations/{job['calibration_id']}").json()["residuals"]["over"]["Add and subtract fractions"]
+        assert -1.0 <= residual <= 1.0
+
+
+def test_release_noise_is_refused_when_a_validation_student_has_no_budget(tmp_path: Path) -> None:
+    entities = {"over": FakeEntity("over", biased(0.2))}
+    with make_client(tmp_path, entities, privacy_cap_epsilon=3.0) as client:
+        body = {"qmatrix_id": Q_ID, "records": _records(5), "epsilon": "none", "release_epsilon": 4.0}
+        job = _wait(client, client.post("/v1/calibrate", json=body).json()["job_id"])
+        assert job["status"] == "failed" and "budget" in job["error"]
+        assert client.get("/v1/privacy/students/v0").json()["spent_epsilon"] == 0.0

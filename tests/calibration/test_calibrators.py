@@ -78,3 +78,16 @@ def test_every_calibration_says_what_it_releases() -> None:
         make_calibrator("magic")
     with pytest.raises(ValueError):
         BiasCalibrator().fit([], [])
+
+
+@pytest.mark.parametrize("method", ["bias", "stacking", "posterior"])
+def test_dp_release_adds_noise_that_shrinks_with_epsilon(method: str) -> None:
+    predictions, truths = _validation(n=400)
+    clean = make_calibrator(method).fit(predictions, truths)
+    errors = {}
+    for eps in (0.5, 50.0):
+        fitted = make_calibrator(method).fit(predictions, truths, release_epsilon=eps, rng=np.random.default_rng(3))
+        assert any("differential privacy" in n for n in fitted.notes)
+        errors[eps] = fitted.metrics["validation_mae"] - clean.metrics["validation_mae"]
+    assert errors[50.0] < 0.03  # plenty of budget: close to the clean fit
+    assert errors[0.5] >= errors[50.0] - 1e-9
