@@ -34,7 +34,7 @@ class Federation:
     def names(self) -> list[str]:
         return list(self.pipeline.entities)
 
-    def _adapter(self, name: str) -> object:
+    def adapter(self, name: str) -> object:
         entity: object = self.pipeline.entities[name]
         while hasattr(entity, "inner"):  # unwrap ConcurrencyLimited / WithDeadline / Retrying
             entity = entity.inner
@@ -43,7 +43,7 @@ class Federation:
     def status(self, name: str) -> str:
         if name in self._status:
             return self._status[name]
-        adapter = self._adapter(name)
+        adapter = self.adapter(name)
         if hasattr(adapter, "loaded"):
             return "ready" if adapter.loaded else "not_loaded"
         return "configured"
@@ -51,7 +51,7 @@ class Federation:
     async def preload(self) -> None:
         """Load embedded models now (in worker threads) so the first request does not wait."""
         for name in self.names:
-            adapter = self._adapter(name)
+            adapter = self.adapter(name)
             if hasattr(adapter, "load"):
                 self._status[name] = "loading"
                 try:

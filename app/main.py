@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
@@ -13,7 +14,7 @@ from app.errors import install_error_handlers
 from app.federation import Federation
 from app.services.calibration import CalibrationService, start_default_calibration
 from app.services.jobs import JobRunner
-from app.routes import calibrate, cohort, diagnose, health, privacy, qmatrices
+from app.routes import calibrate, cohort, diagnose, health, local_model, privacy, qmatrices
 from app.routes import entities as entities_routes
 from app.settings import Settings, get_settings
 from app.storage import CalibrationStore, QMatrixStore
@@ -22,9 +23,23 @@ from privacy import PrivacyLedger
 from providers import Entity
 from qmatrix import example_qmatrix
 
-__all__ = ["create_app"]
+__all__ = ["create_app", "train_default_model"]
 
 log = logging.getLogger("fedcd")
+
+
+async def train_default_model(settings: Settings) -> None:
+    """First start: train the small default local-fed model on SIMULATED students if none is published."""
+    import time
+
+    from federated import default_model_if_missing
+
+    start = time.perf_counter()
+    log.info("checking the federated-trained model registry at %s", settings.registry_dir)
+    version = await asyncio.to_thread(default_model_if_missing, settings.registry_dir, key_path=settings.model_signing_key)
+    if version is not None:
+        log.info("first start: trained and published the default local-fed model %s on SIMULATED students in %.1f s",
+                 version, time.perf_counter() - start)
 
 
 def create_app(
@@ -39,6 +54,8 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        if entities is None and settings.local_fed and settings.train_default_model:
+            await train_default_model(settings)
         federation = Federation(settings.entity_specs, entities=entities, seed=settings.noise_seed)
         app.state.federation = federation
         log.info("federation: %s", ", ".join(federation.names) or "(no entities)")
@@ -86,6 +103,7 @@ def create_app(
         else None
     )
     install_error_handlers(app)
-    for router in (health.router, qmatrices.router, diagnose.router, calibrate.router, cohort.router, privacy.router, entities_routes.router):
+    for router in (health.router, qmatrices.router, diagnose.router, calibrate.router, cohort.router, privacy.router, local_model.router,
+                   entities_routes.router):
         app.include_router(router)
     return app

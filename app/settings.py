@@ -65,6 +65,12 @@ class Settings(BaseSettings):
     )
     default_calibration_students: int = Field(default=60, ge=10, description="simulated students; a fifth validate")
     default_calibration_method: Literal["paper", "bias", "stacking", "posterior"] = "stacking"
+    local_fed: bool = Field(default=True, description="serve the federated-trained model as entity 'local-fed'")
+    train_default_model: bool = Field(
+        default=True, description="at first start, train a small local-fed model on SIMULATED data if none exists"
+    )
+    model_registry_dir: Path | None = Field(default=None, description="signed model versions; default <state_dir>/models")
+    model_signing_key: Path | None = Field(default=None, description="Ed25519 private key; default in the registry")
     state_dir: Path = Path(".fedcd")
     data_dir: Path | None = None
     noise_seed: int | None = Field(default=None, description="tests only: fixed seed for the privacy noise")
@@ -89,9 +95,20 @@ class Settings(BaseSettings):
 
     @computed_field  # type: ignore[prop-decorator]
     @property
+    def registry_dir(self) -> Path:
+        return self.model_registry_dir or (self.state_dir / "models")
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
     def entity_specs(self) -> list[EntitySpec]:
-        specs = self.entities if self.entities is not None else default_entity_specs()
-        return [s for s in specs if s.enabled]
+        """Declared entities, or the default federation: the embedded LLMs, hosted ones with keys,
+        and ``local-fed`` when a federated-trained model has been published."""
+        if self.entities is not None:
+            return [s for s in self.entities if s.enabled]
+        specs = default_entity_specs()
+        if self.local_fed and (self.registry_dir / "active.json").is_file():
+            specs.append(EntitySpec(name="local-fed", kind="local_fed", model="federated-cdm", model_path=str(self.registry_dir), concurrency=64))
+        return specs
 
 
 @lru_cache

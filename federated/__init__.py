@@ -22,7 +22,20 @@ from federated.data import (
 )
 from federated.dp import add_gaussian_noise, clip_update, flatten, l2_norm, poisson_sample, unflatten, update_nbytes
 from federated.features import hash_text, item_features
+from federated.gate import GateDecision, GatePolicy, canary_shift, canary_students, heldout_auc, promotion_gate
 from federated.inprocess import DPMode, FedConfig, FedResult, RoundRecord, run_fedavg
+from federated.registry import FORMAT, LoadedModel, ModelNotFound, ModelRegistry, RegistryError, SignatureInvalid
+from federated.train import (
+    AGGREGATIONS,
+    DEFAULT_MODEL,
+    Aggregation,
+    TrainResult,
+    coordinate_median,
+    default_model_if_missing,
+    torch_threads,
+    train_federated,
+    trimmed_mean,
+)
 from federated.local import (
     LocalConfig,
     LocalResult,
@@ -46,26 +59,42 @@ from federated.predict import (
 )
 
 __all__ = [
+    "AGGREGATIONS",
+    "DEFAULT_MODEL",
+    "FORMAT",
     "MECHANISM",
+    "Aggregation",
     "CDModel",
     "DPMode",
     "Diagnosis",
     "Evaluation",
     "FedConfig",
     "FedResult",
+    "GateDecision",
+    "GatePolicy",
     "Interaction",
+    "LoadedModel",
     "LocalConfig",
     "LocalResult",
+    "ModelNotFound",
+    "ModelRegistry",
     "PrivacyAccountant",
+    "RegistryError",
     "ResponseTensors",
     "RoundRecord",
+    "SignatureInvalid",
     "Split",
     "StudentDP",
+    "TrainResult",
     "add_gaussian_noise",
     "add_update",
+    "canary_shift",
+    "canary_students",
     "clip_update",
     "clipped_grad_sum",
+    "coordinate_median",
     "default_device",
+    "default_model_if_missing",
     "diagnose",
     "diagnose_batch",
     "dirichlet_partition",
@@ -76,6 +105,7 @@ __all__ = [
     "flatten",
     "get_parameters",
     "hash_text",
+    "heldout_auc",
     "hidden_mask",
     "iid_partition",
     "item_features",
@@ -87,11 +117,15 @@ __all__ = [
     "predict_mastery_batch",
     "predict_response_proba",
     "predict_response_proba_batch",
+    "promotion_gate",
     "roc_auc",
     "run_fedavg",
     "set_parameters",
     "split_students",
+    "torch_threads",
+    "train_federated",
     "train_local",
+    "trimmed_mean",
     "unflatten",
     "update_nbytes",
 ]

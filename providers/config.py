@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 
 __all__ = ["DEFAULT_HOSTED", "EntityKind", "EntitySpec", "default_entity_specs"]
 
-EntityKind = Literal["openai", "anthropic", "groq", "openai_compatible", "llamacpp", "simulated"]
+EntityKind = Literal["openai", "anthropic", "groq", "openai_compatible", "llamacpp", "simulated", "local_fed"]
 
 
 class EntitySpec(BaseModel):
@@ -41,7 +41,7 @@ class EntitySpec(BaseModel):
     deadline_s: float = Field(default=90.0, gt=0)
     max_attempts: int = Field(default=3, ge=1)
     concurrency: int = Field(default=4, ge=1)
-    # llamacpp only: a GGUF path, or a packaged model name ("smollm2", "gemma3").
+    # llamacpp: a GGUF path, or a packaged model name ("smollm2", "gemma3"); local_fed: the model registry folder.
     model_path: str | None = None
     packaged_model: Literal["smollm2", "gemma3"] | None = None
     n_ctx: int = Field(default=4096, ge=256)
@@ -59,6 +59,8 @@ class EntitySpec(BaseModel):
             raise ValueError(f"entity '{self.name}': simulated entities need simulated_style and a name starting 'sim:'")
         if self.structured_output == "grammar" and self.kind != "llamacpp":
             raise ValueError(f"entity '{self.name}': structured_output 'grammar' is for kind llamacpp only")
+        if self.kind == "local_fed" and not self.model_path:
+            raise ValueError(f"entity '{self.name}': local_fed needs model_path (the model registry folder)")
         if self.kind == "openai_compatible" and not self.base_url:
             raise ValueError(f"entity '{self.name}': openai_compatible needs base_url")
         if self.kind in ("openai", "anthropic", "groq", "openai_compatible") and not self.model:

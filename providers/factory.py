@@ -33,6 +33,11 @@ def build_adapter(spec: EntitySpec, *, env: Mapping[str, str] | None = None, htt
 
         assert spec.simulated_style is not None  # guaranteed by EntitySpec validation
         return SimulatedEntity(spec.simulated_style, name=spec.name, seed=spec.seed)
+    if spec.kind == "local_fed":
+        from providers.local_fed import LocalFedEntity  # imports torch: only when configured
+
+        assert spec.model_path is not None  # guaranteed by EntitySpec validation
+        return LocalFedEntity(spec.model_path)
     if spec.kind == "llamacpp":
         from providers.llamacpp_embedded import LlamaCppEntity
 

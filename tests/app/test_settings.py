@@ -10,10 +10,21 @@ from app import Settings
 from providers import default_entity_specs
 
 
-def test_default_federation_is_the_embedded_pair_without_keys(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_default_federation_is_the_embedded_pair_without_keys(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     for key in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "GROQ_API_KEY", "FEDCD_ENTITIES", "FEDCD_CONFIG"):
         monkeypatch.delenv(key, raising=False)
-    assert [s.name for s in Settings().entity_specs] == ["smollm2", "gemma3"]
+    assert [s.name for s in Settings(state_dir=tmp_path).entity_specs] == ["smollm2", "gemma3"]
+
+
+def test_local_fed_joins_the_default_federation_once_a_model_is_published(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    for key in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "GROQ_API_KEY", "FEDCD_ENTITIES", "FEDCD_CONFIG"):
+        monkeypatch.delenv(key, raising=False)
+    (tmp_path / "models").mkdir()
+    (tmp_path / "models" / "active.json").write_text('{"version": "v0001"}')
+    specs = Settings(state_dir=tmp_path).entity_specs
+    assert [s.name for s in specs] == ["smollm2", "gemma3", "local-fed"]
+    assert specs[-1].kind == "local_fed" and specs[-1].model_path == str(tmp_path / "models")
+    assert [s.name for s in Settings(state_dir=tmp_path, local_fed=False).entity_specs] == ["smollm2", "gemma3"]
 
 
 def test_hosted_entities_join_only_when_their_key_is_set() -> None:

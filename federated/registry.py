@@ -1,0 +1,318 @@
+"""A signed, versioned model registry in one folder: publish, verify, load, activate, roll back.
+
+Layout::
+
+    <root>/
+      keys/signing_key.pem        Ed25519 private key (PKCS8 PEM, mode 0600, made on first publish)
+      keys/signing_key.pub.pem    its public key
+      versions/v0001/model.pt     the CDModel state_dict (torch.save), seen items included
+      versions/v0001/manifest.json
+      versions/v0001/manifest.sig base64 Ed25519 signature over the exact bytes of manifest.json
+      active.json                 {"version": ..., "activated_at": ..., "previous": [...]}, replaced atomically
+
+The manifest records the weights file's SHA-256, so the one signature covers both. Loading
+checks, in order: the signature (with the trusted public key), that the manifest names the
+folder it sits in (a signed manifest cannot be replayed as another version), and the weights
+hash; only then are the weights deserialised (``weights_only=True``). Anything that fails is
+refused with :class:`SignatureInvalid`, never loaded.
+
+Versions are numbered ``v0001``, ``v0002``, ... (one more than the highest present); a
+version folder is written under a temporary name and renamed into place, so readers never
+see half a version and two publishers cannot take the same number. Verification uses
+``public_key_path`` when given (pin it outside the registry folder to make the signature
+mean more than a checksum), else the public key beside the private key.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import hashlib
+import io
+import json
+import math
+import os
+import re
+import shutil
+import tempfile
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import torch
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+
+from federated.model import CDModel
+
+__all__ = ["FORMAT", "LoadedModel", "ModelNotFound", "ModelRegistry", "RegistryError", "SignatureInvalid"]
+
+FORMAT = "fedcd-model/1"
+_VERSION = re.compile(r"^v(\d{4,})$")
+_WEIGHTS, _MANIFEST, _SIGNATURE, _ACTIVE = "model.pt", "manifest.json", "manifest.sig", "active.json"
+
+
+class RegistryError(Exception):
+    """A registry operation failed; the message says which version and why."""
+
+
+class ModelNotFound(RegistryError):
+    """No such version, or no active version yet."""
+
+
+class SignatureInvalid(RegistryError):
+    """A signature, key or hash check failed: the version is refused, not loaded."""
+
+
+@dataclass(frozen=True)
+class LoadedModel:
+    version: str
+    model: CDModel
+    manifest: dict[str, Any]
+    signature_verified: bool = True  # a LoadedModel only exists after verification
+
+
+def utc_now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def jsonable(value: Any) -> Any:
+    """Plain JSON values: NaN/inf become None, tuples lists, numpy scalars floats/ints."""
+    if isinstance(value, dict):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [jsonable(v) for v in value]
+    if hasattr(value, "item") and callable(value.item):  # numpy / torch scalars
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def _atomic_write(path: Path, data: bytes, *, mode: int = 0o644) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            os.fsync(fh.fileno())
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _key_id(public_key: Ed25519PublicKey) -> str:
+    raw = public_key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+    return "ed25519:" + hashlib.sha256(raw).hexdigest()[:16]
+
+
+class ModelRegistry:
+    def __init__(
+        self, root: str | Path, *, key_path: str | Path | None = None, public_key_path: str | Path | None = None
+    ) -> None:
+        self.root = Path(root)
+        self.key_path = Path(key_path) if key_path else self.root / "keys" / "signing_key.pem"
+        self.public_key_path = (
+            Path(public_key_path) if public_key_path else self.key_path.with_name(self.key_path.stem + ".pub.pem")
+        )
+
+    # --- keys ----------------------------------------------------------------------
+    def _private_key(self) -> Ed25519PrivateKey:
+        """Load the signing key, creating it (0600) on first use; refuse one others can read."""
+        if not self.key_path.exists():
+            self.key_path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            pem = Ed25519PrivateKey.generate().private_bytes(
+                serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+            fd, tmp = tempfile.mkstemp(dir=self.key_path.parent, prefix=".key.")  # created 0600
+            try:
+                with os.fdopen(fd, "wb") as fh:
+                    fh.write(pem)
+                with contextlib.suppress(FileExistsError):  # link = create-if-absent: concurrent first uses agree
+                    os.link(tmp, self.key_path)
+            finally:
+                Path(tmp).unlink(missing_ok=True)
+        mode = self.key_path.stat().st_mode & 0o777
+        if mode & 0o077:
+            raise RegistryError(f"signing key {self.key_path} has mode {mode:o}; it must be private (chmod 600)")
+        key = serialization.load_pem_private_key(self.key_path.read_bytes(), password=None)
+        if not isinstance(key, Ed25519PrivateKey):
+            raise RegistryError(f"{self.key_path} is not an Ed25519 private key")
+        if not self.public_key_path.exists():
+            self.public_key_path.parent.mkdir(parents=True, exist_ok=True)
+            _atomic_write(self.public_key_path, key.public_key().public_bytes(
+                serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
+        return key
+
+    def public_key(self) -> Ed25519PublicKey:
+        if not self.public_key_path.exists():
+            raise SignatureInvalid(f"no public key at {self.public_key_path}: cannot verify any model")
+        key = serialization.load_pem_public_key(self.public_key_path.read_bytes())
+        if not isinstance(key, Ed25519PublicKey):
+            raise SignatureInvalid(f"{self.public_key_path} is not an Ed25519 public key")
+        return key
+
+    # --- reading -------------------------------------------------------------------
+    def _dir(self, version: str) -> Path:
+        if not _VERSION.match(version):
+            raise ModelNotFound(f"'{version}' is not a version id (expected v0001, v0002, ...)")
+        path = self.root / "versions" / version
+        if not path.is_dir():
+            raise ModelNotFound(f"no model version {version} in {self.root}")
+        return path
+
+    def versions(self) -> list[str]:
+        """Version ids present, oldest first (whether or not they verify)."""
+        folder = self.root / "versions"
+        if not folder.is_dir():
+            return []
+        found = [p.name for p in folder.iterdir() if p.is_dir() and _VERSION.match(p.name)]
+        return sorted(found, key=lambda v: int(v[1:]))
+
+    def _active_state(self) -> dict[str, Any]:
+        path = self.root / _ACTIVE
+        if not path.exists():
+            return {}
+        try:
+            state = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise RegistryError(f"{path} is unreadable: {exc}") from exc
+        return state if isinstance(state, dict) else {}
+
+    def active_version(self) -> str | None:
+        version = self._active_state().get("version")
+        return str(version) if version else None
+
+    def verify(self, version: str) -> dict[str, Any]:
+        """The version's manifest, after checking its signature and weights hash (else SignatureInvalid)."""
+        manifest, _ = self._verified(version)
+        return manifest
+
+    def _verified(self, version: str) -> tuple[dict[str, Any], bytes]:
+        folder = self._dir(version)
+        try:
+            manifest_bytes = (folder / _MANIFEST).read_bytes()
+            signature = base64.b64decode((folder / _SIGNATURE).read_bytes().strip(), validate=True)
+        except (OSError, ValueError) as exc:
+            raise SignatureInvalid(f"model {version}: manifest or signature missing or unreadable ({exc})") from exc
+        public_key = self.public_key()
+        try:
+            public_key.verify(signature, manifest_bytes)
+        except InvalidSignature:
+            raise SignatureInvalid(
+                f"model {version}: the manifest signature does not verify with key {_key_id(public_key)}; "
+                "the manifest was modified or signed by another key. Refusing to load it."
+            ) from None
+        manifest = json.loads(manifest_bytes)
+        if manifest.get("version") != version or manifest.get("format") != FORMAT:
+            raise SignatureInvalid(f"model {version}: the signed manifest is for {manifest.get('version')!r} "
+                                   f"({manifest.get('format')!r}); refusing a manifest moved between versions")
+        try:
+            weights = (folder / manifest["weights"]["file"]).read_bytes()
+        except OSError as exc:
+            raise SignatureInvalid(f"model {version}: weights file unreadable ({exc})") from exc
+        digest = hashlib.sha256(weights).hexdigest()
+        if digest != manifest["weights"]["sha256"]:
+            raise SignatureInvalid(f"model {version}: weights SHA-256 {digest[:16]}... does not match the signed "
+                                   f"manifest ({manifest['weights']['sha256'][:16]}...); the weights were modified. "
+                                   "Refusing to load them.")
+        return manifest, weights
+
+    def load(self, version: str | None = None) -> LoadedModel:
+        """Verify, then load ``version`` (default: the active one)."""
+        version = version or self.active_version()
+        if version is None:
+            raise ModelNotFound(f"no active model in {self.root}; train one first (fedcd train)")
+        manifest, weights = self._verified(version)
+        model = CDModel(**manifest["config"]["model"])
+        state = torch.load(io.BytesIO(weights), map_location="cpu", weights_only=True)
+        model.load_state_dict(state)
+        model.eval()
+        return LoadedModel(version=version, model=model, manifest=manifest)
+
+    def list_versions(self) -> list[dict[str, Any]]:
+        """One summary per version, oldest first; a version that fails verification says why."""
+        active, out = self.active_version(), []
+        for version in self.versions():
+            row: dict[str, Any] = {"version": version, "active": version == active, "verified": False}
+            try:
+                m = self.verify(version)
+                row.update(verified=True, created_at=m.get("created_at"), rounds=m.get("rounds"),
+                           dp_mode=m.get("dp_mode"), epsilon=m.get("epsilon"), forced=m.get("forced"),
+                           auc=(m.get("heldout_metrics") or {}).get("auc"))
+            except RegistryError as exc:
+                row["error"] = str(exc)
+            out.append(row)
+        return out
+
+    # --- writing -------------------------------------------------------------------
+    def publish(
+        self, model: CDModel, *, manifest: dict[str, Any], activate: bool = True
+    ) -> tuple[str, dict[str, Any]]:
+        """Sign and store ``model`` as the next version; ``manifest`` holds the caller's fields
+        (rounds, epsilon, delta, dp_mode, heldout_metrics, config.training, qmatrix_id, ...).
+
+        Returns (version, the full signed manifest). The registry fills in format, version,
+        created_at, weights (file, sha256, bytes), key_id, concepts and config.model.
+        """
+        key = self._private_key()
+        buffer = io.BytesIO()
+        torch.save(model.state_dict(), buffer)
+        weights = buffer.getvalue()
+        versions_dir = self.root / "versions"
+        versions_dir.mkdir(parents=True, exist_ok=True)
+        for _ in range(100):
+            existing = self.versions()
+            version = f"v{(int(existing[-1][1:]) + 1 if existing else 1):04d}"
+            full = jsonable({
+                **manifest, "format": FORMAT, "version": version, "created_at": utc_now(),
+                "concepts": list(model.concepts), "config": {**manifest.get("config", {}), "model": model.config()},
+                "weights": {"file": _WEIGHTS, "sha256": hashlib.sha256(weights).hexdigest(), "bytes": len(weights)},
+                "key_id": _key_id(key.public_key()),
+            })
+            body = (json.dumps(full, indent=2, sort_keys=True, ensure_ascii=False, allow_nan=False) + "\n").encode()
+            tmp = Path(tempfile.mkdtemp(dir=versions_dir, prefix=".tmp-"))
+            try:
+                (tmp / _WEIGHTS).write_bytes(weights)
+                (tmp / _MANIFEST).write_bytes(body)
+                (tmp / _SIGNATURE).write_bytes(base64.b64encode(key.sign(body)) + b"\n")
+                os.chmod(tmp, 0o755)
+                try:
+                    os.rename(tmp, versions_dir / version)
+                except OSError:  # another publisher took this number: try the next
+                    continue
+            finally:
+                shutil.rmtree(tmp, ignore_errors=True)
+            if activate:
+                self.activate(version)
+            return version, full
+        raise RegistryError(f"could not allocate a version id in {versions_dir}")
+
+    def activate(self, version: str, *, _remember_current: bool = True) -> None:
+        """Point ``active`` at ``version`` after verifying it (a bad version never becomes active)."""
+        self.verify(version)
+        state = self._active_state()
+        current = state.get("version")
+        previous = [v for v in state.get("previous", []) if v != version]
+        if _remember_current and current and current != version:
+            previous.append(current)
+        data = {"version": version, "activated_at": utc_now(), "previous": previous[-50:]}
+        self.root.mkdir(parents=True, exist_ok=True)
+        _atomic_write(self.root / _ACTIVE, (json.dumps(data, indent=2) + "\n").encode())
+
+    def rollback(self, version: str | None = None) -> str:
+        """Make ``version`` active again (default: undo, back to the one active before the current one).
+
+        The target is verified first; a version that fails verification is refused and the
+        active pointer is left as it was.
+        """
+        if version is not None:
+            self.activate(version)
+            return version
+        previous = self._active_state().get("previous", [])
+        if not previous:
+            raise ModelNotFound("no earlier active version to roll back to; name one (e.g. v0001)")
+        self.activate(str(previous[-1]), _remember_current=False)
+        return str(previous[-1])

@@ -1,0 +1,301 @@
+"""One call from a dataset to a signed, gated model in the registry (what ``fedcd train`` runs).
+
+``train_federated`` encodes the dataset, holds out a seeded fraction of students for the
+coordinator's evaluation, partitions the rest into clients (IID or Dirichlet by ability),
+calibrates the noise multiplier to the epsilon budget when DP is on, trains round by round,
+runs the promotion gate (:mod:`federated.gate`) and publishes to the registry
+(:mod:`federated.registry`).
+
+Rounds run one at a time so ``progress`` sees each :class:`RoundRecord` as it finishes.
+``fedavg``/``fedprox`` rounds are :func:`federated.inprocess.run_fedavg` with ``rounds=1``
+and the same ``rng``, so the draws are those of one multi-round call; epsilon is composed
+here over all rounds, and the hard budget stop is checked here *before* each round.
+``trimmed_mean`` and ``median`` (robust to a few bad clients) aggregate the sampled
+clients' updates coordinate-wise with the small pure functions below; they are refused
+with client-level DP, whose noise is calibrated to a clipped *sum* of updates (with
+student-level DP each update is already private, and any aggregate of them is too).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import logging
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import torch
+
+from federated.accountant import PrivacyAccountant, noise_multiplier_for
+from federated.data import (
+    ResponseTensors,
+    dirichlet_partition,
+    encode_dataset,
+    hidden_mask,
+    iid_partition,
+    split_students,
+)
+from federated.dp import poisson_sample, update_nbytes
+from federated.gate import GateDecision, GatePolicy, promotion_gate
+from federated.inprocess import DPMode, FedConfig, RoundRecord, run_fedavg
+from federated.local import LocalConfig, StudentDP, add_update, get_parameters, set_parameters, train_local
+from federated.metrics import evaluate_masked
+from federated.model import CDModel, Interaction
+from federated.predict import predict_mastery_batch
+from federated.registry import ModelRegistry, utc_now
+from qmatrix import Dataset, example_qmatrix, simulate_dina
+
+__all__ = ["AGGREGATIONS", "DEFAULT_MODEL", "Aggregation", "TrainResult", "coordinate_median",
+           "default_model_if_missing", "torch_threads", "train_federated", "trimmed_mean"]
+
+log = logging.getLogger(__name__)
+Aggregation = Literal["fedavg", "fedprox", "trimmed_mean", "median"]
+AGGREGATIONS: tuple[str, ...] = ("fedavg", "fedprox", "trimmed_mean", "median")
+Update = Sequence[np.ndarray]
+
+
+def trimmed_mean(updates: Sequence[Update], *, trim: float) -> list[np.ndarray]:
+    """Coordinate-wise mean after dropping the ``floor(trim * n)`` lowest and highest values (Yin et al. 2018)."""
+    if not 0 <= trim < 0.5:
+        raise ValueError(f"trim must be in [0, 0.5), got {trim}")
+    n = len(updates)
+    k = min(int(trim * n), (n - 1) // 2)
+    return [np.sort(np.stack(arrays), axis=0)[k:n - k].mean(0) for arrays in zip(*updates, strict=True)]
+
+
+def coordinate_median(updates: Sequence[Update]) -> list[np.ndarray]:
+    """Coordinate-wise median of the updates."""
+    return [np.median(np.stack(arrays), axis=0) for arrays in zip(*updates, strict=True)]
+
+
+@dataclass
+class TrainResult:
+    version: str | None  # None when the gate refused (see ``decision``) or no round ran
+    history: list[RoundRecord]
+    manifest: dict[str, Any] | None
+    decision: GateDecision
+    stop_reason: str | None
+    heldout_metrics: dict[str, Any]
+    model: CDModel
+    seconds: float
+
+    @property
+    def published(self) -> bool:
+        return self.version is not None
+
+
+@contextlib.contextmanager
+def torch_threads(n: int | None) -> Iterator[None]:
+    """Run with ``n`` torch threads (restored after); the models are tiny, so 1-2 is fastest."""
+    before = torch.get_num_threads()
+    if n is not None:
+        torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def _robust_round(model: CDModel, clients: Sequence[ResponseTensors], evaluation: ResponseTensors,
+                  hidden: torch.Tensor, config: FedConfig, rng: np.random.Generator,
+                  aggregate: Callable[[list[Update]], list[np.ndarray]]) -> RoundRecord:
+    start = time.perf_counter()
+    global_params, worker = get_parameters(model), copy.deepcopy(model)
+    sampled = poisson_sample(len(clients), config.client_sample_rate, rng)
+    results = []
+    for c in sampled:
+        set_parameters(worker, global_params)
+        generator = torch.Generator().manual_seed(int(rng.integers(2**62)))
+        results.append(train_local(worker, clients[c], config=config.local, generator=generator,
+                                   dp=config.student_dp if config.dp == "student" else None))
+    if results:
+        add_update(model, aggregate([r.update for r in results]), scale=config.server_lr)
+    for c in sampled:  # as in run_fedavg: under DP the public bank, not what clients answered
+        model.mark_seen(clients[c].answered_items() if config.dp == "none" else clients[c].item_ids)
+    evaluation_result = evaluate_masked(model, evaluation, hidden)
+    losses = [r.loss for r in results if r.loss == r.loss]
+    norms = [x for r in results for x in r.pre_clip_norms]
+    return RoundRecord(round=0, sampled_clients=tuple(int(c) for c in sampled),
+                       train_loss=float(np.mean(losses)) if losses else float("nan"),
+                       eval_loss=evaluation_result.loss, auc=evaluation_result.auc, epsilon=None,
+                       bytes_sent=sum(update_nbytes(r.update) for r in results), seconds=time.perf_counter() - start,
+                       student_norm_median=float(np.median(norms)) if norms else None)
+
+
+def _history_row(record: RoundRecord) -> dict[str, Any]:
+    return {"round": record.round, "clients": len(record.sampled_clients), "train_loss": record.train_loss,
+            "eval_loss": record.eval_loss, "auc": record.auc, "epsilon": record.epsilon,
+            "bytes_sent": record.bytes_sent, "seconds": round(record.seconds, 3)}
+
+
+def train_federated(
+    *,
+    dataset: Dataset,
+    registry: ModelRegistry | str | Path,
+    clients: int = 3,
+    rounds: int = 10,
+    dp: DPMode = "none",
+    epsilon: float | None = None,
+    delta: float = 1e-5,
+    aggregation: Aggregation = "fedavg",
+    partition: Literal["iid", "dirichlet"] = "iid",
+    alpha: float = 0.5,
+    seed: int = 0,
+    progress: Callable[[RoundRecord], None] | None = None,
+    noise_multiplier: float | None = None,
+    clip_norm: float | None = None,
+    client_sample_rate: float = 1.0,
+    student_sample_rate: float = 0.1,
+    local_epochs: int = 2,
+    local_lr: float = 1e-2,
+    prox_mu: float = 0.01,
+    trim_fraction: float = 0.2,
+    heldout_fraction: float = 0.2,
+    interaction: Interaction = "dina",
+    hidden: int = 32,
+    text_dim: int = 0,
+    gate: GatePolicy | None = None,
+    force: bool = False,
+    activate: bool = True,
+    threads: int | None = None,
+) -> TrainResult:
+    """Train over ``clients`` simulated federation members, gate, sign and publish (see the module docstring).
+
+    With DP, ``epsilon`` is the budget for the whole run: the noise multiplier is calibrated so
+    ``rounds`` rounds spend at most ``epsilon`` (or ``noise_multiplier`` is taken as given), and
+    a round that would exceed ``epsilon`` is not run. ``clip_norm`` defaults to 1.0 per student
+    (student DP) or 0.1 per client update (client DP).
+    """
+    if aggregation not in AGGREGATIONS:
+        raise ValueError(f"aggregation must be one of {', '.join(AGGREGATIONS)}, got {aggregation!r}")
+    if aggregation in ("trimmed_mean", "median") and dp == "client":
+        raise ValueError(f"{aggregation} cannot be combined with client-level DP (its noise assumes a clipped sum)")
+    if partition not in ("iid", "dirichlet"):
+        raise ValueError(f"partition must be 'iid' or 'dirichlet', got {partition!r}")
+    if clients < 1 or rounds < 1 or not 0 < heldout_fraction < 1:
+        raise ValueError(f"need clients >= 1, rounds >= 1, heldout_fraction in (0, 1); got {clients}, {rounds}, "
+                         f"{heldout_fraction}")
+    if dp != "none" and epsilon is None:
+        raise ValueError(f"dp={dp!r} needs an epsilon budget")
+    if noise_multiplier is not None and not noise_multiplier > 0:
+        raise ValueError(f"noise_multiplier must be > 0, got {noise_multiplier}")
+    if dp == "none" and epsilon is not None:
+        raise ValueError("epsilon is a DP budget; pass dp='student' or dp='client'")
+    started = time.perf_counter()
+    registry = registry if isinstance(registry, ModelRegistry) else ModelRegistry(registry)
+    active_version = registry.active_version()
+    active = registry.load(active_version) if active_version else None  # a tampered active model fails fast
+    rng = np.random.default_rng(seed)
+    with torch_threads(threads):
+        data = encode_dataset(dataset, text_dim=text_dim)
+        split = split_students(len(data), rng=rng, validation=0.0, test=heldout_fraction)
+        train, evaluation = data.subset(split.train), data.subset(split.test)
+        parts = (iid_partition(len(train), n_clients=clients, rng=rng) if partition == "iid" else
+                 dirichlet_partition(train.proportion_correct(), n_clients=clients, alpha=alpha, rng=rng))
+        shards = [train.subset(p) for p in parts]
+        local = LocalConfig(epochs=local_epochs, lr=local_lr, prox_mu=prox_mu if aggregation == "fedprox" else 0.0)
+        steps = max(1, round(local_epochs / student_sample_rate)) if dp == "student" else 1
+        sigma = noise_multiplier
+        if dp != "none" and sigma is None:
+            q, total = (student_sample_rate, rounds * steps) if dp == "student" else (client_sample_rate, rounds)
+            sigma = noise_multiplier_for(target_epsilon=float(epsilon or 0), delta=delta, sample_rate=q, steps=total)
+        student_dp = StudentDP(noise_multiplier=sigma, clip_norm=clip_norm or 1.0, sample_rate=student_sample_rate,
+                               steps=steps) if dp == "student" and sigma else None
+        config = FedConfig(rounds=rounds, client_sample_rate=client_sample_rate, local=local, dp=dp,
+                           noise_multiplier=sigma if dp == "client" and sigma else 1.0, clip_norm=clip_norm or 0.1,
+                           student_dp=student_dp, delta=delta)
+        model = CDModel(dataset.qmatrix.concepts, text_dim=text_dim, hidden=hidden, interaction=interaction,
+                        generator=torch.Generator().manual_seed(seed))
+        hidden_eval = hidden_mask(evaluation.observed, frac=config.eval_mask_frac,
+                                  generator=torch.Generator().manual_seed(config.eval_seed))
+        robust = {"trimmed_mean": lambda u: trimmed_mean(u, trim=trim_fraction), "median": coordinate_median}
+        accountant = PrivacyAccountant() if dp != "none" else None
+        mechanism = config.round_mechanism()
+        history: list[RoundRecord] = []
+        stop_reason: str | None = None
+        for r in range(1, rounds + 1):
+            if accountant is not None and mechanism is not None and accountant.would_exceed(
+                    noise_multiplier=mechanism[0], sample_rate=mechanism[1], steps=mechanism[2],
+                    epsilon_budget=epsilon, delta=delta):  # type: ignore[arg-type]
+                stop_reason = f"round {r} would exceed the epsilon budget {epsilon} (delta={delta})"
+                break
+            if aggregation in robust:
+                record = _robust_round(model, shards, evaluation, hidden_eval, config, rng, robust[aggregation])
+            else:
+                record = run_fedavg(model, shards, evaluation, config=replace(config, rounds=1), rng=rng).history[0]
+            if accountant is not None and mechanism is not None:
+                accountant.step(noise_multiplier=mechanism[0], sample_rate=mechanism[1], steps=mechanism[2])
+            record = replace(record, round=r, epsilon=accountant.get_epsilon(delta) if accountant else None)
+            history.append(record)
+            if progress is not None:
+                progress(record)
+        final = evaluate_masked(model, evaluation, hidden_eval)
+        heldout_students = [dataset.students[int(i)] for i in split.test]
+        metrics: dict[str, Any] = {"auc": final.auc, "loss": final.loss, "n_students": final.n_students,
+                                   "n_responses": final.n_responses, "mask_fraction": config.eval_mask_frac}
+        if dataset.true_mastery:  # SIMULATED data: compare with the known mastery too
+            predicted = predict_mastery_batch(model, dataset.qmatrix, heldout_students)
+            errors = [abs(p[c] - dataset.true_mastery[s.student_id][c])
+                      for p, s in zip(predicted, heldout_students, strict=True) for c in dataset.qmatrix.concepts]
+            metrics["true_mastery_mae"] = float(np.mean(errors))
+        if not history:
+            decision = GateDecision(accepted=False, reasons=(f"no round ran: {stop_reason}",))
+        else:
+            decision = promotion_gate(model, active=active.model if active else None, qmatrix=dataset.qmatrix,
+                                      heldout=heldout_students, active_version=active_version, policy=gate,
+                                      force=force)
+    version = manifest = None
+    if decision.accepted:
+        spent = history[-1].epsilon if dp != "none" else None
+        version, manifest = registry.publish(model, activate=activate, manifest={
+            "trained_at": utc_now(), "rounds": len(history), "stop_reason": stop_reason,
+            "dp_mode": dp, "epsilon": spent, "delta": delta if dp != "none" else None,
+            "heldout_metrics": metrics, "qmatrix_id": dataset.qmatrix.id,
+            "items": {item.id: list(item.concepts) for item in dataset.qmatrix.items},
+            "data": {"name": dataset.name, "simulated": dataset.simulated, "students": len(dataset.students),
+                     "train_students": len(train), "heldout_students": len(evaluation)},
+            "gate": decision.to_dict(), "forced": decision.forced,
+            "history": [_history_row(h) for h in history],
+            "config": {"training": {
+                "clients": clients, "rounds": rounds, "dp": dp, "epsilon_budget": epsilon, "delta": delta,
+                "aggregation": aggregation, "partition": partition, "seed": seed,
+                "alpha": alpha if partition == "dirichlet" else None,
+                "trim_fraction": trim_fraction if aggregation == "trimmed_mean" else None,
+                "client_sample_rate": client_sample_rate, "local_epochs": local_epochs, "local_lr": local_lr,
+                "prox_mu": local.prox_mu, "heldout_fraction": heldout_fraction,
+                "noise_multiplier": mechanism[0] if mechanism else None,
+                "sample_rate": mechanism[1] if mechanism else None,
+                "steps_per_round": mechanism[2] if mechanism else None,
+                "clip_norm": (student_dp.clip_norm if student_dp else config.clip_norm) if dp != "none" else None,
+            }},
+        })
+    return TrainResult(version=version, history=history, manifest=manifest, decision=decision,
+                       stop_reason=stop_reason, heldout_metrics=metrics, model=model,
+                       seconds=time.perf_counter() - started)
+
+
+# The default model: SIMULATED DINA students on the project's example Q-matrix, without DP.
+# No real student is in its training data, so DP noise would protect nobody and only cost
+# accuracy; the manifest says dp_mode "none", epsilon null and data.simulated true.
+DEFAULT_MODEL: dict[str, Any] = {"students": 600, "clients": 3, "rounds": 20, "local_epochs": 2}
+
+
+def default_model_if_missing(
+    registry_dir: str | Path, *, seed: int = 0, key_path: str | Path | None = None, threads: int = 1
+) -> str | None:
+    """Train and publish the default model if the registry holds no version; else do nothing (None)."""
+    registry = ModelRegistry(registry_dir, key_path=key_path)
+    if registry.versions():
+        return None
+    started = time.perf_counter()
+    dataset = simulate_dina(example_qmatrix(), n_students=DEFAULT_MODEL["students"], seed=seed)
+    result = train_federated(dataset=dataset, registry=registry, clients=DEFAULT_MODEL["clients"],
+                             rounds=DEFAULT_MODEL["rounds"], local_epochs=DEFAULT_MODEL["local_epochs"], seed=seed,
+                             threads=threads)
+    log.info("trained the default local-fed model %s in %.1f s (held-out AUC %.3f, SIMULATED data)",
+             result.version, time.perf_counter() - started, result.heldout_metrics["auc"])
+    return result.version

@@ -1,0 +1,263 @@
+"""The ``local-fed`` entity: the federated-trained diagnosis model, answering directly (no prompt).
+
+It serves the *active, signature-verified* model of a :class:`federated.ModelRegistry`
+(loaded lazily on first use, or eagerly by ``load()``; ``reload()`` picks up a new active
+version after training or a rollback). A request is mapped onto the model's inputs:
+
+* **Concepts.** The model has parameters only for the concepts it was trained on. A
+  requested concept it does not know is listed in ``missing`` (status ``partial``) with a
+  ``Repair(rule="unknown_concept")``; it is never given a made-up value. An item that
+  requires such a concept is left out of the evidence (``item_skipped``): its score
+  cannot be split between known and unknown concepts. A known concept left with no
+  usable item is missing too (``no_evidence``).
+* **Items** are their Q-row (+ hashed text when the model uses text), never an id, so
+  items not seen in training still count. Each one is flagged with
+  ``Repair(rule="unseen_item")``: its id was not trained on, or the training item with that
+  id had another Q-row.
+
+Inference runs in a worker thread (``asyncio.to_thread``), never on the event loop.
+Concurrent ``respond`` calls arriving within ``batch_window_s`` (5 ms) are answered by one
+batched forward pass (:class:`MicroBatcher`); ``forward_passes`` counts the passes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Generic, TypeVar
+
+import numpy as np
+import torch
+
+from federated.features import hash_text
+from federated.registry import LoadedModel, ModelRegistry, RegistryError
+from providers.errors import EntityRejected
+from providers.types import EntityPrediction, PromptContext, Repair
+from providers.wrappers import timed
+
+__all__ = ["LocalFedEntity", "MicroBatcher"]
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+class MicroBatcher(Generic[T, R]):
+    """Collect items submitted within ``window_s`` (or until ``max_batch``) and run them as one batch.
+
+    ``run`` is a blocking function from a list of items to a list of results (same order);
+    it runs in a worker thread. An exception fails every item of its batch.
+    """
+
+    def __init__(self, run: Callable[[list[T]], list[R]], *, window_s: float = 0.005, max_batch: int = 64) -> None:
+        if window_s < 0 or max_batch < 1:
+            raise ValueError(f"need window_s >= 0 and max_batch >= 1, got {window_s}, {max_batch}")
+        self._run, self.window_s, self.max_batch = run, window_s, max_batch
+        self._pending: list[tuple[T, asyncio.Future[R]]] = []
+        self._timer: asyncio.TimerHandle | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self.batches = 0
+
+    async def submit(self, item: T) -> R:
+        loop = asyncio.get_running_loop()
+        if loop is not self._loop:  # a new event loop (tests, restarts): forget the old one's state
+            self._loop, self._pending, self._timer = loop, [], None
+        future: asyncio.Future[R] = loop.create_future()
+        self._pending.append((item, future))
+        if len(self._pending) >= self.max_batch:
+            self._flush()
+        elif self._timer is None:
+            self._timer = loop.call_later(self.window_s, self._flush)
+        return await future
+
+    def _flush(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        batch, self._pending = self._pending, []
+        if batch:
+            task = asyncio.get_running_loop().create_task(self._execute(batch))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _execute(self, batch: list[tuple[T, asyncio.Future[R]]]) -> None:
+        live = [(item, future) for item, future in batch if not future.done()]  # skip cancelled callers
+        if not live:
+            return
+        self.batches += 1
+        try:
+            results = await asyncio.to_thread(self._run, [item for item, _ in live])
+        except Exception as exc:  # noqa: BLE001 - handed to every caller of the batch
+            for _, future in live:
+                if not future.done():
+                    future.set_exception(exc)
+            return
+        for (_, future), result in zip(live, results, strict=True):
+            if not future.done():
+                future.set_result(result)
+
+
+@dataclass
+class _Request:
+    loaded: LoadedModel
+    features: np.ndarray  # (L, F)
+    scores: np.ndarray  # (L,)
+    answer: list[str]  # concepts to report
+    missing: list[str]
+    repairs: list[Repair] = field(default_factory=list)
+
+
+def _encode(context: PromptContext, loaded: LoadedModel) -> _Request:
+    model = loaded.model
+    column = {c: k for k, c in enumerate(model.concepts)}
+    trained_rows = {k: set(v) for k, v in (loaded.manifest.get("items") or {}).items()}
+    repairs: list[Repair] = []
+    unknown = [c for c in context.concepts if c not in column]
+    repairs += [Repair(rule="unknown_concept", concept=c, detail="the local model was not trained on this concept")
+                for c in unknown]
+    rows, scores, covered = [], [], set()
+    for item in context.items:
+        outside = [c for c in item.concepts if c not in column]
+        if outside or not item.concepts:
+            repairs.append(Repair(rule="item_skipped", detail=f"item '{item.item_id}' requires concepts the local "
+                                  f"model does not know: {', '.join(outside) or '(none listed)'}"))
+            continue
+        if item.item_id not in model.seen_item_ids:
+            repairs.append(Repair(rule="unseen_item", detail=f"item '{item.item_id}' was not in the training data; "
+                                  "predicted from its Q-row" + (" and text" if model.text_dim else "")))
+        elif item.item_id in trained_rows and trained_rows[item.item_id] != set(item.concepts):
+            repairs.append(Repair(rule="unseen_item", detail=f"item '{item.item_id}' has another Q-row than the "
+                                  "training item with that id; predicted from its Q-row"))
+        row = np.zeros(len(column) + model.text_dim, dtype=np.float32)
+        row[[column[c] for c in item.concepts]] = 1.0
+        if model.text_dim:
+            row[len(column):] = hash_text(item.text, dim=model.text_dim)
+        rows.append(row)
+        scores.append(item.score)
+        covered.update(item.concepts)
+    no_evidence = [c for c in context.concepts if c in column and c not in covered]
+    repairs += [Repair(rule="no_evidence", concept=c, detail="no usable item assesses this concept")
+                for c in no_evidence]
+    width = len(column) + model.text_dim
+    return _Request(loaded=loaded, features=np.stack(rows) if rows else np.zeros((0, width), np.float32),
+                    scores=np.asarray(scores, dtype=np.float32),
+                    answer=[c for c in context.concepts if c in covered],
+                    missing=[c for c in context.concepts if c not in covered], repairs=repairs)
+
+
+class LocalFedEntity:
+    """Entity serving the registry's active model; see the module docstring."""
+
+    def __init__(
+        self,
+        registry_dir: str | Path | None = None,
+        *,
+        name: str = "local-fed",
+        registry: ModelRegistry | None = None,
+        public_key_path: str | Path | None = None,
+        batch_window_s: float = 0.005,
+        max_batch: int = 64,
+    ) -> None:
+        if registry is None:
+            if registry_dir is None:
+                raise ValueError("give registry_dir or registry")
+            registry = ModelRegistry(registry_dir, public_key_path=public_key_path)
+        self.name, self.registry = name, registry
+        self._loaded: LoadedModel | None = None
+        self._load_lock, self._forward_lock = threading.Lock(), threading.Lock()
+        self._batcher: MicroBatcher[_Request, np.ndarray] = MicroBatcher(
+            self._forward, window_s=batch_window_s, max_batch=max_batch)
+        self.forward_passes = 0
+
+    @property
+    def loaded(self) -> bool:
+        return self._loaded is not None
+
+    def load(self) -> LoadedModel:
+        """The active model, verified (blocking; raises RegistryError when there is none or it fails checks)."""
+        with self._load_lock:
+            if self._loaded is None:
+                self._loaded = self.registry.load()
+            return self._loaded
+
+    def reload(self) -> LoadedModel:
+        """Load the registry's active version now (after training or a rollback)."""
+        loaded = self.registry.load()
+        with self._load_lock:
+            self._loaded = loaded
+        return loaded
+
+    def info(self) -> dict[str, Any]:
+        """What GET /v1/local-model shows: the loaded version and its signed manifest's facts (blocking)."""
+        loaded = self.load()
+        m = loaded.manifest
+        return {
+            "version": loaded.version,
+            "signature_verified": loaded.signature_verified,
+            "rounds": m.get("rounds"),
+            "epsilon": m.get("epsilon"),
+            "delta": m.get("delta"),
+            "dp_mode": m.get("dp_mode"),
+            "heldout_metrics": m.get("heldout_metrics"),
+            "trained_at": m.get("trained_at"),
+            "config": m.get("config"),
+            "concepts": m.get("concepts"),
+            "qmatrix_id": m.get("qmatrix_id"),
+            "data": m.get("data"),
+            "forced": m.get("forced"),
+            "key_id": m.get("key_id"),
+        }
+
+    def _forward(self, batch: list[_Request]) -> list[np.ndarray]:
+        out: list[np.ndarray | None] = [None] * len(batch)
+        groups: dict[int, list[int]] = {}
+        for i, request in enumerate(batch):  # a reload mid-batch leaves two models: one pass each
+            groups.setdefault(id(request.loaded), []).append(i)
+        for indices in groups.values():
+            model = batch[indices[0]].loaded.model
+            width = max(len(batch[i].scores) for i in indices)
+            feats = torch.zeros((len(indices), width, batch[indices[0]].features.shape[1]))
+            scores = torch.zeros((len(indices), width))
+            observed = torch.zeros((len(indices), width), dtype=torch.bool)
+            for row, i in enumerate(indices):
+                n = len(batch[i].scores)
+                feats[row, :n], scores[row, :n], observed[row, :n] = (
+                    torch.from_numpy(batch[i].features), torch.from_numpy(batch[i].scores), True)
+            with self._forward_lock, torch.no_grad():
+                self.forward_passes += 1
+                mastery = model.mastery(feats, scores, observed).numpy()
+            for row, i in enumerate(indices):
+                out[i] = mastery[row]
+        return out  # type: ignore[return-value]
+
+    async def respond(self, context: PromptContext) -> EntityPrediction:
+        elapsed = timed()
+        if context.task != "diagnose":
+            raise EntityRejected(f"the local federated model only diagnoses; it cannot '{context.task}'",
+                                 entity=self.name)
+        try:
+            loaded = self._loaded or await asyncio.to_thread(self.load)
+        except RegistryError as exc:
+            raise EntityRejected(f"no usable local model: {exc}", entity=self.name) from exc
+        request = _encode(context, loaded)
+        mastery: dict[str, float] = {}
+        if request.answer:
+            values = await self._batcher.submit(request)
+            column = {c: k for k, c in enumerate(loaded.model.concepts)}
+            mastery = {c: float(np.clip(values[column[c]], 0.0, 1.0)) for c in request.answer}
+        return EntityPrediction(
+            entity=self.name,
+            model=f"fedcd-cdm/{loaded.version}",
+            status="partial" if request.missing else "ok",
+            mastery=mastery,
+            missing=request.missing,
+            latency_ms=elapsed(),
+            repairs=request.repairs,
+        )
+
+    async def aclose(self) -> None:
+        with self._load_lock:
+            self._loaded = None

@@ -1,0 +1,161 @@
+"""train_federated (dataset -> gated, signed registry version), robust aggregation, and the default model."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from federated import CDModel, FedConfig, LocalConfig, RoundRecord, encode_dataset, iid_partition, run_fedavg
+from federated import split_students
+from federated.gate import GatePolicy
+from federated.registry import ModelRegistry
+from federated.train import coordinate_median, default_model_if_missing, train_federated, trimmed_mean
+from qmatrix import Dataset, example_qmatrix, simulate_dina
+
+
+@pytest.fixture(scope="module")
+def small() -> Dataset:
+    """SIMULATED: 300 DINA students on the example Q-matrix."""
+    return simulate_dina(example_qmatrix(), n_students=300, slip=0.05, guess=0.1, seed=11)
+
+
+def test_trimmed_mean_and_median_known_answers() -> None:
+    updates = [[np.array([1.0, 10.0])], [np.array([2.0, 20.0])], [np.array([3.0, 30.0])], [np.array([100.0, -50.0])]]
+    np.testing.assert_allclose(coordinate_median(updates)[0], [2.5, 15.0])
+    np.testing.assert_allclose(trimmed_mean(updates, trim=0.25)[0], [2.5, 15.0])
+    np.testing.assert_allclose(trimmed_mean(updates, trim=0.0)[0], [26.5, 2.5])
+    np.testing.assert_allclose(trimmed_mean(updates[:2], trim=0.45)[0], [1.5, 15.0])  # never trims everything
+    with pytest.raises(ValueError):
+        trimmed_mean(updates, trim=0.5)
+
+
+def test_publishes_a_signed_version_with_history(small: Dataset, tmp_path: Path) -> None:
+    # Prepare
+    seen: list[RoundRecord] = []
+
+    # Execute
+    result = train_federated(dataset=small, registry=tmp_path, clients=3, rounds=3, seed=1, progress=seen.append)
+
+    # Assert
+    assert result.published and result.version == "v0001" and result.decision.accepted
+    assert [r.round for r in result.history] == [1, 2, 3] and seen == result.history
+    for record in result.history:
+        assert record.train_loss > 0 and 0.5 < record.auc <= 1 and record.epsilon is None and record.bytes_sent > 0
+    loaded = ModelRegistry(tmp_path).load()
+    manifest = loaded.manifest
+    assert loaded.signature_verified and manifest == result.manifest
+    assert manifest["rounds"] == 3 and manifest["dp_mode"] == "none" and manifest["epsilon"] is None
+    assert manifest["heldout_metrics"]["auc"] == pytest.approx(result.history[-1].auc)
+    assert manifest["heldout_metrics"]["true_mastery_mae"] < 0.5 and manifest["data"]["simulated"] is True
+    assert manifest["qmatrix_id"] == small.qmatrix.id and len(manifest["items"]) == len(small.qmatrix.items)
+    assert manifest["config"]["training"]["aggregation"] == "fedavg" and len(manifest["history"]) == 3
+    assert loaded.model.seen_item_ids == set(small.qmatrix.item_ids)
+
+
+def test_rounds_match_one_run_fedavg_call(small: Dataset, tmp_path: Path) -> None:
+    # Prepare: the same seeded split, partition and model as train_federated builds.
+    rng = np.random.default_rng(4)
+    data = encode_dataset(small)
+    split = split_students(len(data), rng=rng, validation=0.0, test=0.2)
+    train, evaluation = data.subset(split.train), data.subset(split.test)
+    shards = [train.subset(p) for p in iid_partition(len(train), n_clients=3, rng=rng)]
+    model = CDModel(small.qmatrix.concepts, generator=torch.Generator().manual_seed(4))
+    config = FedConfig(rounds=3, local=LocalConfig(epochs=2))
+
+    # Execute
+    reference = run_fedavg(model, shards, evaluation, config=config, rng=rng)
+    result = train_federated(dataset=small, registry=tmp_path, rounds=3, seed=4)
+
+    # Assert
+    assert [r.auc for r in result.history] == [r.auc for r in reference.history]
+    assert [r.bytes_sent for r in result.history] == [r.bytes_sent for r in reference.history]
+
+
+def test_client_dp_spends_at_most_the_budget(small: Dataset, tmp_path: Path) -> None:
+    result = train_federated(dataset=small, registry=tmp_path, rounds=3, dp="client", epsilon=4.0, seed=2)
+    epsilons = [r.epsilon for r in result.history]
+    assert len(epsilons) == 3 and epsilons == sorted(epsilons) and 0 < epsilons[-1] <= 4.0
+    manifest = result.manifest
+    assert manifest["epsilon"] == epsilons[-1] and manifest["delta"] == 1e-5 and manifest["dp_mode"] == "client"
+    assert manifest["config"]["training"]["noise_multiplier"] > 0 and result.stop_reason is None
+
+
+def test_student_dp_is_calibrated_to_the_budget(small: Dataset, tmp_path: Path) -> None:
+    result = train_federated(dataset=small, registry=tmp_path, rounds=2, dp="student", epsilon=6.0, seed=2,
+                             local_epochs=1, student_sample_rate=0.25)
+    assert result.published and 0 < result.history[-1].epsilon <= 6.0
+    assert result.manifest["config"]["training"]["steps_per_round"] == 4
+    assert result.history[-1].student_norm_median is not None
+
+
+def test_hard_epsilon_stop_works_through_train_federated(small: Dataset, tmp_path: Path) -> None:
+    # Execute: a fixed noise multiplier far too small for 10 rounds within epsilon 3 (about 4 fit).
+    result = train_federated(dataset=small, registry=tmp_path, rounds=10, dp="client", epsilon=3.0,
+                             noise_multiplier=3.0, seed=3)
+
+    # Assert
+    assert 0 < len(result.history) < 10 and result.stop_reason.startswith(f"round {len(result.history) + 1} would")
+    assert result.history[-1].epsilon <= 3.0
+    assert result.manifest["rounds"] == len(result.history) and result.manifest["stop_reason"] == result.stop_reason
+
+
+def test_nothing_is_published_when_no_round_fits_the_budget(small: Dataset, tmp_path: Path) -> None:
+    result = train_federated(dataset=small, registry=tmp_path, rounds=3, dp="client", epsilon=0.01,
+                             noise_multiplier=0.5, seed=3)
+    assert not result.published and not result.history and "no round ran" in result.decision.reasons[0]
+    assert ModelRegistry(tmp_path).versions() == []
+
+
+def test_gate_refusal_keeps_the_active_model_and_force_publishes(small: Dataset, tmp_path: Path) -> None:
+    # Prepare
+    first = train_federated(dataset=small, registry=tmp_path, rounds=2, seed=0)
+    strict = GatePolicy(max_canary_shift=0.0)
+
+    # Execute
+    refused = train_federated(dataset=small, registry=tmp_path, rounds=2, seed=1, gate=strict)
+    forced = train_federated(dataset=small, registry=tmp_path, rounds=2, seed=1, gate=strict, force=True)
+
+    # Assert
+    assert not refused.published and refused.manifest is None and "canary" in refused.decision.reasons[0]
+    assert forced.version == "v0002" and forced.manifest["forced"] is True and forced.manifest["gate"]["forced"]
+    assert ModelRegistry(tmp_path).active_version() == "v0002" and first.version == "v0001"
+
+
+@pytest.mark.parametrize("aggregation", ["median", "trimmed_mean", "fedprox"])
+def test_other_aggregations_train(small: Dataset, tmp_path: Path, aggregation: str) -> None:
+    result = train_federated(dataset=small, registry=tmp_path, clients=4, rounds=2, aggregation=aggregation,
+                             partition="dirichlet", alpha=1.0, seed=0)
+    assert result.published and result.history[-1].auc > 0.6
+    assert result.manifest["config"]["training"]["aggregation"] == aggregation
+
+
+def test_invalid_combinations_are_refused(small: Dataset, tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="client-level DP"):
+        train_federated(dataset=small, registry=tmp_path, dp="client", epsilon=1.0, aggregation="median")
+    with pytest.raises(ValueError, match="needs an epsilon"):
+        train_federated(dataset=small, registry=tmp_path, dp="student")
+    with pytest.raises(ValueError, match="aggregation must be one of"):
+        train_federated(dataset=small, registry=tmp_path, aggregation="krum")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="partition"):
+        train_federated(dataset=small, registry=tmp_path, partition="by-school")  # type: ignore[arg-type]
+
+
+def test_default_model_is_trained_once(tmp_path: Path) -> None:
+    # Execute
+    start = time.perf_counter()
+    version = default_model_if_missing(tmp_path, seed=0)
+    first = time.perf_counter() - start
+    start = time.perf_counter()
+    again = default_model_if_missing(tmp_path, seed=0)
+    second = time.perf_counter() - start
+
+    # Assert
+    print(f"default model: trained in {first:.2f} s, second call {second * 1000:.1f} ms")
+    assert version == "v0001" and again is None and second < 0.5 and first < 60
+    manifest = ModelRegistry(tmp_path).load().manifest
+    assert manifest["data"]["simulated"] and manifest["dp_mode"] == "none" and manifest["rounds"] == 20
+    assert manifest["qmatrix_id"] == example_qmatrix().id and manifest["heldout_metrics"]["auc"] > 0.65

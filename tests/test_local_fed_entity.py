@@ -1,0 +1,177 @@
+"""The ``local-fed`` entity: the registry's verified model answering PromptContexts directly."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+from federated.train import default_model_if_missing, train_federated
+from providers.errors import EntityRejected
+from providers.local_fed import LocalFedEntity, MicroBatcher
+from providers.types import Entity, PromptContext, PromptItem
+from qmatrix import example_qmatrix, simulate_dina
+
+Q = example_qmatrix()
+
+
+@pytest.fixture(scope="module")
+def registry_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A registry holding the default model (trained on SIMULATED students)."""
+    torch.set_num_threads(1)
+    path = tmp_path_factory.mktemp("registry")
+    assert default_model_if_missing(path, seed=0) == "v0001"
+    return path
+
+
+def _context(items: list[PromptItem], extra_concepts: tuple[str, ...] = ()) -> PromptContext:
+    concepts = tuple(c for c in Q.concepts if any(c in item.concepts for item in items))
+    return PromptContext(concepts=concepts + extra_concepts, items=tuple(items))
+
+
+def _items(scores: list[float] | None = None) -> list[PromptItem]:
+    scores = scores or [float(k % 2) for k in range(len(Q.items))]
+    return [PromptItem(item_id=i.id, text=i.text, concepts=i.concepts, score=s) for i, s in zip(Q.items, scores)]
+
+
+async def test_answers_every_concept_in_unit_interval(registry_dir: Path) -> None:
+    # Prepare
+    entity = LocalFedEntity(registry_dir)
+    context = _context(_items())
+
+    # Execute
+    prediction = await entity.respond(context)
+
+    # Assert
+    assert isinstance(entity, Entity)
+    assert prediction.status == "ok" and prediction.missing == [] and prediction.repairs == []
+    assert set(prediction.mastery) == set(context.concepts) == set(Q.concepts)
+    assert all(0.0 <= v <= 1.0 for v in prediction.mastery.values())
+    assert prediction.entity == "local-fed" and prediction.model == "fedcd-cdm/v0001" and not prediction.simulated
+
+
+async def test_a_correct_answer_never_lowers_a_mastery(registry_dir: Path) -> None:
+    entity = LocalFedEntity(registry_dir)
+    low = await entity.respond(_context(_items([0.0] * len(Q.items))))
+    high = await entity.respond(_context(_items([0.0] * (len(Q.items) - 1) + [1.0])))
+    assert all(high.mastery[c] >= low.mastery[c] for c in Q.concepts)
+
+
+async def test_unseen_items_are_used_and_flagged(registry_dir: Path) -> None:
+    # Prepare: a new item id, and a known id whose Q-row differs from the training item's.
+    known = Q.items[0]
+    other_row = next(c for c in Q.concepts if c not in known.concepts)
+    items = [
+        PromptItem(item_id="brand-new", text="What is 3/4 + 1/8?", concepts=(Q.concepts[0],), score=1.0),
+        PromptItem(item_id=known.id, text=known.text, concepts=(other_row,), score=0.0),
+    ]
+
+    # Execute
+    prediction = await LocalFedEntity(registry_dir).respond(_context(items))
+
+    # Assert
+    flagged = [r.detail for r in prediction.repairs if r.rule == "unseen_item"]
+    assert len(flagged) == 2 and "brand-new" in flagged[0] and "another Q-row" in flagged[1]
+    assert prediction.status == "ok" and set(prediction.mastery) == {Q.concepts[0], other_row}
+
+
+async def test_unknown_concepts_are_reported_missing_never_invented(registry_dir: Path) -> None:
+    # Prepare
+    items = [*_items()[:3], PromptItem(item_id="calc-1", concepts=("Derivatives",), score=1.0),
+             PromptItem(item_id="mixed", concepts=(Q.concepts[0], "Derivatives"), score=0.0)]
+    context = _context(items, extra_concepts=("Derivatives",))
+
+    # Execute
+    prediction = await LocalFedEntity(registry_dir).respond(context)
+
+    # Assert
+    assert prediction.status == "partial" and prediction.missing == ["Derivatives"]
+    assert set(prediction.mastery) == set(context.concepts) - {"Derivatives"}
+    rules = [(r.rule, r.concept) for r in prediction.repairs]
+    assert ("unknown_concept", "Derivatives") in rules and sum(r == "item_skipped" for r, _ in rules) == 2
+
+
+async def test_only_unknown_concepts_gives_an_empty_partial_answer(registry_dir: Path) -> None:
+    context = PromptContext(concepts=("Derivatives",), items=(PromptItem(item_id="c", concepts=("Derivatives",),
+                                                                         score=1.0),))
+    entity = LocalFedEntity(registry_dir)
+    prediction = await entity.respond(context)
+    assert prediction.status == "partial" and prediction.mastery == {} and prediction.missing == ["Derivatives"]
+    assert entity.forward_passes == 0
+
+
+async def test_concurrent_calls_share_forward_passes(registry_dir: Path) -> None:
+    # Prepare
+    entity = LocalFedEntity(registry_dir)
+    entity.load()
+    contexts = [_context(_items([float((k >> j) & 1) for j in range(len(Q.items))])) for k in range(24)]
+    sequential = [await entity.respond(c) for c in contexts]
+    passes_before = entity.forward_passes
+
+    # Execute
+    together = await asyncio.gather(*(entity.respond(c) for c in contexts))
+
+    # Assert
+    assert passes_before == 24 and entity.forward_passes - passes_before < 24
+    for a, b in zip(sequential, together, strict=True):
+        assert a.mastery == pytest.approx(b.mastery, abs=1e-6)
+
+
+async def test_micro_batcher_caps_batch_size_and_fails_a_whole_batch() -> None:
+    sizes: list[int] = []
+    batcher: MicroBatcher[int, int] = MicroBatcher(lambda xs: sizes.append(len(xs)) or [x * 2 for x in xs],
+                                                   window_s=0.05, max_batch=4)
+    assert await asyncio.gather(*(batcher.submit(i) for i in range(10))) == [i * 2 for i in range(10)]
+    assert sizes == [4, 4, 2]
+
+    def boom(xs: list[int]) -> list[int]:
+        raise RuntimeError("forward failed")
+
+    failing: MicroBatcher[int, int] = MicroBatcher(boom)
+    results = await asyncio.gather(failing.submit(1), failing.submit(2), return_exceptions=True)
+    assert all(isinstance(r, RuntimeError) for r in results) and failing.batches == 1
+
+
+def test_info_describes_the_verified_model(registry_dir: Path) -> None:
+    info = LocalFedEntity(registry_dir).info()
+    assert info["version"] == "v0001" and info["signature_verified"] is True
+    assert info["dp_mode"] == "none" and info["epsilon"] is None and info["rounds"] == 20
+    assert 0.5 < info["heldout_metrics"]["auc"] <= 1 and info["trained_at"]
+    assert info["config"]["model"]["concepts"] == list(Q.concepts) and "training" in info["config"]
+
+
+async def test_reload_picks_up_a_new_active_version(registry_dir: Path, tmp_path: Path) -> None:
+    # Prepare
+    path = tmp_path / "reg"
+    shutil.copytree(registry_dir, path)
+    entity = LocalFedEntity(path)
+    entity.load()
+    data = simulate_dina(Q, n_students=200, seed=5)
+    train_federated(dataset=data, registry=path, rounds=2, seed=5, force=True)
+
+    # Execute / Assert
+    assert entity.info()["version"] == "v0001"
+    entity.reload()
+    assert (await entity.respond(_context(_items()))).model == "fedcd-cdm/v0002"
+
+
+async def test_missing_or_tampered_model_is_rejected(registry_dir: Path, tmp_path: Path) -> None:
+    with pytest.raises(EntityRejected, match="no active model"):
+        await LocalFedEntity(tmp_path / "empty").respond(_context(_items()))
+    path = tmp_path / "tampered"
+    shutil.copytree(registry_dir, path)
+    weights = path / "versions" / "v0001" / "model.pt"
+    data = bytearray(weights.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    weights.write_bytes(bytes(data))
+    with pytest.raises(EntityRejected, match="does not match the signed manifest"):
+        await LocalFedEntity(path).respond(_context(_items()))
+
+
+async def test_tagging_is_refused(registry_dir: Path) -> None:
+    context = PromptContext(task="tag", concepts=Q.concepts, items=(_items()[0],))
+    with pytest.raises(EntityRejected, match="only diagnoses"):
+        await LocalFedEntity(registry_dir).respond(context)
