@@ -29,7 +29,9 @@ __all__ = ["Settings", "get_settings"]
 
 
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="FEDCD_", env_nested_delimiter="__", extra="forbid")
+    model_config = SettingsConfigDict(
+        env_prefix="FEDCD_", env_nested_delimiter="__", extra="forbid", env_parse_none_str="null"
+    )
 
     host: str = "127.0.0.1"
     port: int = Field(default=8000, ge=1, le=65535)
