@@ -331,6 +331,10 @@ def train(
     max_students: Annotated[Optional[int], typer.Option(help="subsample the dataset (seeded)")] = None,
     seed: Annotated[int, typer.Option(help="seed for splits, partitions, sampling and noise")] = 0,
     force: Annotated[bool, typer.Option("--force", help="publish even if the promotion gate refuses (recorded)")] = False,
+    engine: Annotated[str, typer.Option(help="inprocess (fedcd's driver) | flower (Flower ServerApp/ClientApp)")] = "inprocess",
+    deployment: Annotated[
+        bool, typer.Option("--deployment", help="with --engine flower: flower-superlink + supernodes on 127.0.0.1")
+    ] = False,
     data_dir: Annotated[Optional[Path], typer.Option(help="folder holding the public datasets")] = None,
     out: Annotated[Optional[Path], typer.Option("--out", help="model registry folder (default: the gateway's)")] = None,
 ) -> None:
@@ -350,8 +354,12 @@ def train(
         problems.append("--aggregation must be fedavg, fedprox, trimmed or median")
     if secagg and aggregation in ("trimmed_mean", "median"):
         problems.append("--secagg hides individual updates, which trimmed/median aggregation must inspect: choose one")
-    if secagg:
-        problems.append("--secagg runs on the Flower engine (fedcd train-flower); the in-process trainer cannot hide updates")
+    if engine not in ("inprocess", "flower"):
+        problems.append("--engine must be inprocess or flower")
+    if secagg and engine != "flower":
+        problems.append("--secagg needs --engine flower (Flower SecAgg+)")
+    if deployment and engine != "flower":
+        problems.append("--deployment needs --engine flower")
     if problems:
         for problem in problems:
             err.print(f"[red]error:[/] {problem}")
@@ -377,10 +385,17 @@ def train(
             bar.advance(task)
 
         try:
-            result = train_federated(
-                dataset=data, registry=registry, clients=clients, rounds=rounds, dp=dp, epsilon=epsilon, delta=delta,  # type: ignore[arg-type]
-                aggregation=aggregation, partition=partition, alpha=alpha, seed=seed, progress=on_round, force=force,  # type: ignore[arg-type]
-            )
+            if engine == "flower":
+                result = _train_with_flower(
+                    data, registry, clients=clients, rounds=rounds, dp=dp, epsilon=epsilon, delta=delta, secagg=secagg,
+                    aggregation=aggregation, partition=partition, alpha=alpha, seed=seed, deployment=deployment,
+                    progress=on_round, force=force,
+                )
+            else:
+                result = train_federated(
+                    dataset=data, registry=registry, clients=clients, rounds=rounds, dp=dp, epsilon=epsilon, delta=delta,  # type: ignore[arg-type]
+                    aggregation=aggregation, partition=partition, alpha=alpha, seed=seed, progress=on_round, force=force,  # type: ignore[arg-type]
+                )
         except ValueError as exc:
             err.print(f"[red]error:[/] {exc}")
             raise typer.Exit(2) from exc
@@ -392,6 +407,18 @@ def train(
         err.print(f"[red]not published:[/] {'; '.join(result.decision.reasons)}")
         raise typer.Exit(1)
     console.print(f"published {result.version} (signed) to {registry} in {result.seconds:.1f} s")
+
+
+def _train_with_flower(data, registry, *, progress, force, **options):  # type: ignore[no-untyped-def]
+    """Train on Flower, then gate and publish exactly as the in-process trainer does."""
+    import tempfile
+
+    from federated.flower import train_flower
+    from federated.publish import publish_trained
+
+    with tempfile.TemporaryDirectory(prefix="fedcd-flower-") as work:
+        fed = train_flower(dataset=data, out_dir=Path(work), progress=progress, **options)
+        return publish_trained(fed, dataset=data, registry=registry, options=options, force=force)
 
 
 def main() -> None:

@@ -65,7 +65,7 @@ class Settings(BaseSettings):
         default=True,
         description="at first start, fit a calibration for the example Q-matrix on SIMULATED validation students",
     )
-    default_calibration_students: int = Field(default=60, ge=10, description="simulated students; a fifth validate")
+    default_calibration_students: int = Field(default=120, ge=10, description="simulated students; a fifth validate")
     default_calibration_method: Literal["paper", "bias", "stacking", "posterior"] = "stacking"
     local_fed: bool = Field(default=True, description="serve the federated-trained model as entity 'local-fed'")
     train_default_model: bool = Field(

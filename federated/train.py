@@ -23,7 +23,7 @@ import copy
 import logging
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -40,13 +40,13 @@ from federated.data import (
     split_students,
 )
 from federated.dp import poisson_sample, update_nbytes
-from federated.gate import GateDecision, GatePolicy, promotion_gate
+from federated.gate import GatePolicy
+from federated.publish import TrainResult, gate_and_publish
 from federated.inprocess import DPMode, FedConfig, RoundRecord, run_fedavg
 from federated.local import LocalConfig, StudentDP, add_update, get_parameters, set_parameters, train_local
 from federated.metrics import evaluate_masked
 from federated.model import CDModel, Interaction
-from federated.predict import predict_mastery_batch
-from federated.registry import ModelRegistry, utc_now
+from federated.registry import ModelRegistry
 from qmatrix import Dataset, example_qmatrix, simulate_dina
 
 __all__ = ["AGGREGATIONS", "DEFAULT_MODEL", "Aggregation", "TrainResult", "coordinate_median",
@@ -70,22 +70,6 @@ def trimmed_mean(updates: Sequence[Update], *, trim: float) -> list[np.ndarray]:
 def coordinate_median(updates: Sequence[Update]) -> list[np.ndarray]:
     """Coordinate-wise median of the updates."""
     return [np.median(np.stack(arrays), axis=0) for arrays in zip(*updates, strict=True)]
-
-
-@dataclass
-class TrainResult:
-    version: str | None  # None when the gate refused (see ``decision``) or no round ran
-    history: list[RoundRecord]
-    manifest: dict[str, Any] | None
-    decision: GateDecision
-    stop_reason: str | None
-    heldout_metrics: dict[str, Any]
-    model: CDModel
-    seconds: float
-
-    @property
-    def published(self) -> bool:
-        return self.version is not None
 
 
 @contextlib.contextmanager
@@ -124,12 +108,6 @@ def _robust_round(model: CDModel, clients: Sequence[ResponseTensors], evaluation
                        eval_loss=evaluation_result.loss, auc=evaluation_result.auc, epsilon=None,
                        bytes_sent=sum(update_nbytes(r.update) for r in results), seconds=time.perf_counter() - start,
                        student_norm_median=float(np.median(norms)) if norms else None)
-
-
-def _history_row(record: RoundRecord) -> dict[str, Any]:
-    return {"round": record.round, "clients": len(record.sampled_clients), "train_loss": record.train_loss,
-            "eval_loss": record.eval_loss, "auc": record.auc, "epsilon": record.epsilon,
-            "bytes_sent": record.bytes_sent, "seconds": round(record.seconds, 3)}
 
 
 def train_federated(
@@ -233,49 +211,25 @@ def train_federated(
             history.append(record)
             if progress is not None:
                 progress(record)
-        final = evaluate_masked(model, evaluation, hidden_eval)
-        heldout_students = [dataset.students[int(i)] for i in split.test]
-        metrics: dict[str, Any] = {"auc": final.auc, "loss": final.loss, "n_students": final.n_students,
-                                   "n_responses": final.n_responses, "mask_fraction": config.eval_mask_frac}
-        if dataset.true_mastery:  # SIMULATED data: compare with the known mastery too
-            predicted = predict_mastery_batch(model, dataset.qmatrix, heldout_students)
-            errors = [abs(p[c] - dataset.true_mastery[s.student_id][c])
-                      for p, s in zip(predicted, heldout_students, strict=True) for c in dataset.qmatrix.concepts]
-            metrics["true_mastery_mae"] = float(np.mean(errors))
-        if not history:
-            decision = GateDecision(accepted=False, reasons=(f"no round ran: {stop_reason}",))
-        else:
-            decision = promotion_gate(model, active=active.model if active else None, qmatrix=dataset.qmatrix,
-                                      heldout=heldout_students, active_version=active_version, policy=gate,
-                                      force=force)
-    version = manifest = None
-    if decision.accepted:
-        spent = history[-1].epsilon if dp != "none" else None
-        version, manifest = registry.publish(model, activate=activate, manifest={
-            "trained_at": utc_now(), "rounds": len(history), "stop_reason": stop_reason,
-            "dp_mode": dp, "epsilon": spent, "delta": delta if dp != "none" else None,
-            "heldout_metrics": metrics, "qmatrix_id": dataset.qmatrix.id,
-            "items": {item.id: list(item.concepts) for item in dataset.qmatrix.items},
-            "data": {"name": dataset.name, "simulated": dataset.simulated, "students": len(dataset.students),
-                     "train_students": len(train), "heldout_students": len(evaluation)},
-            "gate": decision.to_dict(), "forced": decision.forced,
-            "history": [_history_row(h) for h in history],
-            "config": {"training": {
-                "clients": clients, "rounds": rounds, "dp": dp, "epsilon_budget": epsilon, "delta": delta,
-                "aggregation": aggregation, "partition": partition, "seed": seed,
-                "alpha": alpha if partition == "dirichlet" else None,
-                "trim_fraction": trim_fraction if aggregation == "trimmed_mean" else None,
-                "client_sample_rate": client_sample_rate, "local_epochs": local_epochs, "local_lr": local_lr,
-                "prox_mu": local.prox_mu, "heldout_fraction": heldout_fraction,
-                "noise_multiplier": mechanism[0] if mechanism else None,
-                "sample_rate": mechanism[1] if mechanism else None,
-                "steps_per_round": mechanism[2] if mechanism else None,
-                "clip_norm": (student_dp.clip_norm if student_dp else config.clip_norm) if dp != "none" else None,
-            }},
-        })
-    return TrainResult(version=version, history=history, manifest=manifest, decision=decision,
-                       stop_reason=stop_reason, heldout_metrics=metrics, model=model,
-                       seconds=time.perf_counter() - started)
+        config_row = {
+            "clients": clients, "rounds": rounds, "dp": dp, "epsilon_budget": epsilon, "delta": delta,
+            "aggregation": aggregation, "partition": partition, "seed": seed,
+            "alpha": alpha if partition == "dirichlet" else None,
+            "trim_fraction": trim_fraction if aggregation == "trimmed_mean" else None,
+            "client_sample_rate": client_sample_rate, "local_epochs": local_epochs, "local_lr": local_lr,
+            "prox_mu": local.prox_mu, "heldout_fraction": heldout_fraction,
+            "noise_multiplier": mechanism[0] if mechanism else None,
+            "sample_rate": mechanism[1] if mechanism else None,
+            "steps_per_round": mechanism[2] if mechanism else None,
+            "clip_norm": (student_dp.clip_norm if student_dp else config.clip_norm) if dp != "none" else None,
+        }
+        return gate_and_publish(
+            model, history, dataset=dataset, registry=registry, active=active, active_version=active_version,
+            split=split, evaluation=evaluation, hidden_eval=hidden_eval, mask_fraction=config.eval_mask_frac,
+            train_students=len(train), dp=dp,
+            delta=delta, stop_reason=stop_reason, config=config_row, gate=gate, force=force, activate=activate,
+            started=started,
+        )
 
 
 # The default model: SIMULATED DINA students on the project's example Q-matrix, without DP.

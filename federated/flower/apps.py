@@ -1,0 +1,24 @@
+"""The ServerApp and ClientApp objects a Flower App Bundle points at (deployment engine).
+
+A generated app folder (:func:`federated.flower.deployment.write_app`) holds one module that
+re-exports these two names; SuperLink and SuperNodes import it in their own processes, with
+``run_config`` naming the run's ``data-dir`` and ``out-dir``.
+"""
+
+from __future__ import annotations
+
+from flwr.app import Context
+from flwr.serverapp import Grid, ServerApp
+
+from federated.flower.client import make_client_app
+from federated.flower.server import serve
+
+__all__ = ["client_app", "server_app"]
+
+client_app = make_client_app()
+server_app = ServerApp()
+
+
+@server_app.main()
+def _main(grid: Grid, context: Context) -> None:
+    serve(grid, context)

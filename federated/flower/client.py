@@ -1,0 +1,99 @@
+"""The ClientApp: one institution, holding only its own students, training the shared model.
+
+A client receives the global weights, trains locally with :func:`federated.local.train_local`
+(plain, or student-level DP-SGD where *the client itself* adds the noise) and replies with
+its **update** (new - global weights), not its weights. Updates are small, so SecAgg+ can
+quantise them into a narrow range; and a client can clip its own update, which it must do
+under SecAgg+, where the server never sees an individual update to clip.
+
+Reported metrics (partition id, local loss, pre-clip update norm, median per-student
+gradient norm) are computed from local data without privacy: they are for logging in
+simulation. A deployment that releases them should drop or privatise them.
+
+The example count sent back is the number of students only when no DP and no SecAgg+ is
+on; otherwise 1, so the server's equal weighting matches what clients claim (under SecAgg+
+the weight travels inside the masked vector, where the server could not check it).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import numpy as np
+import torch
+from flwr.app import Context, Message
+from flwr.client import Client, NumPyClient
+from flwr.client.mod import secaggplus_mod
+from flwr.clientapp import ClientApp
+from flwr.clientapp.typing import ClientAppCallable, Mod
+from flwr.common import NDArrays, Scalar
+
+from federated.data import ResponseTensors
+from federated.dp import clip_update, l2_norm
+from federated.flower.config import FlowerConfig
+from federated.flower.files import load_partition, load_settings
+from federated.local import get_parameters, set_parameters, train_local
+from federated.model import CDModel
+
+__all__ = ["CDClient", "make_client_app", "secagg_if_configured"]
+
+
+class CDClient(NumPyClient):
+    """Trains ``model`` on ``data`` (one partition) from the weights the server sends."""
+
+    def __init__(self, model: CDModel, data: ResponseTensors, *, config: FlowerConfig, partition_id: int) -> None:
+        if len(data) == 0:
+            raise ValueError(f"partition {partition_id} holds no students")
+        self.model, self.data, self.config, self.partition_id = model, data, config, partition_id
+
+    def get_parameters(self, config: dict[str, Scalar]) -> NDArrays:
+        return get_parameters(self.model)
+
+    def fit(self, parameters: NDArrays, config: dict[str, Scalar]) -> tuple[NDArrays, int, dict[str, Scalar]]:
+        fed = self.config.fed
+        set_parameters(self.model, parameters)
+        local = fed.local
+        if "proximal_mu" in config:  # sent by Flower's FedProx
+            local = dataclasses.replace(local, prox_mu=float(config["proximal_mu"]))
+        if "seed" not in config:
+            raise ValueError("fit config carries no 'seed': the server must draw one per client and round")
+        generator = torch.Generator().manual_seed(int(config["seed"]))
+        result = train_local(self.model, self.data, config=local, generator=generator,
+                             dp=fed.student_dp if fed.dp == "student" else None)
+        update, norm = result.update, l2_norm(result.update)
+        if self.config.secagg and self.config.clips:
+            update, norm = clip_update(update, clip_norm=fed.clip_norm)
+        metrics: dict[str, Scalar] = {"partition_id": self.partition_id, "loss": result.loss, "pre_clip_norm": norm}
+        if result.pre_clip_norms:
+            metrics["student_norm_median"] = float(np.median(result.pre_clip_norms))
+        return update, 1 if self.config.equal_weights else len(self.data), metrics
+
+    def evaluate(self, parameters: NDArrays, config: dict[str, Scalar]) -> tuple[float, int, dict[str, Scalar]]:
+        raise NotImplementedError("evaluation is done by the server on held-out students")
+
+
+def _client_fn(context: Context) -> Client:
+    data_dir = Path(str(context.run_config["data-dir"]))
+    settings = load_settings(data_dir)
+    partition = int(context.node_config["partition-id"])
+    data = load_partition(data_dir, partition)
+    model = CDModel(settings.model["concepts"], text_dim=settings.model["text_dim"], hidden=settings.model["hidden"],
+                    interaction=settings.model["interaction"])
+    return CDClient(model, data, config=settings.config, partition_id=partition).to_client()
+
+
+def secagg_if_configured(msg: Message, context: Context, call_next: ClientAppCallable) -> Message:
+    """Flower's ``secaggplus_mod`` when the run is configured for SecAgg+, else pass through.
+
+    When it is configured, a train message that does not follow the SecAgg+ protocol is
+    refused by ``secaggplus_mod``: the client never sends its update in the clear.
+    """
+    if load_settings(Path(str(context.run_config["data-dir"]))).config.secagg:
+        return secaggplus_mod(msg, context, call_next)
+    return call_next(msg, context)
+
+
+def make_client_app(mods: tuple[Mod, ...] | list[Mod] = ()) -> ClientApp:
+    """The ClientApp; ``mods`` run inside secure aggregation (they see the plain reply)."""
+    return ClientApp(client_fn=_client_fn, mods=[secagg_if_configured, *mods])

@@ -1,0 +1,108 @@
+"""What a Flower run is configured with, checked once on construction.
+
+:class:`FlowerConfig` wraps the engine-independent :class:`~federated.inprocess.FedConfig`
+(rounds, Poisson rate q, local training, DP mode and numbers, budget) and adds what only the
+Flower runs have: the server aggregation rule and secure aggregation. Refusals are
+``ValueError`` with a message that says why:
+
+* SecAgg+ with trimmed mean or median. Secure aggregation hides every individual update
+  from the server; trimmed mean and median must inspect them. The two cannot be combined.
+* Client-level DP with trimmed mean or median. The Gaussian noise is calibrated to the L2
+  sensitivity of the *sum* of clipped updates (C); a coordinate-wise order statistic has
+  another sensitivity, which the accountant does not model.
+
+The config serialises to a plain dict (``to_dict``/``from_dict``), so a ServerApp or
+ClientApp in another process (the deployment engine) rebuilds exactly the same object.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from federated.inprocess import FedConfig
+from federated.local import LocalConfig, StudentDP
+
+__all__ = ["AGGREGATIONS", "Aggregation", "FlowerConfig"]
+
+Aggregation = Literal["fedavg", "fedprox", "trimmed_mean", "median"]
+AGGREGATIONS: tuple[str, ...] = ("fedavg", "fedprox", "trimmed_mean", "median")
+ROBUST: frozenset[str] = frozenset({"trimmed_mean", "median"})
+
+
+@dataclass(frozen=True)
+class FlowerConfig:
+    """A Flower run: the shared :class:`FedConfig` plus aggregation rule and secure aggregation.
+
+    ``clip_updates`` clips every client update to ``fed.clip_norm`` (L2, over the whole
+    update) even without DP, which bounds what one poisoned client can do; client-level DP
+    always clips. ``secagg_clipping_range`` is the per-coordinate range SecAgg+ quantises
+    into when updates are *not* clipped (a clipped update has every coordinate within
+    ``clip_norm``, which is then used instead).
+    """
+
+    fed: FedConfig = field(default_factory=FedConfig)
+    aggregation: Aggregation = "fedavg"
+    secagg: bool = False
+    clip_updates: bool = False
+    proximal_mu: float = 0.01
+    trim_beta: float = 0.2
+    secagg_num_shares: float = 1.0
+    secagg_threshold: float = 0.5
+    secagg_clipping_range: float = 8.0
+    secagg_timeout: float | None = None
+    node_wait_s: float = 120.0
+
+    def __post_init__(self) -> None:
+        if self.aggregation not in AGGREGATIONS:
+            raise ValueError(f"aggregation must be one of {', '.join(AGGREGATIONS)}; got {self.aggregation!r}")
+        if self.secagg and self.aggregation in ROBUST:
+            raise ValueError(
+                f"secure aggregation cannot be combined with aggregation={self.aggregation!r}: SecAgg+ hides "
+                "each client's update from the server, while trimmed mean and median must inspect every update. "
+                "Choose secagg=True with fedavg/fedprox, or a robust aggregation without secagg."
+            )
+        if self.fed.dp == "client" and self.aggregation in ROBUST:
+            raise ValueError(
+                f"client-level DP cannot be combined with aggregation={self.aggregation!r}: the noise is calibrated "
+                "to the sensitivity of the sum of clipped updates, not of a trimmed mean or median. Use fedavg or "
+                "fedprox (or student-level DP, which composes with any aggregation)."
+            )
+        if self.aggregation == "fedprox" and not self.proximal_mu > 0:
+            raise ValueError(f"fedprox needs proximal_mu > 0, got {self.proximal_mu}")
+        if not 0 < self.trim_beta < 0.5:
+            raise ValueError(f"trim_beta must be in (0, 0.5), got {self.trim_beta}")
+        if self.clip_updates and not self.fed.clip_norm > 0:
+            raise ValueError("clip_updates needs fed.clip_norm > 0")
+        if not 0 < self.secagg_num_shares <= 1 or not 0 < self.secagg_threshold <= 1:
+            raise ValueError("secagg_num_shares and secagg_threshold are fractions in (0, 1]")
+        if not self.secagg_clipping_range > 0 or not self.node_wait_s > 0:
+            raise ValueError("secagg_clipping_range and node_wait_s must be > 0")
+        if self.secagg_timeout is not None and not self.secagg_timeout > 0:
+            raise ValueError(f"secagg_timeout must be > 0 or None, got {self.secagg_timeout}")
+
+    @property
+    def clips(self) -> bool:
+        """Whether client updates are clipped to ``fed.clip_norm``."""
+        return self.fed.dp == "client" or self.clip_updates
+
+    @property
+    def equal_weights(self) -> bool:
+        """Whether clients are weighted equally (with DP, and under SecAgg+, never by claimed sizes)."""
+        return self.fed.dp != "none" or self.secagg
+
+    @property
+    def client_noise(self) -> bool:
+        """Whether the server adds client-level Gaussian noise."""
+        return self.fed.dp == "client"
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> FlowerConfig:
+        fed = dict(data["fed"])
+        fed["local"] = LocalConfig(**fed["local"])
+        fed["student_dp"] = StudentDP(**fed["student_dp"]) if fed.get("student_dp") else None
+        return cls(**{**data, "fed": FedConfig(**fed)})

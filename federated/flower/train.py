@@ -1,0 +1,166 @@
+"""``train_flower``: the one call a CLI or job makes to train on Flower, in either engine.
+
+It splits a dataset's students into held-out evaluation students and ``clients``
+institutions (IID, or ability-skewed Dirichlet), writes the run folder
+(:mod:`federated.flower.files`), and runs it: in this process by default, or with
+``deployment=True`` on a local SuperLink with one SuperNode per client
+(:mod:`federated.flower.deployment`). Either way it returns a
+:class:`~federated.inprocess.FedResult` whose history holds
+:class:`~federated.flower.server.FlowerRoundRecord` rows, and leaves in ``out_dir``:
+``history.json`` (per-round history and status), ``model.pt`` (final weights),
+``accountant.json`` (DP runs), ``data/`` and, for deployment, ``app/`` and ``logs/``.
+
+With DP and an ``epsilon``, the noise multiplier is calibrated (PLD) so that all planned
+rounds fit the budget, and the accountant still stops the run before any round that would
+exceed it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+import torch
+
+from federated.accountant import PrivacyAccountant, noise_multiplier_for
+from federated.data import dirichlet_partition, encode_dataset, iid_partition, split_students
+from federated.flower.config import Aggregation, FlowerConfig
+from federated.flower.deployment import LocalFederation, write_app
+from federated.flower.engine import run_inprocess
+from federated.flower.files import load_settings, write_run
+from federated.flower.server import FlowerRoundRecord, read_history
+from federated.inprocess import DPMode, FedResult
+from federated.local import StudentDP
+from federated.model import CDModel
+from qmatrix import Dataset
+
+__all__ = ["train_flower"]
+
+Progress = Callable[[FlowerRoundRecord], None]
+
+
+def _config(base: FlowerConfig | None, *, rounds: int, dp: DPMode, epsilon: float | None, delta: float, secagg: bool,
+            aggregation: Aggregation) -> FlowerConfig:
+    base = base or FlowerConfig()
+    if epsilon is not None and dp == "none":
+        raise ValueError("an epsilon budget needs dp='student' or dp='client'")
+    fed = dataclasses.replace(base.fed, rounds=rounds, dp="none", epsilon_budget=None, delta=delta)
+    if dp == "student":
+        student = base.fed.student_dp or StudentDP(noise_multiplier=1.0, clip_norm=1.0, sample_rate=0.2, steps=5)
+        if epsilon is not None:
+            sigma = noise_multiplier_for(target_epsilon=epsilon, delta=delta, sample_rate=student.sample_rate,
+                                         steps=rounds * student.steps)
+            student = dataclasses.replace(student, noise_multiplier=sigma)
+        fed = dataclasses.replace(fed, dp="student", student_dp=student, epsilon_budget=epsilon)
+    elif dp == "client":
+        sigma = base.fed.noise_multiplier
+        if epsilon is not None:
+            sigma = noise_multiplier_for(target_epsilon=epsilon, delta=delta, sample_rate=fed.client_sample_rate,
+                                         steps=rounds)
+        fed = dataclasses.replace(fed, dp="client", noise_multiplier=sigma, epsilon_budget=epsilon)
+    elif dp != "none":
+        raise ValueError(f"dp must be 'none', 'student' or 'client', got {dp!r}")
+    return dataclasses.replace(base, fed=fed, secagg=secagg, aggregation=aggregation)
+
+
+def _deploy(out_dir: Path, n_clients: int, progress: Progress | None, timeout_s: float,
+            flower_home: Path | None) -> FedResult:
+    run_config = {"data-dir": str(out_dir / "data"), "out-dir": str(out_dir)}
+    app_dir = write_app(out_dir / "app", run_config=run_config)
+    home = Path(flower_home) if flower_home is not None else Path(tempfile.mkdtemp(prefix="fedcd-flwr-home-"))
+    nodes = [{"partition-id": i, "num-partitions": n_clients} for i in range(n_clients)]
+    reported = 0
+    try:
+        with LocalFederation(nodes, home=home, log_dir=out_dir / "logs") as federation:
+            run_id, proc = federation.submit(app_dir)
+            deadline = time.monotonic() + timeout_s
+            while True:
+                done = proc.poll() is not None
+                if progress is not None and (out_dir / "history.json").exists():
+                    rounds = read_history(out_dir)["rounds"]
+                    for record in rounds[reported:]:
+                        progress(record)
+                    reported = len(rounds)
+                if done:
+                    break
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"the Flower run did not finish within {timeout_s:.0f} s")
+                time.sleep(0.5)
+            status = federation.status(run_id)
+            (out_dir / "run-status.json").write_text(json.dumps(status, indent=1))
+    finally:
+        if flower_home is None:
+            shutil.rmtree(home, ignore_errors=True)
+    if status.get("status") != "finished:completed":
+        log = (out_dir / "logs" / "run.log").read_text(errors="replace")[-4000:]
+        raise RuntimeError(f"Flower run {run_id} ended as {status.get('status')!r}:\n{log}")
+    history = read_history(out_dir)
+    model = load_settings(out_dir / "data").new_model()
+    model.load_state_dict(torch.load(out_dir / "model.pt", weights_only=True))
+    accountant = None
+    if (out_dir / "accountant.json").exists():
+        accountant = PrivacyAccountant()
+        accountant.load_state_dict(json.loads((out_dir / "accountant.json").read_text()))
+    return FedResult(model=model, history=list(history["rounds"]), stop_reason=history["stop_reason"],
+                     accountant=accountant)
+
+
+def train_flower(
+    *,
+    dataset: Dataset,
+    clients: int,
+    rounds: int,
+    dp: DPMode = "none",
+    epsilon: float | None = None,
+    delta: float = 1e-5,
+    secagg: bool = False,
+    aggregation: Aggregation = "fedavg",
+    out_dir: Path | str,
+    seed: int = 0,
+    deployment: bool = False,
+    progress: Progress | None = None,
+    config: FlowerConfig | None = None,
+    partition: Literal["iid", "dirichlet"] = "iid",
+    alpha: float = 0.5,
+    test_fraction: float = 0.2,
+    timeout_s: float = 3600.0,
+    flower_home: Path | str | None = None,
+) -> FedResult:
+    """Train a :class:`~federated.model.CDModel` on ``dataset`` over ``clients`` Flower clients.
+
+    ``config`` supplies everything else (local training, q, clip norm, secagg and trimming
+    parameters); the keyword arguments here override its fields. ``progress`` is called with
+    each round's record as it completes (in deployment, as the ServerApp reports it).
+    In deployment, ``flower_home`` is the ``FLWR_HOME`` of every Flower process (default: a
+    temporary folder, removed afterwards) and ``run-status.json`` in ``out_dir`` keeps what
+    ``flwr ls`` reported for the run; a run that did not end ``finished:completed`` raises
+    ``RuntimeError`` with the tail of its log.
+    Raises ``ValueError`` for refused combinations (e.g. ``secagg`` with a robust
+    aggregation) before anything runs.
+    """
+    flower_config = _config(config, rounds=rounds, dp=dp, epsilon=epsilon, delta=delta, secagg=secagg,
+                            aggregation=aggregation)
+    out_dir = Path(out_dir)
+    data = encode_dataset(dataset)
+    rng = np.random.default_rng(seed)
+    split = split_students(len(data), rng=rng, validation=0.0, test=test_fraction)
+    train, evaluation = data.subset(split.train), data.subset(split.test)
+    if partition == "iid":
+        parts = iid_partition(len(train), n_clients=clients, rng=rng)
+    elif partition == "dirichlet":
+        parts = dirichlet_partition(train.proportion_correct(), n_clients=clients, alpha=alpha, rng=rng, min_size=2)
+    else:
+        raise ValueError(f"partition must be 'iid' or 'dirichlet', got {partition!r}")
+    model = CDModel(dataset.qmatrix.concepts, generator=torch.Generator().manual_seed(seed))
+    write_run(out_dir / "data", config=flower_config, model=model, clients=[train.subset(p) for p in parts],
+              evaluation=evaluation, seed=seed)
+    if deployment:
+        return _deploy(out_dir, clients, progress, timeout_s, None if flower_home is None else Path(flower_home))
+    return run_inprocess(out_dir / "data", out_dir, on_round=progress)

@@ -1,0 +1,141 @@
+"""Gate and publish a trained model: coordinator-side held-out metrics, the promotion gate,
+then a signed registry entry. Shared by the in-process trainer and the Flower engine, so a
+model is judged on the same held-out students whichever engine trained it."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from federated.data import ResponseTensors, encode_dataset, hidden_mask, split_students
+from federated.gate import GateDecision, GatePolicy, promotion_gate
+from federated.inprocess import FedConfig, RoundRecord
+from federated.local import LocalConfig
+from federated.metrics import evaluate_masked
+from federated.model import CDModel
+from federated.predict import predict_mastery_batch
+from federated.registry import ModelRegistry, utc_now
+from qmatrix import Dataset
+
+__all__ = ["TrainResult", "gate_and_publish", "publish_trained"]
+
+
+def _history_row(record: RoundRecord) -> dict[str, Any]:
+    return {"round": record.round, "clients": len(record.sampled_clients), "train_loss": record.train_loss,
+            "eval_loss": record.eval_loss, "auc": record.auc, "epsilon": record.epsilon,
+            "bytes_sent": record.bytes_sent, "seconds": round(record.seconds, 3)}
+
+
+@dataclass
+class TrainResult:
+    version: str | None  # None when the gate refused (see ``decision``) or no round ran
+    history: list[RoundRecord]
+    manifest: dict[str, Any] | None
+    decision: GateDecision
+    stop_reason: str | None
+    heldout_metrics: dict[str, Any]
+    model: CDModel
+    seconds: float
+
+    @property
+    def published(self) -> bool:
+        return self.version is not None
+
+
+
+def gate_and_publish(
+    model: CDModel,
+    history: list[RoundRecord],
+    *,
+    dataset: Dataset,
+    registry: ModelRegistry,
+    active: Any,
+    active_version: str | None,
+    split: Any,
+    evaluation: ResponseTensors,
+    hidden_eval: torch.Tensor,
+    mask_fraction: float,
+    train_students: int,
+    dp: str,
+    delta: float,
+    stop_reason: str | None,
+    config: dict[str, Any],
+    gate: GatePolicy | None,
+    force: bool,
+    activate: bool,
+    started: float,
+) -> TrainResult:
+    """Coordinator-side held-out metrics, the promotion gate, then a signed publish (any engine)."""
+    final = evaluate_masked(model, evaluation, hidden_eval)
+    heldout_students = [dataset.students[int(i)] for i in split.test]
+    metrics: dict[str, Any] = {"auc": final.auc, "loss": final.loss, "n_students": final.n_students,
+                               "n_responses": final.n_responses, "mask_fraction": mask_fraction}
+    if dataset.true_mastery:  # SIMULATED data: compare with the known mastery too
+        predicted = predict_mastery_batch(model, dataset.qmatrix, heldout_students)
+        errors = [abs(p[c] - dataset.true_mastery[s.student_id][c])
+                  for p, s in zip(predicted, heldout_students, strict=True) for c in dataset.qmatrix.concepts]
+        metrics["true_mastery_mae"] = float(np.mean(errors))
+    if not history:
+        decision = GateDecision(accepted=False, reasons=(f"no round ran: {stop_reason}",))
+    else:
+        decision = promotion_gate(model, active=active.model if active else None, qmatrix=dataset.qmatrix,
+                                  heldout=heldout_students, active_version=active_version, policy=gate, force=force)
+    version = manifest = None
+    if decision.accepted:
+        spent = history[-1].epsilon if dp != "none" else None
+        version, manifest = registry.publish(model, activate=activate, manifest={
+            "trained_at": utc_now(), "rounds": len(history), "stop_reason": stop_reason,
+            "dp_mode": dp, "epsilon": spent, "delta": delta if dp != "none" else None,
+            "heldout_metrics": metrics, "qmatrix_id": dataset.qmatrix.id,
+            "items": {item.id: list(item.concepts) for item in dataset.qmatrix.items},
+            "data": {"name": dataset.name, "simulated": dataset.simulated, "students": len(dataset.students),
+                     "train_students": train_students, "heldout_students": len(evaluation)},
+            "gate": decision.to_dict(), "forced": decision.forced,
+            "history": [_history_row(h) for h in history],
+            "config": {"training": config},
+        })
+    return TrainResult(version=version, history=history, manifest=manifest, decision=decision,
+                       stop_reason=stop_reason, heldout_metrics=metrics, model=model,
+                       seconds=time.perf_counter() - started)
+
+
+def publish_trained(
+    fed: Any,
+    *,
+    dataset: Dataset,
+    registry: ModelRegistry | str | Path,
+    options: dict[str, Any],
+    force: bool = False,
+    heldout_fraction: float = 0.2,
+    gate: GatePolicy | None = None,
+) -> TrainResult:
+    """Gate and publish a model trained elsewhere (the Flower engine), on the same held-out students:
+    the split is re-derived with the same seed and call as both trainers use."""
+    started = time.perf_counter()
+    registry = registry if isinstance(registry, ModelRegistry) else ModelRegistry(registry)
+    active_version = registry.active_version()
+    active = registry.load(active_version) if active_version else None
+    rng = np.random.default_rng(options.get("seed", 0))
+    data = encode_dataset(dataset, text_dim=0)
+    split = split_students(len(data), rng=rng, validation=0.0, test=heldout_fraction)
+    evaluation = data.subset(split.test)
+    defaults = FedConfig(rounds=1, local=LocalConfig())
+    hidden_eval = hidden_mask(evaluation.observed, frac=defaults.eval_mask_frac,
+                              generator=torch.Generator().manual_seed(defaults.eval_seed))
+    accountant = getattr(fed, "accountant", None)
+    history = list(fed.history)
+    return gate_and_publish(
+        fed.model, history, dataset=dataset, registry=registry, active=active, active_version=active_version,
+        split=split, evaluation=evaluation, hidden_eval=hidden_eval, mask_fraction=defaults.eval_mask_frac,
+        train_students=len(split.train),
+        dp=options.get("dp", "none"), delta=options.get("delta", 1e-5), stop_reason=getattr(fed, "stop_reason", None),
+        config={**options, "engine": "flower", "accountant": accountant is not None},
+        gate=gate, force=force, activate=True, started=started,
+    )
+
+

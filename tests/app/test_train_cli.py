@@ -1,0 +1,43 @@
+"""`fedcd train`: options, the per-round table, a signed publish, and refusals."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from app.cli import cli
+from federated import ModelRegistry
+
+runner = CliRunner()
+
+
+def test_train_in_process_publishes_a_signed_model(tmp_path: Path) -> None:
+    out = tmp_path / "models"
+    result = runner.invoke(cli, ["train", "--dataset", "synthetic", "--max-students", "200", "--clients", "2", "--rounds", "2", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "held-out AUC" in result.output and "bytes sent" in result.output and "published v0001" in result.output
+    assert ModelRegistry(out).load().signature_verified
+
+
+def test_train_on_flower_with_secure_aggregation(tmp_path: Path) -> None:
+    out = tmp_path / "models"
+    result = runner.invoke(cli, ["train", "--engine", "flower", "--secagg", "--dataset", "synthetic", "--max-students", "150",
+                                 "--clients", "3", "--rounds", "2", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    manifest = ModelRegistry(out).load().manifest
+    assert manifest["config"]["training"]["engine"] == "flower" and manifest["config"]["training"]["secagg"] is True
+
+
+def test_train_refuses_inconsistent_options(tmp_path: Path) -> None:
+    cases = [
+        (["--dp", "student"], "--epsilon is required"),
+        (["--epsilon", "2"], "only applies"),
+        (["--engine", "flower", "--secagg", "--aggregation", "median"], "choose one"),
+        (["--secagg"], "--engine flower"),
+        (["--aggregation", "magic"], "--aggregation"),
+    ]
+    for extra, message in cases:
+        result = runner.invoke(cli, ["train", "--dataset", "synthetic", "--out", str(tmp_path), *extra])
+        assert result.exit_code == 2, (extra, result.output)
+        assert message in result.output, (extra, result.output)
