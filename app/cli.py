@@ -194,8 +194,17 @@ def evaluate(
     n_simulated: Annotated[int, typer.Option(help="simulated protocol: students per generator")] = 500,
     data_dir: Annotated[Optional[Path], typer.Option(help="folder holding the public datasets")] = None,
     out: Annotated[Path, typer.Option("--out", help="output folder")] = Path("reports/evaluation"),
+    privacy_frontier: Annotated[
+        bool, typer.Option("--privacy-frontier", help="MAE and held-out AUC against ε for every mechanism, ± post-processing")
+    ] = False,
+    datasets: Annotated[str, typer.Option(help="--privacy-frontier: comma-separated datasets")] = "frcsub,assist0910,simulated",
+    mechanisms: Annotated[Optional[str], typer.Option(help="--privacy-frontier: comma-separated mechanisms (default all)")] = None,
+    repeats: Annotated[int, typer.Option(min=1, help="--privacy-frontier: noise draws per setting")] = 3,
 ) -> None:
     """Evaluate the federation against baselines; writes results.json, report.md and plots to OUT."""
+    if privacy_frontier:
+        _frontier(datasets, entities, epsilons, mechanisms, seed, sensitivity, max_students, max_items, n_simulated, repeats, data_dir, out)
+        return
     import shlex
 
     from app.federation import Federation
@@ -261,6 +270,48 @@ def evaluate(
     command = "fedcd " + " ".join(shlex.quote(a) for a in args)
     written = write_report(result, out, command=command)  # type: ignore[arg-type]
     console.print(f"wrote {', '.join(str(p) for p in written)}")
+
+
+def _frontier(datasets: str, entities: str, epsilons: str, mechanisms: str | None, seed: int, sensitivity: str,  # noqa: PLR0913
+              max_students: int | None, max_items: int | None, n_simulated: int, repeats: int, data_dir: Path | None, out: Path) -> None:
+    """The privacy–utility frontier (SIMULATED hosted entities unless configured ones are named)."""
+    from calibration.evaluation.frontier import DEFAULT_EPSILONS, frontier_command, frontier_datasets, progress_total, run_privacy_frontier
+    from privacy import MECHANISM_NAMES
+    from providers.simulated import simulated_family
+
+    try:
+        eps = _parse_epsilons(epsilons) if epsilons != "0.5,1,2,inf" else list(DEFAULT_EPSILONS)
+        mechs = [m.strip() for m in mechanisms.split(",")] if mechanisms else list(MECHANISM_NAMES)
+        unknown = [m for m in mechs if m not in MECHANISM_NAMES]
+        if unknown:
+            raise ValueError(f"unknown mechanisms: {', '.join(unknown)} (use {', '.join(MECHANISM_NAMES)})")
+        names = [d.strip() for d in datasets.split(",") if d.strip()]
+        sims = simulated_family(seed=seed)
+        chosen = [n.strip() for n in entities.split(",") if n.strip()]
+        if any(n not in sims for n in chosen):
+            raise ValueError("the frontier runs on the SIMULATED hosted family (sim:*): real LLMs are too slow for 6 mechanisms × 7 ε on a CPU")
+        frontier_sets = frontier_datasets(names, data_dir=data_dir, max_students=max_students or 300, max_items=max_items or 30,
+                                          n_simulated=n_simulated, seed=seed)
+    except (ValueError, FileNotFoundError) as exc:
+        err.print(f"[red]error:[/] {exc}")
+        raise typer.Exit(2) from exc
+    total = progress_total(frontier_sets, n_epsilons=len(eps), n_mechanisms=len(mechs), repeats=repeats, seed=seed)
+    command = frontier_command(out=out, datasets=names, entities=chosen, epsilons=eps, mechanisms=mechs, seed=seed,
+                               sensitivity=sensitivity, max_students=max_students or 300, max_items=max_items or 30,
+                               n_simulated=n_simulated, repeats=repeats)
+
+    async def run() -> list[Path]:
+        with Progress(TextColumn("privacy frontier"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=err) as bar:
+            task = bar.add_task("rows", total=total)
+            _, paths = await run_privacy_frontier(
+                out, datasets=names, entities={n: sims[n] for n in chosen}, epsilons=eps, mechanisms=mechs, seed=seed,
+                sensitivity=sensitivity, max_students=max_students or 300, max_items=max_items or 30, n_simulated=n_simulated,
+                repeats=repeats, data_dir=data_dir, progress=lambda k: bar.advance(task, k), command=command,
+            )
+            return paths
+
+    paths = asyncio.run(run())
+    console.print(f"wrote {', '.join(str(p) for p in paths)}")
 
 
 def _evaluate_extraction(entities: str, n_problems: int, data_dir: Path | None, out: Path) -> None:
