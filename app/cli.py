@@ -23,7 +23,7 @@ console = Console()
 err = Console(stderr=True)
 
 _CURL = """curl -s http://{host}:{port}/v1/diagnose -H 'content-type: application/json' -d '{{
-  "student_id": "demo-student", "qmatrix_id": "{qid}", "epsilon": 2.0, "include_entities": true,
+  "student_id": "demo-student", "qmatrix_id": "{qid}", "include_entities": true,
   "responses": [{{"item_id": "q01", "correct": true}}, {{"item_id": "q03", "correct": false}}, {{"item_id": "q10", "correct": true}}]
 }}'"""
 
@@ -63,6 +63,7 @@ def diagnose(
     show_entities: Annotated[bool, typer.Option("--show-entities", help="also print each entity's privatized answer")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON instead of tables")] = False,
     seed: Annotated[Optional[int], typer.Option(help="fixed noise seed (reproducible runs, not for production)")] = None,
+    aggregation: Annotated[str, typer.Option(help="posterior (Bayes post-processing, the API's default) | mean")] = "posterior",
 ) -> None:
     """Diagnose every student in RESPONSES with the configured federation, in-process."""
     from app.federation import Federation
@@ -87,9 +88,19 @@ def diagnose(
         err.print("[red]error:[/] --sensitivity must be 'paper' or 'assessed'")
         raise typer.Exit(2)
     names = [n.strip() for n in entities.split(",")] if entities else None
+    if aggregation not in ("posterior", "mean"):
+        err.print("[red]error:[/] --aggregation must be 'posterior' or 'mean'")
+        raise typer.Exit(2)
 
     async def run() -> list[object]:
+        from calibration import PosteriorAggregator, ResidualAggregator
+        from app.services.diagnosis import DEFAULT_ENTITY_ERROR_SD
+
         federation = Federation(settings.entity_specs, seed=seed if seed is not None else settings.noise_seed)
+        aggregator = (
+            PosteriorAggregator(entity_error_sd={n: DEFAULT_ENTITY_ERROR_SD for n in federation.names})
+            if aggregation == "posterior" else ResidualAggregator()
+        )
         results: list[object] = []
         try:
             federation.pipeline.select(names)
@@ -104,11 +115,12 @@ def diagnose(
                         qmatrix=q,
                         responses=s.responses,
                         epsilon=None if no_noise else (epsilon or settings.default_epsilon),
+                        mechanism=settings.default_mechanism,
                         sensitivity=mode,  # type: ignore[arg-type]
                         entities=names,
                     )
                     try:
-                        results.append(await federation.pipeline.diagnose(request))
+                        results.append(await federation.pipeline.diagnose(request, aggregator))
                     except AllEntitiesFailed as exc:
                         results.append(exc)
                     progress.advance(task)

@@ -71,14 +71,14 @@ class _DiagnoseOptions(BaseModel):
     sensitivity: Literal["paper", "assessed"] | None = Field(
         default=None, description="Δ = all K concepts (paper) or the concepts assessed by this request"
     )
-    mechanism: Literal["laplace", "secure_laplace", "gaussian", "duchi", "piecewise", "hybrid"] = Field(
-        default="laplace", description="local DP mechanism on each entity's answer; laplace is the paper's"
+    mechanism: Literal["laplace", "secure_laplace", "gaussian", "duchi", "piecewise", "hybrid"] | None = Field(
+        default=None, description="local DP mechanism on each entity's answer (laplace is the paper's); omitted: the server default"
     )
     delta: float = Field(default=1e-5, gt=0, lt=1, description="δ, for the gaussian mechanism only")
     aggregation: Literal["auto", "mean", "posterior"] = Field(
         default="auto",
-        description="auto: as the calibration record says; mean: (residual/stacking) mean; posterior: Bayes "
-        "post-processing of the privatized answers (free of privacy cost), with mastery_interval",
+        description="auto: as the calibration record says (posterior when there is none); mean: (residual/stacking) "
+        "mean; posterior: Bayes post-processing of the privatized answers (free of privacy cost), with mastery_interval",
     )
     estimate: Literal["mean", "median"] = Field(default="mean", description="posterior mean or median")
     entities: list[str] | None = Field(default=None, min_length=1, description="entity names; omitted: all")

@@ -37,14 +37,17 @@ class Settings(BaseSettings):
     port: int = Field(default=8000, ge=1, le=65535)
     # Declared entities; None means the default federation (see module docstring).
     entities: list[EntitySpec] | None = None
-    default_epsilon: float = Field(default=1.0, gt=0, description="ε per entity answer when a request gives none")
+    # Defaults chosen from the privacy frontier (docs/results/frontier): below ε ≈ 8–32 per entity answer, with
+    # Δ = K, every mechanism's posterior returns the population prior; piecewise is the best from ε = 8 up.
+    default_epsilon: float = Field(default=32.0, gt=0, description="ε per entity answer when a request gives none")
+    default_mechanism: Literal["laplace", "secure_laplace", "gaussian", "duchi", "piecewise", "hybrid"] = "piecewise"
     sensitivity: Literal["paper", "assessed"] = "paper"
     alpha: float = Field(default=0.3, ge=0.0, le=1.0)
     send_answer_text: bool = Field(
         default=False, description="send students' free-text answers to entities (off: only item text and correctness)"
     )
     privacy_cap_epsilon: float | None = Field(
-        default=50.0, gt=0, description="lifetime ε per (tenant, student); None switches the ledger off"
+        default=1000.0, gt=0, description="lifetime ε per (tenant, student); None switches the ledger off"
     )
     privacy_cap_delta: float = Field(default=1e-4, ge=0, lt=1, description="lifetime δ per student (Gaussian queries)")
     privacy_accountant: Literal["basic", "rdp", "zcdp"] = "basic"
@@ -66,7 +69,7 @@ class Settings(BaseSettings):
         description="at first start, fit a calibration for the example Q-matrix on SIMULATED validation students",
     )
     default_calibration_students: int = Field(default=120, ge=10, description="simulated students; a fifth validate")
-    default_calibration_method: Literal["paper", "bias", "stacking", "posterior"] = "stacking"
+    default_calibration_method: Literal["paper", "bias", "stacking", "posterior"] = "posterior"
     local_fed: bool = Field(default=True, description="serve the federated-trained model as entity 'local-fed'")
     train_default_model: bool = Field(
         default=True, description="at first start, train a small local-fed model on SIMULATED data if none exists"

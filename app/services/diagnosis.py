@@ -69,7 +69,8 @@ def _aggregator(
     options: _DiagnoseOptions, q: QMatrix, calibrations: CalibrationStore, settings: Settings, entities: Sequence[str]
 ) -> Aggregator:
     record = _record(options, q, calibrations)
-    if options.aggregation == "posterior" or (options.aggregation == "auto" and record and record.method == "posterior"):
+    auto_posterior = options.aggregation == "auto" and (record is None or record.method == "posterior")
+    if options.aggregation == "posterior" or auto_posterior:
         if record is not None and record.method == "posterior":
             priors = {c: BetaPrior(a=ab[0], b=ab[1]) for c, ab in record.priors.items()}
             tau = {e: record.entity_error_sd.get(e, DEFAULT_ENTITY_ERROR_SD) for e in entities}
@@ -127,7 +128,7 @@ def _fingerprint(request: DiagnosisRequest, options: _DiagnoseOptions, calibrati
         "responses": [r.model_dump(mode="json") for r in request.responses],
         "epsilon": request.epsilon,
         "delta": request.delta,
-        "mechanism": request.mechanism,
+        "mechanism": request.mechanism,  # resolved (server default applied)
         "sensitivity": request.sensitivity,
         "entities": sorted(request.entities) if request.entities is not None else None,
         "calibration_id": calibration_id,
@@ -221,7 +222,7 @@ def _request(
         responses=student.responses,
         epsilon=_epsilon(options, settings),
         sensitivity=mode,
-        mechanism=options.mechanism,
+        mechanism=options.mechanism or settings.default_mechanism,
         delta=options.delta,
         entities=options.entities,
         include_answers=settings.send_answer_text,

@@ -170,7 +170,8 @@ def test_first_start_fits_a_default_calibration_and_later_starts_reuse_it(tmp_pa
             time.sleep(0.05)
             listing = client.get(f"/v1/calibrations?qmatrix_id={Q_ID}").json()
         record = listing["data"][0]
-        assert record["method"] == "stacking" and record["truth_source"] == "simulated-true-mastery"
+        assert record["method"] == "posterior" and record["truth_source"] == "simulated-true-mastery"
+        assert record["priors"] and record["entity_error_sd"]["good"] < record["entity_error_sd"]["flat"]
         assert record["n_students"] == 8
     with make_client(tmp_path, entities, default_calibration=True, default_calibration_students=40) as client:
         time.sleep(0.2)

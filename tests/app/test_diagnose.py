@@ -15,7 +15,7 @@ BODY = {
 
 
 def test_diagnose_returns_the_documented_fields(client: TestClient) -> None:
-    r = client.post("/v1/diagnose", json={**BODY, "epsilon": 2.0, "include_entities": True})
+    r = client.post("/v1/diagnose", json={**BODY, "epsilon": 2.0, "mechanism": "laplace", "include_entities": True})
     assert r.status_code == 200, r.text
     body = r.json()
     assert set(body) >= {"student_id", "mastery", "entities", "privacy", "calibration_id", "request_id"}
@@ -37,9 +37,11 @@ def test_entities_are_omitted_unless_asked(client: TestClient) -> None:
     assert body["entities"] is None
 
 
-def test_server_default_epsilon_applies_when_none_given(client: TestClient) -> None:
+def test_server_defaults_apply_when_none_given(client: TestClient) -> None:
+    # chosen from the privacy frontier: piecewise at ε = 32 per entity answer, Bayes post-processing
     body = client.post("/v1/diagnose", json=BODY).json()
-    assert body["privacy"]["epsilon"] == 1.0
+    assert body["privacy"]["epsilon"] == 32.0 and body["privacy"]["mechanism"] == "piecewise"
+    assert body["aggregation"] == "posterior" and body["mastery_interval"] is not None
 
 
 def test_epsilon_none_means_no_noise(client: TestClient) -> None:

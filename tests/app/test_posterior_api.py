@@ -30,8 +30,8 @@ def test_posterior_aggregation_returns_credible_intervals(tmp_path: Path, fakes)
     assert all(high - low > 0.3 for low, high in body["mastery_interval"].values())
 
 
-def test_default_aggregation_has_no_intervals(client) -> None:  # type: ignore[no-untyped-def]
-    body = client.post("/v1/diagnose", json=BODY).json()
+def test_mean_aggregation_has_no_intervals(client) -> None:  # type: ignore[no-untyped-def]
+    body = client.post("/v1/diagnose", json={**BODY, "aggregation": "mean"}).json()
     assert body["aggregation"] == "mean" and body["mastery_interval"] is None
 
 
