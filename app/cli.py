@@ -484,6 +484,42 @@ def _train_with_flower(data, registry, *, progress, force, **options):  # type: 
         return publish_trained(fed, dataset=data, registry=registry, options=options, force=force)
 
 
+bench = typer.Typer(help="benchmarks that write reports")
+cli.add_typer(bench, name="bench")
+
+
+@bench.command("federated")
+def bench_federated(
+    datasets: Annotated[str, typer.Option(help="comma-separated: frcsub, assist0910, synthetic, ...")] = "frcsub,assist0910",
+    clients: Annotated[int, typer.Option(min=2)] = 3,
+    rounds: Annotated[int, typer.Option(min=1)] = 10,
+    epsilons: Annotated[str, typer.Option(help="student-level DP budgets")] = "1,2,8",
+    max_students: Annotated[Optional[int], typer.Option(help="subsample each dataset (seeded)")] = None,
+    max_items: Annotated[Optional[int], typer.Option(help="keep each student's first N responses")] = None,
+    seed: Annotated[int, typer.Option()] = 0,
+    out: Annotated[Path, typer.Option("--out")] = Path("reports/federated"),
+) -> None:
+    """Centralized vs federated vs federated with student-level DP: held-out AUC, bytes and seconds per round."""
+    from calibration.evaluation.datasets import load_dataset
+    from federated.benchmark import compare_training, write_comparison
+
+    eps = _parse_epsilons(epsilons)
+    names = [d.strip() for d in datasets.split(",") if d.strip()]
+    results = []
+    for name in names:
+        data = load_dataset(name, max_students=max_students, max_items=max_items, seed=seed)
+        results.append(compare_training(data, clients=clients, rounds=rounds, epsilons=eps, seed=seed,
+                                        on_setting=lambda s, n=name: err.print(f"{n}: training {s} ...")))
+    args = ["bench", "federated", "--datasets", ",".join(names), "--clients", str(clients), "--rounds", str(rounds),
+            "--epsilons", ",".join(f"{e:g}" for e in eps), "--seed", str(seed), "--out", str(out)]
+    if max_students is not None:
+        args += ["--max-students", str(max_students)]
+    if max_items is not None:
+        args += ["--max-items", str(max_items)]
+    paths = write_comparison(results, out, command="fedcd " + " ".join(args))
+    console.print(f"wrote {', '.join(str(p) for p in paths)}")
+
+
 def main() -> None:
     cli()
 

@@ -159,3 +159,15 @@ def test_default_model_is_trained_once(tmp_path: Path) -> None:
     manifest = ModelRegistry(tmp_path).load().manifest
     assert manifest["data"]["simulated"] and manifest["dp_mode"] == "none" and manifest["rounds"] == 20
     assert manifest["qmatrix_id"] == example_qmatrix().id and manifest["heldout_metrics"]["auc"] > 0.65
+
+
+def test_training_comparison_reports_every_setting(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from federated.benchmark import compare_training, write_comparison
+    from qmatrix import example_qmatrix, simulate_dina
+
+    data = simulate_dina(example_qmatrix(), n_students=150, seed=2)
+    result = compare_training(data, clients=2, rounds=1, epsilons=(8.0,), seed=0)
+    assert [r["name"] for r in result.rows] == ["centralized", "federated", "federated-dp(ε=8)"]
+    assert result.rows[0]["clients"] == 1 and result.rows[2]["epsilon_spent"] <= 8.0
+    paths = write_comparison([result], tmp_path, command="fedcd bench federated ...")
+    assert "held-out AUC" in paths[1].read_text()
