@@ -1,0 +1,157 @@
+"""`fedcd train` and `fedcd bench federated`: the federated-trained local model."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from app.cli.common import cli, console, err, parse_epsilons
+from app.settings import Settings
+
+
+@cli.command()
+def train(
+    dataset: Annotated[str, typer.Option(help="synthetic | frcsub | assist0910 | uci | a folder")] = "synthetic",
+    clients: Annotated[int, typer.Option(min=1, help="institutions (partitions of the students)")] = 3,
+    rounds: Annotated[int, typer.Option(min=1, help="federated rounds (fewer if the ε budget runs out)")] = 10,
+    dp: Annotated[str, typer.Option(help="none | student (DP-SGD in each client) | client (noise on clipped updates)")] = "none",
+    epsilon: Annotated[Optional[float], typer.Option(help="ε budget; required with --dp student|client")] = None,
+    delta: Annotated[float, typer.Option(help="δ of the (ε, δ) budget")] = 1e-5,
+    secagg: Annotated[bool, typer.Option("--secagg", help="secure aggregation (Flower SecAgg+)")] = False,
+    aggregation: Annotated[str, typer.Option(help="fedavg | fedprox | trimmed | median")] = "fedavg",
+    partition: Annotated[str, typer.Option(help="iid | dirichlet (non-IID by ability)")] = "iid",
+    alpha: Annotated[float, typer.Option(help="Dirichlet concentration for --partition dirichlet")] = 0.5,
+    max_students: Annotated[Optional[int], typer.Option(help="subsample the dataset (seeded)")] = None,
+    seed: Annotated[int, typer.Option(help="seed for splits, partitions, sampling and noise")] = 0,
+    force: Annotated[bool, typer.Option("--force", help="publish even if the promotion gate refuses (recorded)")] = False,
+    engine: Annotated[str, typer.Option(help="inprocess (fedcd's driver) | flower (Flower ServerApp/ClientApp)")] = "inprocess",
+    deployment: Annotated[
+        bool, typer.Option("--deployment", help="with --engine flower: flower-superlink + supernodes on 127.0.0.1")
+    ] = False,
+    data_dir: Annotated[Optional[Path], typer.Option(help="folder holding the public datasets")] = None,
+    out: Annotated[Optional[Path], typer.Option("--out", help="model registry folder (default: the gateway's)")] = None,
+) -> None:
+    """Train the federated local model (FedAvg across simulated institutions) and publish it, signed."""
+    from calibration.evaluation.datasets import load_dataset
+    from federated import train_federated
+
+    aggregation = {"trimmed": "trimmed_mean"}.get(aggregation, aggregation)
+    problems = []
+    if dp not in ("none", "student", "client"):
+        problems.append("--dp must be none, student or client")
+    if dp != "none" and epsilon is None:
+        problems.append("--epsilon is required with --dp student|client")
+    if dp == "none" and epsilon is not None:
+        problems.append("--epsilon only applies with --dp student|client")
+    if aggregation not in ("fedavg", "fedprox", "trimmed_mean", "median"):
+        problems.append("--aggregation must be fedavg, fedprox, trimmed or median")
+    if secagg and aggregation in ("trimmed_mean", "median"):
+        problems.append("--secagg hides individual updates, which trimmed/median aggregation must inspect: choose one")
+    if engine not in ("inprocess", "flower"):
+        problems.append("--engine must be inprocess or flower")
+    if secagg and engine != "flower":
+        problems.append("--secagg needs --engine flower (Flower SecAgg+)")
+    if deployment and engine != "flower":
+        problems.append("--deployment needs --engine flower")
+    if problems:
+        for problem in problems:
+            err.print(f"[red]error:[/] {problem}")
+        raise typer.Exit(2)
+    try:
+        data = load_dataset(dataset, data_dir=data_dir, max_students=max_students, seed=seed)
+    except (ValueError, FileNotFoundError) as exc:
+        err.print(f"[red]error:[/] {exc}")
+        raise typer.Exit(2) from exc
+    registry = out or Settings().registry_dir
+    table = Table(title=f"federated training on {data.name} ({'SIMULATED' if data.simulated else 'real'} data), {clients} clients")
+    for column in ("round", "loss", "held-out AUC", "ε spent", "bytes sent", "seconds"):
+        table.add_column(column, justify="right")
+    with Progress(TextColumn("training"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=err) as bar:
+        task = bar.add_task("rounds", total=rounds)
+
+        def on_round(record: object) -> None:
+            r = record  # federated.RoundRecord
+            table.add_row(
+                str(r.round), f"{r.train_loss:.4f}", f"{r.auc:.4f}",  # type: ignore[attr-defined]
+                "—" if r.epsilon is None else f"{r.epsilon:.3f}", f"{r.bytes_sent:,}", f"{r.seconds:.2f}",  # type: ignore[attr-defined]
+            )
+            bar.advance(task)
+
+        try:
+            if engine == "flower":
+                result = _train_with_flower(
+                    data, registry, clients=clients, rounds=rounds, dp=dp, epsilon=epsilon, delta=delta, secagg=secagg,
+                    aggregation=aggregation, partition=partition, alpha=alpha, seed=seed, deployment=deployment,
+                    progress=on_round, force=force,
+                )
+            else:
+                result = train_federated(
+                    dataset=data, registry=registry, clients=clients, rounds=rounds, dp=dp, epsilon=epsilon, delta=delta,  # type: ignore[arg-type]
+                    aggregation=aggregation, partition=partition, alpha=alpha, seed=seed, progress=on_round, force=force,  # type: ignore[arg-type]
+                )
+        except ValueError as exc:
+            err.print(f"[red]error:[/] {exc}")
+            raise typer.Exit(2) from exc
+    console.print(table)
+    if result.stop_reason:
+        console.print(f"stopped early: {result.stop_reason}")
+    console.print(f"held-out metrics: {json.dumps(result.heldout_metrics)}")
+    if not result.published:
+        err.print(f"[red]not published:[/] {'; '.join(result.decision.reasons)}")
+        raise typer.Exit(1)
+    console.print(f"published {result.version} (signed) to {registry} in {result.seconds:.1f} s")
+
+
+def _train_with_flower(data, registry, *, progress, force, **options):  # type: ignore[no-untyped-def]
+    """Train on Flower, then gate and publish exactly as the in-process trainer does."""
+    import tempfile
+
+    from federated.flower import train_flower
+    from federated.publish import publish_trained
+
+    with tempfile.TemporaryDirectory(prefix="fedcd-flower-") as work:
+        fed = train_flower(dataset=data, out_dir=Path(work), progress=progress, **options)
+        return publish_trained(fed, dataset=data, registry=registry, options=options, force=force)
+
+
+bench = typer.Typer(help="benchmarks that write reports")
+cli.add_typer(bench, name="bench")
+
+
+@bench.command("federated")
+def bench_federated(
+    datasets: Annotated[str, typer.Option(help="comma-separated: frcsub, assist0910, synthetic, ...")] = "frcsub,assist0910",
+    clients: Annotated[int, typer.Option(min=2)] = 3,
+    rounds: Annotated[int, typer.Option(min=1)] = 10,
+    epsilons: Annotated[str, typer.Option(help="student-level DP budgets")] = "1,2,8",
+    max_students: Annotated[Optional[int], typer.Option(help="subsample each dataset (seeded)")] = None,
+    max_items: Annotated[Optional[int], typer.Option(help="keep each student's first N responses")] = None,
+    seed: Annotated[int, typer.Option()] = 0,
+    out: Annotated[Path, typer.Option("--out")] = Path("reports/federated"),
+) -> None:
+    """Centralized vs federated vs federated with student-level DP: held-out AUC, bytes and seconds per round."""
+    from calibration.evaluation.datasets import load_dataset
+    from federated.benchmark import compare_training, write_comparison
+
+    eps = parse_epsilons(epsilons)
+    names = [d.strip() for d in datasets.split(",") if d.strip()]
+    results = []
+    for name in names:
+        data = load_dataset(name, max_students=max_students, max_items=max_items, seed=seed)
+        results.append(compare_training(data, clients=clients, rounds=rounds, epsilons=eps, seed=seed,
+                                        on_setting=lambda s, n=name: err.print(f"{n}: training {s} ...")))
+    args = ["bench", "federated", "--datasets", ",".join(names), "--clients", str(clients), "--rounds", str(rounds),
+            "--epsilons", ",".join(f"{e:g}" for e in eps), "--seed", str(seed), "--out", str(out)]
+    if max_students is not None:
+        args += ["--max-students", str(max_students)]
+    if max_items is not None:
+        args += ["--max-items", str(max_items)]
+    paths = write_comparison(results, out, command="fedcd " + " ".join(args))
+    console.print(f"wrote {', '.join(str(p) for p in paths)}")
+
+
