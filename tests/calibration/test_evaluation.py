@@ -114,7 +114,7 @@ def test_evaluate_command_refuses_bad_options(tmp_path: Path) -> None:
 
 def test_privacy_frontier_command_writes_its_report(tmp_path: Path) -> None:
     out = tmp_path / "frontier"
-    result = CliRunner().invoke(cli, ["evaluate", "--privacy-frontier", "--datasets", "simulated", "--epsilons", "1,8",
+    result = CliRunner().invoke(cli, ["evaluate", "--privacy-frontier", "--datasets", "synthetic", "--epsilons", "1,8",
                                       "--mechanisms", "laplace,piecewise", "--repeats", "1", "--n-simulated", "80", "--out", str(out)])
     assert result.exit_code == 0, result.output
     assert (out / "frontier.json").is_file() and (out / "frontier_mae.png").stat().st_size > 1000
