@@ -57,8 +57,10 @@ def fit_beta_prior(values: Sequence[float], *, min_shape: float = 0.5, max_shape
     """Method-of-moments Beta prior from true mastery values (clipped to [0, 1]).
 
     a = m·c, b = (1 − m)·c with c = m(1 − m)/v − 1 (m, v the sample mean and unbiased variance).
-    Each shape is then clipped to [min_shape, max_shape]: values with variance ≥ m(1 − m) (e.g.
-    binary truth) give the U-shaped floor, constant values the cap. Fewer than two values: uniform.
+    When a shape would fall below ``min_shape`` (variance at or above m(1 − m), e.g. binary truth)
+    the concentration is raised until the smaller shape equals ``min_shape``, keeping the mean m:
+    a U-shaped prior that still says how common mastery is (a floor of Beta(½, ½) for every such
+    concept would pull every estimate towards ½). Constant values give the cap. Fewer than two values: uniform.
     """
     if not 0 < min_shape <= max_shape:
         raise ValueError(f"need 0 < min_shape <= max_shape, got {min_shape}, {max_shape}")
@@ -74,8 +76,9 @@ def fit_beta_prior(values: Sequence[float], *, min_shape: float = 0.5, max_shape
         c = math.inf
     else:
         c = m * (1 - m) / v - 1
-    if not c > 0:
-        return BetaPrior(min_shape, min_shape)
+    if not c > 0 or min(m, 1 - m) * c < min_shape:
+        floor = min_shape / min(m, 1 - m)  # the concentration at which the smaller shape is min_shape
+        return BetaPrior(float(min(m * floor, max_shape)), float(min((1 - m) * floor, max_shape)))
     a = m * c if math.isfinite(c) else max_shape
     b = (1 - m) * c if math.isfinite(c) else max_shape
     if not math.isfinite(c):  # constant values: as concentrated as allowed, at the right mean

@@ -669,7 +669,10 @@ def test_fit_beta_prior_by_moments_with_sane_bounds() -> None:
     fitted = fit_beta_prior(rng.beta(2.0, 5.0, size=20_000))
     assert fitted.a == pytest.approx(2.0, rel=0.05) and fitted.b == pytest.approx(5.0, rel=0.05)
     assert fit_beta_prior([]) == UNIFORM_PRIOR and fit_beta_prior([0.3]) == UNIFORM_PRIOR
-    assert fit_beta_prior([0.0, 1.0, 1.0, 0.0, 1.0]) == BetaPrior(0.5, 0.5)  # binary truth: the floor
+    # binary truth: U-shaped at the floor, but keeping the mean (0.6), not pulled to ½
+    prior = fit_beta_prior([0.0, 1.0, 1.0, 0.0, 1.0])
+    assert prior == BetaPrior(0.75, 0.5) and prior.a / (prior.a + prior.b) == pytest.approx(0.6)
+    assert fit_beta_prior([0.0, 1.0, 0.0, 1.0]) == BetaPrior(0.5, 0.5)
     constant = fit_beta_prior([0.25] * 10)
     assert max(constant.a, constant.b) <= 1000 and constant.mean == pytest.approx(0.25)
     assert fit_beta_prior([0.0, 0.0, 0.0]) == BetaPrior(0.5, 1000.0)
