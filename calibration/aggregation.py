@@ -31,6 +31,7 @@ __all__ = [
     "ResidualAggregator",
     "StackingAggregator",
     "aggregator_for",
+    "answered_by",
     "paper_residuals",
     "residual_aggregate",
     "stacked_aggregate",
@@ -85,6 +86,19 @@ class Aggregation:
     contributors: dict[str, list[str]]  # concept -> entities whose values were averaged
 
 
+def answered_by(predictions: Predictions, concepts: Sequence[str]) -> tuple[dict[str, list[str]], list[str]]:
+    """(concept -> entities that answered it, concepts nobody answered): what every aggregator starts from."""
+    contributors: dict[str, list[str]] = {}
+    missing: list[str] = []
+    for concept in concepts:
+        names = [name for name, values in predictions.items() if concept in values]
+        if names:
+            contributors[concept] = names
+        else:
+            missing.append(concept)
+    return contributors, missing
+
+
 def residual_aggregate(
     predictions: Predictions,
     concepts: Sequence[str],
@@ -94,17 +108,11 @@ def residual_aggregate(
 ) -> Aggregation:
     """The paper's aggregation over the entities that answered each concept."""
     residuals = residuals or {}
-    mastery: dict[str, float] = {}
-    missing: list[str] = []
-    contributors: dict[str, list[str]] = {}
-    for concept in concepts:
-        names = [name for name, values in predictions.items() if concept in values]
-        if not names:
-            missing.append(concept)
-            continue
-        corrected = [predictions[n][concept] - alpha * residuals.get(n, {}).get(concept, 0.0) for n in names]
-        mastery[concept] = float(np.clip(np.mean(corrected), 0.0, 1.0))
-        contributors[concept] = names
+    contributors, missing = answered_by(predictions, concepts)
+    mastery = {
+        concept: float(np.clip(np.mean([predictions[n][concept] - alpha * residuals.get(n, {}).get(concept, 0.0) for n in names]), 0.0, 1.0))
+        for concept, names in contributors.items()
+    }
     return Aggregation(mastery=mastery, missing=missing, contributors=contributors)
 
 
@@ -154,14 +162,8 @@ def stacked_aggregate(
     calibration's notes when it is fitted.
     """
     mastery: dict[str, float] = {}
-    missing: list[str] = []
-    contributors: dict[str, list[str]] = {}
-    for concept in concepts:
-        names = [name for name, values in predictions.items() if concept in values]
-        if not names:
-            missing.append(concept)
-            continue
-        contributors[concept] = names
+    contributors, missing = answered_by(predictions, concepts)
+    for concept, names in contributors.items():
         w = weights.get(concept)
         if not w:
             mastery[concept] = float(np.clip(np.mean([predictions[n][concept] for n in names]), 0.0, 1.0))

@@ -27,7 +27,6 @@ from calibration.aggregation import (
     residual_aggregate,
     stacked_aggregate,
 )
-from calibration.metrics import mae
 
 __all__ = [
     "BiasCalibrator",

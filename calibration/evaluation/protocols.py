@@ -24,7 +24,7 @@ from calibration.baselines import DINA, IRT2PL, ProportionCorrect, response_matr
 from calibration.evaluation.collect import NoiseSetting, collect_predictions
 from calibration.evaluation.link import fit_link
 from calibration.evaluation.results import EvaluationResult, Row
-from calibration.evaluation.rows import Estimates, federation_estimates
+from calibration.evaluation.rows import federation_estimates
 from calibration.evaluation.simulation import simulate
 from calibration.evaluation.splits import holdout_responses, proportion_correct_truth, split_students
 from calibration.metrics import accuracy, auc, ece, mae, rmse

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
-from calibration.aggregation import Aggregation, Aggregator
+from calibration.aggregation import Aggregation, Aggregator, answered_by
 from calibration.posterior.grid import (
     DEFAULT_GRID_SIZE,
     DEFAULT_LEVEL,
@@ -84,13 +84,8 @@ def posterior_aggregate(
     mastery: dict[str, float] = {}
     intervals: dict[str, tuple[float, float]] = {}
     summaries: dict[str, PosteriorSummary] = {}
-    missing: list[str] = []
-    contributors: dict[str, list[str]] = {}
-    for concept in concepts:
-        names = [name for name, values in predictions.items() if concept in values]
-        if not names:
-            missing.append(concept)
-            continue
+    contributors, missing = answered_by(predictions, concepts)
+    for concept, names in contributors.items():
         summary = posterior_summary(
             [(float(predictions[n][concept]), models[n]) for n in names],
             priors.get(concept, UNIFORM_PRIOR),
@@ -100,7 +95,6 @@ def posterior_aggregate(
         summaries[concept] = summary
         mastery[concept] = summary.estimate(estimate)
         intervals[concept] = summary.interval
-        contributors[concept] = names
     return PosteriorAggregation(
         mastery=mastery,
         missing=missing,

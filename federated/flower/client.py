@@ -70,7 +70,9 @@ class CDClient(NumPyClient):
         return update, 1 if self.config.equal_weights else len(self.data), metrics
 
     def evaluate(self, parameters: NDArrays, config: dict[str, Scalar]) -> tuple[float, int, dict[str, Scalar]]:
-        raise NotImplementedError("evaluation is done by the server on held-out students")
+        # The strategy sets fraction_evaluate=0: the server evaluates on held-out students it holds, so
+        # clients never report metrics computed on their own students. Being asked anyway is a misconfiguration.
+        raise RuntimeError("fedcd clients do not evaluate: the server evaluates on held-out students")
 
 
 def _client_fn(context: Context) -> Client:
