@@ -112,7 +112,10 @@ class Settings(BaseSettings):
             return [s for s in self.entities if s.enabled]
         specs = default_entity_specs()
         if self.local_fed and (self.registry_dir / "active.json").is_file():
-            specs.append(EntitySpec(name="local-fed", kind="local_fed", model="federated-cdm", model_path=str(self.registry_dir), concurrency=64))
+            specs.append(EntitySpec(
+                name="local-fed", kind="local_fed", model="federated-cdm", model_path=str(self.registry_dir),
+                concurrency=64, temperature=None, structured_output="none",
+            ))
         return specs
 
 
