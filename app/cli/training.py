@@ -155,3 +155,66 @@ def bench_federated(
     console.print(f"wrote {', '.join(str(p) for p in paths)}")
 
 
+
+
+models = typer.Typer(help="the signed model registry behind local-fed")
+cli.add_typer(models, name="models")
+
+
+def _registry(folder: Path | None):  # type: ignore[no-untyped-def]
+    from federated import ModelRegistry
+
+    return ModelRegistry(folder or Settings().registry_dir)
+
+
+@models.command("list")
+def list_models(registry: Annotated[Optional[Path], typer.Option(help="registry folder (default: the gateway's)")] = None) -> None:
+    """Every published version, whether its signature verifies, and which is active."""
+    rows = _registry(registry).list_versions()
+    if not rows:
+        console.print("no published model")
+        return
+    table = Table(title="local-fed model versions")
+    for column in ("version", "active", "signature", "created", "rounds", "DP", "ε", "held-out AUC", "note"):
+        table.add_column(column)
+    for row in rows:
+        auc, eps = row.get("auc"), row.get("epsilon")
+        table.add_row(
+            row["version"], "yes" if row["active"] else "", "verified" if row["verified"] else "FAILED",
+            str(row.get("created_at") or ""), str(row.get("rounds") or ""), str(row.get("dp_mode") or ""),
+            "—" if eps is None else f"{eps:.2f}", "" if auc is None else f"{auc:.3f}",
+            str(row.get("error") or ("forced" if row.get("forced") else "")),
+        )
+    console.print(table)
+
+
+@models.command("rollback")
+def rollback_model(
+    version: Annotated[Optional[str], typer.Argument(help="version id (default: the one active before)")] = None,
+    registry: Annotated[Optional[Path], typer.Option(help="registry folder (default: the gateway's)")] = None,
+) -> None:
+    """Make an earlier version active (verified first). A running gateway picks it up on restart."""
+    from federated import RegistryError
+
+    try:
+        active = _registry(registry).rollback(version)
+    except RegistryError as exc:
+        err.print(f"[red]error:[/] {exc}")
+        raise typer.Exit(1) from exc
+    console.print(f"active version: {active}")
+
+
+@models.command("verify")
+def verify_model(
+    version: Annotated[str, typer.Argument(help="version id")],
+    registry: Annotated[Optional[Path], typer.Option(help="registry folder (default: the gateway's)")] = None,
+) -> None:
+    """Check a version's Ed25519 signature and weights hash."""
+    from federated import RegistryError
+
+    try:
+        manifest = _registry(registry).verify(version)
+    except RegistryError as exc:
+        err.print(f"[red]signature check failed:[/] {exc}")
+        raise typer.Exit(1) from exc
+    console.print(f"{version}: signature verified (trained {manifest.get('trained_at')}, {manifest.get('rounds')} rounds)")

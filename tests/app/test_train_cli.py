@@ -41,3 +41,20 @@ def test_train_refuses_inconsistent_options(tmp_path: Path) -> None:
         result = runner.invoke(cli, ["train", "--dataset", "synthetic", "--out", str(tmp_path), *extra])
         assert result.exit_code == 2, (extra, result.output)
         assert message in result.output, (extra, result.output)
+
+
+def test_models_list_verify_and_rollback(tmp_path: Path) -> None:
+    out = tmp_path / "models"
+    for seed in ("0", "1"):
+        result = runner.invoke(cli, ["train", "--dataset", "synthetic", "--max-students", "150", "--clients", "2", "--rounds", "1",
+                                     "--seed", seed, "--force", "--out", str(out)])
+        assert result.exit_code == 0, result.output
+    listing = runner.invoke(cli, ["models", "list", "--registry", str(out)])
+    assert listing.exit_code == 0 and "v0001" in listing.output and "v0002" in listing.output and "verified" in listing.output
+    assert runner.invoke(cli, ["models", "verify", "v0001", "--registry", str(out)]).exit_code == 0
+    rolled = runner.invoke(cli, ["models", "rollback", "v0001", "--registry", str(out)])
+    assert rolled.exit_code == 0 and "v0001" in rolled.output
+    assert ModelRegistry(out).active_version() == "v0001"
+    (out / "versions" / "v0002" / "model.pt").write_bytes(b"tampered")
+    assert runner.invoke(cli, ["models", "verify", "v0002", "--registry", str(out)]).exit_code == 1
+    assert runner.invoke(cli, ["models", "rollback", "v0002", "--registry", str(out)]).exit_code == 1
