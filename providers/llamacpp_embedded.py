@@ -7,8 +7,9 @@ Structured output, by ``EntitySpec.structured_output``:
 
 * ``grammar`` (default for the packaged models): an explicit GBNF grammar that allows
   exactly the requested concept keys, in order, each with a number from 0 to 1 written
-  with at most two decimals. Tiny models otherwise answer 8, 25 or 10^15 (measured: Gemma
-  failed 30–70 % of draws under the JSON-schema grammar, which ignores minimum/maximum).
+  with at most two decimals. Tiny models otherwise answer 8, 25 or 10^15: under the JSON-schema
+  grammar, which ignores minimum/maximum, Gemma's answers were often unusable (switch
+  ``structured_output`` to ``json_object`` to see it; the repairs are counted per response).
 * ``json_object``: llama.cpp's ``{"type": "json_object", "schema": …}``; out-of-range
   numbers then reach ``parse_mastery`` and are repaired or rejected there, and counted.
 """
