@@ -244,6 +244,7 @@ class CalibrateRequest(BaseModel):
     sensitivity: Literal["paper", "assessed"] | None = None
     entities: list[str] | None = Field(default=None, min_length=1)
     method: Literal["paper", "bias", "stacking", "posterior"] = "bias"
+    isotonic: bool = Field(default=False, description="stacking only: map each entity through an isotonic curve first")
     release_epsilon: Epsilon | None = Field(
         default=None,
         description="ε with which the fitted parameters are released (charged to each validation student); "
@@ -258,6 +259,8 @@ class CalibrateRequest(BaseModel):
             raise ValueError("'qmatrix_id' is required with 'records'")
         if isinstance(self.epsilon, float) and not self.epsilon > 0:
             raise ValueError("epsilon must be > 0, or \"none\" for no noise")
+        if self.isotonic and self.method != "stacking":
+            raise ValueError("isotonic applies to method 'stacking' only")
         return self
 
 
@@ -293,6 +296,9 @@ class CalibrationPublic(BaseModel):
     residuals: dict[str, dict[str, float]]
     weights: dict[str, dict[str, float]]
     intercepts: dict[str, float]
+    isotonic: dict[str, dict[str, list[list[float]]]] = Field(
+        default_factory=dict, description="stacking: entity -> concept -> [[x knots], [y knots]]"
+    )
     priors: dict[str, list[float]] = Field(default_factory=dict, description="posterior: concept -> Beta(a, b)")
     entity_error_sd: dict[str, float] = Field(default_factory=dict, description="posterior: entity -> τ")
     entities: list[str]

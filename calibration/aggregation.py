@@ -32,6 +32,7 @@ __all__ = [
     "StackingAggregator",
     "aggregator_for",
     "answered_by",
+    "apply_isotonic",
     "paper_residuals",
     "residual_aggregate",
     "stacked_aggregate",
@@ -60,6 +61,8 @@ class CalibrationRecord:
     residuals: dict[str, dict[str, float]] = field(default_factory=dict)
     weights: dict[str, dict[str, float]] = field(default_factory=dict)
     intercepts: dict[str, float] = field(default_factory=dict)
+    # stacking with isotonic maps: entity -> concept -> [[x knots], [y knots]], applied before the weights
+    isotonic: dict[str, dict[str, list[list[float]]]] = field(default_factory=dict)
     priors: dict[str, list[float]] = field(default_factory=dict)  # posterior: concept -> [a, b] of a Beta prior
     entity_error_sd: dict[str, float] = field(default_factory=dict)  # posterior: entity -> τ of its clean answers
     entities: list[str] = field(default_factory=list)
@@ -147,12 +150,26 @@ class Aggregator(ABC):
     def calibration_id(self) -> str | None: ...
 
 
+def apply_isotonic(
+    predictions: Predictions, isotonic: Mapping[str, Mapping[str, Sequence[Sequence[float]]]]
+) -> dict[str, dict[str, float]]:
+    """Map each entity's value through its fitted monotone (isotonic) curve, where one was fitted."""
+    out: dict[str, dict[str, float]] = {}
+    for entity, values in predictions.items():
+        maps = isotonic.get(entity, {})
+        out[entity] = {
+            c: float(np.interp(v, maps[c][0], maps[c][1])) if c in maps else float(v) for c, v in values.items()
+        }
+    return out
+
+
 def stacked_aggregate(
     predictions: Predictions,
     concepts: Sequence[str],
     *,
     weights: Mapping[str, Mapping[str, float]],
     intercepts: Mapping[str, float],
+    isotonic: Mapping[str, Mapping[str, Sequence[Sequence[float]]]] | None = None,
 ) -> Aggregation:
     """y_k = b_k + Σ_j w'_jk ŷ_jk over the entities that answered k, clipped to [0, 1].
 
@@ -161,6 +178,8 @@ def stacked_aggregate(
     weights (not in ``weights``) falls back to the plain mean, and that is recorded in the
     calibration's notes when it is fitted.
     """
+    if isotonic:
+        predictions = apply_isotonic(predictions, isotonic)
     mastery: dict[str, float] = {}
     contributors, missing = answered_by(predictions, concepts)
     for concept, names in contributors.items():
@@ -207,7 +226,10 @@ class StackingAggregator(Aggregator):
         return self.record.id
 
     def aggregate(self, predictions: Predictions, concepts: Sequence[str]) -> Aggregation:
-        return stacked_aggregate(predictions, concepts, weights=self.record.weights, intercepts=self.record.intercepts)
+        return stacked_aggregate(
+            predictions, concepts, weights=self.record.weights, intercepts=self.record.intercepts,
+            isotonic=self.record.isotonic,
+        )
 
 
 def aggregator_for(record: CalibrationRecord | None, *, alpha: float = DEFAULT_ALPHA) -> Aggregator:

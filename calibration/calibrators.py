@@ -55,6 +55,7 @@ class FittedCalibration:
     residuals: dict[str, dict[str, float]] = field(default_factory=dict)
     weights: dict[str, dict[str, float]] = field(default_factory=dict)
     intercepts: dict[str, float] = field(default_factory=dict)
+    isotonic: dict[str, dict[str, list[list[float]]]] = field(default_factory=dict)
     priors: dict[str, list[float]] = field(default_factory=dict)
     entity_error_sd: dict[str, float] = field(default_factory=dict)
     metrics: dict[str, float] = field(default_factory=dict)
@@ -68,7 +69,9 @@ class FittedCalibration:
             none = {"mechanism": "none", "epsilon": None, "sensitivity": None, "noise_scale": 0.0}
             return posterior_aggregate(predictions, concepts, none, priors, self.entity_error_sd).mastery
         if self.method == "stacking":
-            return stacked_aggregate(predictions, concepts, weights=self.weights, intercepts=self.intercepts).mastery
+            return stacked_aggregate(
+                predictions, concepts, weights=self.weights, intercepts=self.intercepts, isotonic=self.isotonic
+            ).mastery
         return residual_aggregate(predictions, concepts, residuals=self.residuals, alpha=self.alpha).mastery
 
 
@@ -130,6 +133,9 @@ class Calibrator(ABC):
         elif fitted.method == "posterior":
             fitted.priors, fitted.entity_error_sd = noisy_posterior(predictions, truths, epsilon=epsilon, rng=rng)
         elif fitted.method == "stacking":
+            if fitted.isotonic:
+                raise ValueError("isotonic maps have no DP release here: calibrate with release_epsilon \"none\" "
+                                 "(e.g. on simulated or public validation students) or without isotonic")
             fitted.weights, fitted.intercepts = noisy_stacking(predictions, truths, epsilon=epsilon, rng=rng)
         fitted.notes.append(
             f"released with differential privacy: ε = {epsilon:g} over the validation students (Laplace noise on the "
@@ -199,16 +205,46 @@ class StackingCalibrator(Calibrator):
 
     Fitted on the validation students for whom every entity answered that concept; a
     concept with fewer than ``min_students`` such students keeps the plain mean (noted).
+    With ``isotonic``, each entity's answers are first mapped through a monotone curve fitted
+    per concept (isotonic regression of the truth on the answer), so an entity that is right
+    in order but wrong in scale is straightened before it is weighted.
     """
 
     method = "stacking"
 
-    def __init__(self, *, ridge: float = 0.0, min_students: int = 5) -> None:
+    def __init__(self, *, ridge: float = 0.0, min_students: int = 5, isotonic: bool = False) -> None:
         if ridge < 0:
             raise ValueError("ridge must be >= 0")
-        self.ridge, self.min_students = ridge, min_students
+        self.ridge, self.min_students, self.isotonic = ridge, min_students, isotonic
+
+    def _isotonic_maps(self, predictions: Sequence[Predictions], truths: Sequence[Truth]) -> dict[str, dict[str, list[list[float]]]]:
+        from scipy.optimize import isotonic_regression
+
+        pairs: dict[tuple[str, str], list[tuple[float, float]]] = {}
+        for preds, truth in zip(predictions, truths):
+            for entity, values in preds.items():
+                for concept, value in values.items():
+                    if concept in truth:
+                        pairs.setdefault((entity, concept), []).append((float(value), truth[concept]))
+        maps: dict[str, dict[str, list[list[float]]]] = {}
+        for (entity, concept), rows in pairs.items():
+            if len(rows) < self.min_students:
+                continue
+            rows.sort()
+            x = np.array([r[0] for r in rows])
+            y = isotonic_regression(np.array([r[1] for r in rows])).x
+            knots_x, index = np.unique(x, return_index=True)  # np.interp needs increasing x
+            ends = [*index[1:], len(x)]
+            knots_y = [float(np.mean(y[i:j])) for i, j in zip(index, ends)]
+            maps.setdefault(entity, {})[concept] = [knots_x.tolist(), knots_y]
+        return maps
 
     def _fit(self, predictions: Sequence[Predictions], truths: Sequence[Truth]) -> FittedCalibration:
+        isotonic = self._isotonic_maps(predictions, truths) if self.isotonic else {}
+        if isotonic:
+            from calibration.aggregation import apply_isotonic
+
+            predictions = [apply_isotonic(p, isotonic) for p in predictions]
         entities = sorted({e for preds in predictions for e in preds})
         concepts = sorted({c for truth in truths for c in truth})
         weights: dict[str, dict[str, float]] = {}
@@ -233,7 +269,9 @@ class StackingCalibrator(Calibrator):
             w, _ = nnls(xc, yc)
             weights[concept] = {e: float(wj) for e, wj in zip(entities, w)}
             intercepts[concept] = float(y_mean - x_mean @ w)
-        return FittedCalibration(method=self.method, weights=weights, intercepts=intercepts, notes=notes)
+        if isotonic:
+            notes.append("each entity's answers are mapped through an isotonic curve per concept before weighting")
+        return FittedCalibration(method=self.method, weights=weights, intercepts=intercepts, isotonic=isotonic, notes=notes)
 
 
 class PosteriorCalibrator(Calibrator):
@@ -278,8 +316,8 @@ CALIBRATORS: dict[str, type[Calibrator]] = {
 }
 
 
-def make_calibrator(method: str) -> Calibrator:
+def make_calibrator(method: str, **options: object) -> Calibrator:
     try:
-        return CALIBRATORS[method]()
+        return CALIBRATORS[method](**options)  # type: ignore[arg-type]
     except KeyError:
         raise ValueError(f"unknown calibration method {method!r} (use {', '.join(CALIBRATORS)})") from None

@@ -145,7 +145,8 @@ class CalibrationService:
         )
         if release is not None and request.records is not None:
             await self._charge_release(tenant, [r.student_id for r in request.records], release)
-        fitted = make_calibrator(request.method).fit(
+        options = {"isotonic": True} if request.isotonic else {}
+        fitted = make_calibrator(request.method, **options).fit(
             [u["predictions"] for u in usable], [u["truth"] for u in usable],
             release_epsilon=release, rng=make_rng(self.settings.noise_seed),
         )
@@ -160,6 +161,7 @@ class CalibrationService:
             residuals=fitted.residuals,
             weights=fitted.weights,
             intercepts=fitted.intercepts,
+            isotonic=fitted.isotonic,
             priors=fitted.priors,
             entity_error_sd=fitted.entity_error_sd,
             entities=sorted(selected),

@@ -199,3 +199,15 @@ def test_release_noise_is_refused_when_a_validation_student_has_no_budget(tmp_pa
         job = _wait(client, client.post("/v1/calibrate", json=body).json()["job_id"])
         assert job["status"] == "failed" and "budget" in job["error"]
         assert client.get("/v1/privacy/students/v0").json()["spent_epsilon"] == 0.0
+
+
+def test_isotonic_stacking_through_the_api(tmp_path: Path) -> None:
+    entities = {"good": FakeEntity("good", biased(0.1))}
+    with make_client(tmp_path, entities) as client:
+        body = {"qmatrix_id": Q_ID, "records": _records(30), "epsilon": "none", "method": "stacking", "isotonic": True}
+        job = _wait(client, client.post("/v1/calibrate", json=body).json()["job_id"])
+        assert job["status"] == "succeeded", job
+        record = client.get(f"/v1/calibrations/{job['calibration_id']}").json()
+        assert record["isotonic"]["good"] and any("isotonic" in n for n in record["notes"])
+        r = client.post("/v1/calibrate", json={**body, "method": "bias"})
+        assert r.status_code == 422 and "isotonic" in r.text

@@ -91,3 +91,20 @@ def test_dp_release_adds_noise_that_shrinks_with_epsilon(method: str) -> None:
         errors[eps] = fitted.metrics["validation_mae"] - clean.metrics["validation_mae"]
     assert errors[50.0] < 0.03  # plenty of budget: close to the clean fit
     assert errors[0.5] >= errors[50.0] - 1e-9
+
+
+def test_isotonic_stacking_straightens_a_monotone_but_miscalibrated_entity() -> None:
+    rng = np.random.default_rng(4)
+    truths = [{c: float(rng.random()) for c in CONCEPTS} for _ in range(400)]
+    # right in order, wrong in scale: answer = truth³ (monotone, badly calibrated)
+    predictions = [{"cubed": {c: t[c] ** 3 for c in CONCEPTS}} for t in truths]
+    plain = StackingCalibrator().fit(predictions, truths)
+    straightened = StackingCalibrator(isotonic=True).fit(predictions, truths)
+    assert straightened.metrics["validation_mae"] < plain.metrics["validation_mae"] / 2
+    assert straightened.isotonic["cubed"]["a"][0] == sorted(straightened.isotonic["cubed"]["a"][0])
+    record = CalibrationRecord(id="i", qmatrix_id="q", method="stacking", weights=straightened.weights,
+                               intercepts=straightened.intercepts, isotonic=straightened.isotonic)
+    value = aggregator_for(record).aggregate({"cubed": {"a": 0.125}}, ["a"]).mastery["a"]
+    assert value == pytest.approx(0.5, abs=0.06)  # 0.125 = 0.5³
+    with pytest.raises(ValueError, match="isotonic"):
+        StackingCalibrator(isotonic=True).fit(predictions, truths, release_epsilon=1.0, rng=np.random.default_rng(0))
