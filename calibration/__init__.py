@@ -2,6 +2,7 @@
 
 from calibration.aggregation import (
     DEFAULT_ALPHA,
+    DEFAULT_ENTITY_ERROR_SD,
     Aggregation,
     Aggregator,
     CalibrationRecord,
@@ -39,6 +40,7 @@ from calibration.pipeline import (
 __all__ = [
     "CALIBRATORS",
     "DEFAULT_ALPHA",
+    "DEFAULT_ENTITY_ERROR_SD",
     "Aggregation",
     "Aggregator",
     "AllEntitiesFailed",

@@ -25,6 +25,7 @@ import numpy as np
 
 __all__ = [
     "DEFAULT_ALPHA",
+    "DEFAULT_ENTITY_ERROR_SD",
     "Aggregation",
     "Aggregator",
     "CalibrationRecord",
@@ -232,18 +233,38 @@ class StackingAggregator(Aggregator):
         )
 
 
-def aggregator_for(record: CalibrationRecord | None, *, alpha: float = DEFAULT_ALPHA) -> Aggregator:
-    """The aggregator a calibration record describes (none: the uncorrected mean)."""
-    if record is None:
-        return ResidualAggregator(alpha=alpha)
-    if record.method == "posterior":
+DEFAULT_ENTITY_ERROR_SD = 0.1  # τ assumed for posterior aggregation where no posterior calibration fitted one
+
+
+def aggregator_for(
+    record: CalibrationRecord | None,
+    *,
+    alpha: float = DEFAULT_ALPHA,
+    aggregation: str = "record",
+    estimate: str = "mean",
+    entities: Sequence[str] = (),
+) -> Aggregator:
+    """The aggregator for a request, given the calibration record that applies (or none).
+
+    ``aggregation``: ``record`` — what the record describes (none: the uncorrected mean);
+    ``auto`` — the same, but Bayes post-processing when there is no record; ``posterior`` —
+    always Bayes post-processing (the record's priors and entity errors when it is a posterior
+    record, else uniform priors and τ = ``DEFAULT_ENTITY_ERROR_SD`` for ``entities``); ``mean`` —
+    the record's residual/stacking mean, or the plain mean when the record is a posterior one.
+    """
+    posterior_record = record is not None and record.method == "posterior"
+    if aggregation == "posterior" or (aggregation == "auto" and (record is None or posterior_record)) or (
+        aggregation == "record" and posterior_record
+    ):
         from calibration.posterior import BetaPrior, PosteriorAggregator
 
-        return PosteriorAggregator(
-            priors={c: BetaPrior(a=ab[0], b=ab[1]) for c, ab in record.priors.items()},
-            entity_error_sd=record.entity_error_sd,
-            calibration_id=record.id,
-        )
+        if record is not None and posterior_record:
+            tau = {e: DEFAULT_ENTITY_ERROR_SD for e in entities} | record.entity_error_sd
+            priors = {c: BetaPrior(a=ab[0], b=ab[1]) for c, ab in record.priors.items()}
+            return PosteriorAggregator(priors=priors, entity_error_sd=tau, estimate=estimate, calibration_id=record.id)  # type: ignore[arg-type]
+        return PosteriorAggregator(entity_error_sd={e: DEFAULT_ENTITY_ERROR_SD for e in entities}, estimate=estimate)  # type: ignore[arg-type]
+    if record is None or posterior_record:
+        return ResidualAggregator(alpha=alpha)
     if record.method == "stacking":
         return StackingAggregator(record)
     return ResidualAggregator(record)

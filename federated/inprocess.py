@@ -41,9 +41,12 @@ from federated.local import LocalConfig, LocalResult, StudentDP, add_update, get
 from federated.metrics import evaluate_masked
 from federated.model import CDModel
 
-__all__ = ["DPMode", "FedConfig", "FedResult", "RoundRecord", "run_fedavg"]
+__all__ = ["AGGREGATIONS", "Aggregation", "DPMode", "FedConfig", "FedResult", "RoundRecord", "run_fedavg"]
 
 DPMode = Literal["none", "student", "client"]
+# Server-side aggregation rules, one list for every engine (in-process and Flower).
+Aggregation = Literal["fedavg", "fedprox", "trimmed_mean", "median"]
+AGGREGATIONS: tuple[str, ...] = ("fedavg", "fedprox", "trimmed_mean", "median")
 
 
 @dataclass(frozen=True)

@@ -42,7 +42,7 @@ from federated.data import (
 from federated.dp import poisson_sample, update_nbytes
 from federated.gate import GatePolicy
 from federated.publish import TrainResult, gate_and_publish
-from federated.inprocess import DPMode, FedConfig, RoundRecord, run_fedavg
+from federated.inprocess import AGGREGATIONS, Aggregation, DPMode, FedConfig, RoundRecord, run_fedavg
 from federated.local import LocalConfig, StudentDP, add_update, get_parameters, set_parameters, train_local
 from federated.metrics import evaluate_masked
 from federated.model import CDModel, Interaction
@@ -53,8 +53,6 @@ __all__ = ["AGGREGATIONS", "DEFAULT_MODEL", "Aggregation", "TrainResult", "coord
            "default_model_if_missing", "torch_threads", "train_federated", "trimmed_mean"]
 
 log = logging.getLogger(__name__)
-Aggregation = Literal["fedavg", "fedprox", "trimmed_mean", "median"]
-AGGREGATIONS: tuple[str, ...] = ("fedavg", "fedprox", "trimmed_mean", "median")
 Update = Sequence[np.ndarray]
 
 

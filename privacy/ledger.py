@@ -50,7 +50,7 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -374,7 +374,37 @@ class PrivacyLedger:
             "queries": queries,
         }
 
+    def charge_all(self, *, tenant: str, student_ids: Sequence[str], epsilon: float, mechanism: str) -> list[Charge]:
+        """Charge every student once for one group release (a cohort report, a calibration), all or nothing.
+
+        If any student's budget is spent, the charges already made are refunded and
+        :class:`BudgetExceeded` is raised: nothing is released and nobody pays.
+        """
+        charges: list[Charge] = []
+        try:
+            for student_id in dict.fromkeys(student_ids):
+                charges.append(self.charge(tenant=tenant, student_id=student_id, epsilon=epsilon, mechanism=mechanism))
+        except BudgetExceeded:
+            for charge in charges:
+                self.refund(charge.id)
+            raise
+        return charges
+
+    def settle_all(self, charges: Sequence[Charge], *, released: str | None) -> None:
+        """After a group release: store ``released`` on every charge, or refund them all when ``None``."""
+        for charge in charges:
+            if released is None:
+                self.refund(charge.id)
+            else:
+                self.store_answer(charge.id, released)
+
     # -- async façade (each call runs in a worker thread, off the event loop) --------------------
+    async def acharge_all(self, **kwargs: Any) -> list[Charge]:
+        return await asyncio.to_thread(lambda: self.charge_all(**kwargs))
+
+    async def asettle_all(self, charges: Sequence[Charge], *, released: str | None) -> None:
+        await asyncio.to_thread(lambda: self.settle_all(charges, released=released))
+
     async def acharge(self, **kwargs: Any) -> Charge:
         return await asyncio.to_thread(lambda: self.charge(**kwargs))
 

@@ -87,14 +87,10 @@ def diagnose(
         raise typer.Exit(2)
 
     async def run() -> list[object]:
-        from calibration import PosteriorAggregator, ResidualAggregator
-        from app.services.diagnosis import DEFAULT_ENTITY_ERROR_SD
+        from calibration import aggregator_for
 
         federation = Federation(settings.entity_specs, seed=seed if seed is not None else settings.noise_seed)
-        aggregator = (
-            PosteriorAggregator(entity_error_sd={n: DEFAULT_ENTITY_ERROR_SD for n in federation.names})
-            if aggregation == "posterior" else ResidualAggregator()
-        )
+        aggregator = aggregator_for(None, alpha=settings.alpha, aggregation=aggregation, entities=federation.names)
         results: list[object] = []
         try:
             federation.pipeline.select(names)

@@ -23,7 +23,7 @@ from app.services.jobs import JobContext, JobRunner
 from calibration import AllEntitiesFailed, CalibrationRecord, DiagnosisPipeline, DiagnosisRequest, make_calibrator
 from calibration.evaluation import proportion_correct_truth, split_students
 from calibration.evaluation.datasets import load_dataset
-from privacy import BudgetExceeded, PrivacyLedger, make_rng
+from privacy import PrivacyLedger, make_rng
 from providers.wrappers import Cached
 from qmatrix import EXAMPLE_QMATRIX_ID, QMatrix, Response
 
@@ -44,22 +44,6 @@ class CalibrationService:
     ) -> None:
         self.federation, self.qmatrices, self.calibrations, self.settings = federation, qmatrices, calibrations, settings
         self.ledger = ledger
-
-    async def _charge_release(self, tenant: str, student_ids: list[str], epsilon: float) -> None:
-        """Charge every validation student the release ε, all or nothing."""
-        if self.ledger is None:
-            return
-        charges = []
-        try:
-            for sid in dict.fromkeys(student_ids):
-                charge = await self.ledger.acharge(tenant=tenant, student_id=sid, epsilon=epsilon, mechanism="laplace")
-                charges.append(charge)
-        except BudgetExceeded:
-            for charge in charges:
-                await self.ledger.arefund(charge.id)
-            raise
-        for charge in charges:
-            await self.ledger.astore_answer(charge.id, "calibration-release")
 
     def _students(self, request: CalibrateRequest) -> tuple[QMatrix, list[dict[str, Any]], str]:
         """(Q-matrix, [{student_id, responses, truth|None}], truth source)."""
@@ -143,13 +127,22 @@ class CalibrationService:
         release = None if request.release_epsilon == "none" else (
             float(request.release_epsilon) if request.release_epsilon is not None else self.settings.calibration_release_epsilon
         )
-        if release is not None and request.records is not None:
-            await self._charge_release(tenant, [r.student_id for r in request.records], release)
-        options = {"isotonic": True} if request.isotonic else {}
-        fitted = make_calibrator(request.method, **options).fit(
-            [u["predictions"] for u in usable], [u["truth"] for u in usable],
-            release_epsilon=release, rng=make_rng(self.settings.noise_seed),
-        )
+        charges = []
+        if release is not None and request.records is not None and self.ledger is not None:
+            # Every validation student pays the release ε before anything is released, or nobody does.
+            charges = await self.ledger.acharge_all(
+                tenant=tenant, student_ids=[r.student_id for r in request.records], epsilon=release, mechanism="laplace"
+            )
+        try:
+            options = {"isotonic": True} if request.isotonic else {}
+            fitted = make_calibrator(request.method, **options).fit(
+                [u["predictions"] for u in usable], [u["truth"] for u in usable],
+                release_epsilon=release, rng=make_rng(self.settings.noise_seed),
+            )
+        except Exception:
+            if charges:
+                await self.ledger.asettle_all(charges, released=None)  # type: ignore[union-attr]  # nothing released
+            raise
         notes = list(fitted.notes)
         if truth_source == "proportion-correct":
             notes.append("truth: the paper's rule, per-concept proportion correct over each record's responses")
@@ -175,6 +168,8 @@ class CalibrationService:
             notes=notes,
         )
         self.calibrations.save(record)
+        if charges:
+            await self.ledger.asettle_all(charges, released=f"calibration {record.id}")  # type: ignore[union-attr]
         seconds = time.perf_counter() - start
         log.info("calibration %s (%s, %d students) fitted in %.1f s", record.id, record.method, len(usable), seconds)
         return {"calibration_id": record.id, "metrics": {**fitted.metrics, "seconds": seconds}, "notes": notes}

@@ -46,16 +46,15 @@ async def cohort_report(
     except UnknownEntities as exc:
         raise InputError(("body", "entities"), [str(exc)]) from exc
     charges = []
-    if ledger is not None:  # charge everyone first; refund all if anyone's budget is spent
+    if ledger is not None:  # everyone pays before anything is released, or nobody does
         try:
-            for sid in ids:
-                charges.append(await ledger.acharge(tenant=tenant, student_id=sid, epsilon=body.epsilon, mechanism="central_laplace"))
+            charges = await ledger.acharge_all(tenant=tenant, student_ids=ids, epsilon=body.epsilon, mechanism="central_laplace")
         except BudgetExceeded as exc:
-            for charge in charges:
-                await ledger.arefund(charge.id)
             raise InputError(("body", "students"), [f"{exc}; no report was released and nobody was charged"], status_code=429) from exc
-    record = calibrations.latest_for(q.id)
-    aggregator = aggregator_for(record if record is None or record.method != "posterior" else None, alpha=settings.alpha)
+    # The same aggregation a diagnosis would use (auto: the record's, or Bayes post-processing).
+    aggregator = aggregator_for(
+        calibrations.latest_for(q.id), alpha=settings.alpha, aggregation="auto", entities=list(pipeline.select(body.entities))
+    )
     gate = asyncio.Semaphore(settings.batch_concurrency)
 
     async def one(student) -> dict[str, float] | None:  # type: ignore[no-untyped-def]
@@ -70,12 +69,12 @@ async def cohort_report(
     diagnosed = [m for m in mastery if m is not None]
     concepts = [c for c in q.concepts if any(c in m for m in diagnosed)]
     if not concepts:
-        for charge in charges:
-            await ledger.arefund(charge.id)  # type: ignore[union-attr]
+        if ledger is not None:
+            await ledger.asettle_all(charges, released=None)
         raise InputError(("body", "students"), ["no student could be diagnosed; nothing released, nothing charged"], status_code=503)
     stats, eps_stat = cohort_statistics(diagnosed, concepts, epsilon=body.epsilon, bins=body.bins, rng=make_rng(settings.noise_seed))
-    for charge in charges:
-        await ledger.astore_answer(charge.id, "cohort-report")  # type: ignore[union-attr]
+    if ledger is not None:
+        await ledger.asettle_all(charges, released="cohort-report")
     notes = [
         "each student's diagnosis is made inside the gateway without per-entity noise and never released; "
         "only the noisy sums and histograms are",

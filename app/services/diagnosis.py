@@ -32,7 +32,7 @@ from calibration import (
     UnknownEntities,
     aggregator_for,
 )
-from calibration.posterior import BetaPrior, DegeneratePosteriorError, PosteriorAggregator
+from calibration.posterior import DegeneratePosteriorError, PosteriorAggregator
 from privacy import BudgetExceeded, PrivacyLedger, charge_parameters
 from qmatrix import QMatrix, QMatrixError, Response, qmatrix_from_json, qmatrix_to_json
 
@@ -62,24 +62,13 @@ def _check_items(q: QMatrix, responses: Sequence[Response], loc: tuple[str | int
         )
 
 
-DEFAULT_ENTITY_ERROR_SD = 0.1  # τ assumed for posterior aggregation without a posterior calibration
-
-
 def _aggregator(
     options: _DiagnoseOptions, q: QMatrix, calibrations: CalibrationStore, settings: Settings, entities: Sequence[str]
 ) -> Aggregator:
-    record = _record(options, q, calibrations)
-    auto_posterior = options.aggregation == "auto" and (record is None or record.method == "posterior")
-    if options.aggregation == "posterior" or auto_posterior:
-        if record is not None and record.method == "posterior":
-            priors = {c: BetaPrior(a=ab[0], b=ab[1]) for c, ab in record.priors.items()}
-            tau = {e: record.entity_error_sd.get(e, DEFAULT_ENTITY_ERROR_SD) for e in entities}
-            return PosteriorAggregator(priors=priors, entity_error_sd=tau, estimate=options.estimate, calibration_id=record.id)
-        # No posterior calibration: uniform priors and a documented default entity error.
-        return PosteriorAggregator(entity_error_sd={e: DEFAULT_ENTITY_ERROR_SD for e in entities}, estimate=options.estimate)
-    if options.aggregation == "mean" and record is not None and record.method == "posterior":
-        return aggregator_for(None, alpha=settings.alpha)
-    return aggregator_for(record, alpha=settings.alpha)
+    return aggregator_for(
+        _record(options, q, calibrations), alpha=settings.alpha, aggregation=options.aggregation,
+        estimate=options.estimate, entities=entities,
+    )
 
 
 def _record(options: _DiagnoseOptions, q: QMatrix, calibrations: CalibrationStore) -> CalibrationRecord | None:

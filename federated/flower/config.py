@@ -19,15 +19,13 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
-from federated.inprocess import FedConfig
+from federated.inprocess import AGGREGATIONS, Aggregation, FedConfig
 from federated.local import LocalConfig, StudentDP
 
 __all__ = ["AGGREGATIONS", "Aggregation", "FlowerConfig"]
 
-Aggregation = Literal["fedavg", "fedprox", "trimmed_mean", "median"]
-AGGREGATIONS: tuple[str, ...] = ("fedavg", "fedprox", "trimmed_mean", "median")
 ROBUST: frozenset[str] = frozenset({"trimmed_mean", "median"})
 
 

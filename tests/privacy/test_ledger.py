@@ -400,3 +400,16 @@ def test_rdp_accounting_serves_more_gaussian_queries_than_basic_composition(db: 
     assert status["accountant"] == accountant and status["spent_epsilon"] <= 2.0
     if accountant == "rdp":
         assert expected > 10  # 14 with these numbers, against 4
+
+
+def test_charge_all_is_all_or_nothing(db: Path) -> None:
+    ledger = PrivacyLedger(db, cap_epsilon=1.0)
+    ledger.charge(tenant=T, student_id="c", epsilon=0.8, mechanism="laplace")  # c has 0.2 left
+    with pytest.raises(BudgetExceeded):
+        ledger.charge_all(tenant=T, student_ids=["a", "b", "c", "d"], epsilon=0.5, mechanism="central_laplace")
+    assert [ledger.status(T, s)["spent_epsilon"] for s in ("a", "b", "d")] == [0.0, 0.0, 0.0]
+    charges = ledger.charge_all(tenant=T, student_ids=["a", "b", "a"], epsilon=0.5, mechanism="central_laplace")
+    assert len(charges) == 2  # each student once
+    ledger.settle_all(charges, released=None)  # nothing released: refunded
+    assert ledger.status(T, "a")["spent_epsilon"] == 0.0
+    ledger.close()
