@@ -11,8 +11,8 @@ from fastapi import APIRouter, status
 from app.deps import CalibrationStoreDep, FederationDep, JobRunnerDep, QMatrixStoreDep, TenantDep
 from app.errors import InputError
 from app.schemas import CalibrateJob, CalibrateRequest, CalibrationList, CalibrationPublic, JobAccepted, JobProgress
-from calibration import UnknownEntities
-from calibration.evaluation.datasets import DATASET_NAMES
+from diagnosis import UnknownEntities
+from evaluation.datasets import DATASET_NAMES
 
 router = APIRouter(tags=["calibration"])
 

@@ -12,8 +12,8 @@ from pydantic import ValidationError
 from app.deps import FederationDep, QMatrixStoreDep
 from app.errors import InputError
 from app.schemas import AgreementPublic, ExtractRequest, ExtractResponse, QMatrixCreate, QMatrixList, QMatrixPublic
-from calibration import UnknownEntities
-from calibration.extraction import extract_qmatrix
+from diagnosis import UnknownEntities
+from diagnosis.extraction import extract_qmatrix
 from qmatrix.extract import GSM8K_CONCEPTS
 from qmatrix import QMatrix, QMatrixError, qmatrix_from_csv_text, qmatrix_from_json, qmatrix_to_json
 

@@ -13,7 +13,8 @@ from app.errors import InputError
 from app.schemas import CohortConcept, CohortReport, CohortReportRequest
 from app.settings import Settings
 from app.storage import CalibrationStore, QMatrixStore
-from calibration import AllEntitiesFailed, DiagnosisPipeline, DiagnosisRequest, UnknownEntities, aggregator_for
+from calibration import aggregator_for
+from diagnosis import AllEntitiesFailed, DiagnosisPipeline, DiagnosisRequest, UnknownEntities
 from privacy import BudgetExceeded, PrivacyLedger, cohort_statistics, make_rng
 
 __all__ = ["cohort_report"]
