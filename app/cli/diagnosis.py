@@ -73,7 +73,7 @@ def diagnose(
 ) -> None:
     """Diagnose every student in RESPONSES with the configured federation, in-process."""
     from app.federation import Federation
-    from calibration import AllEntitiesFailed, DiagnosisRequest, UnknownEntities
+    from diagnosis import AllEntitiesFailed, DiagnosisRequest, UnknownEntities
 
     settings = Settings()
     try:
@@ -143,7 +143,7 @@ def diagnose(
 def _print(results: list[object], *, as_json: bool, show_entities: bool) -> None:
     from dataclasses import asdict
 
-    from calibration import AllEntitiesFailed
+    from diagnosis import AllEntitiesFailed
 
     if as_json:
         out = [

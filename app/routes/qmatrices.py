@@ -18,8 +18,8 @@ from app.limits import check_qmatrix_size
 from app.routes.responses import ADMIN_ERRORS, AUTH_ERRORS
 from app.schemas import AgreementPublic, ExtractRequest, ExtractResponse, QMatrixCreate, QMatrixList, QMatrixPublic
 from app.storage import QMatrixExists, StoredQMatrix
-from calibration import UnknownEntities
-from calibration.extraction import extract_qmatrix
+from diagnosis import UnknownEntities
+from diagnosis.extraction import extract_qmatrix
 from qmatrix.extract import GSM8K_CONCEPTS
 from qmatrix import QMatrix, QMatrixError, qmatrix_from_csv_text, qmatrix_from_json, qmatrix_to_json
 

@@ -23,16 +23,10 @@ from app.settings import Settings
 from app.storage import CalibrationStore, QMatrixStore, StoredQMatrix
 from app.federation import Federation
 from app.services.jobs import JobContext, JobRunner
-from calibration import (
-    AllEntitiesFailed,
-    CalibrationRecord,
-    DiagnosisPipeline,
-    DiagnosisRequest,
-    UnknownEntities,
-    make_calibrator,
-)
-from calibration.evaluation import proportion_correct_truth, split_students
-from calibration.evaluation.datasets import load_dataset
+from calibration import CalibrationRecord, make_calibrator
+from diagnosis import AllEntitiesFailed, DiagnosisPipeline, DiagnosisRequest, UnknownEntities
+from evaluation import proportion_correct_truth, split_students
+from evaluation.datasets import load_dataset
 from privacy import PrivacyLedger, make_rng
 from providers.wrappers import Cached
 from qmatrix import EXAMPLE_QMATRIX_ID, Response

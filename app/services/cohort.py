@@ -13,7 +13,8 @@ from app.auth import Principal
 from app.errors import InputError
 from app.schemas import CohortConcept, CohortReport, CohortReportRequest, StudentIn
 from app.services.diagnosis import DiagnosisService
-from calibration import AllEntitiesFailed, DiagnosisRequest, aggregator_for
+from calibration import aggregator_for
+from diagnosis import AllEntitiesFailed, DiagnosisRequest
 from privacy import BudgetExceeded, CohortConceptStats, cohort_statistics, make_rng
 from qmatrix import QMatrix
 

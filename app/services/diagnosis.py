@@ -38,17 +38,16 @@ from app.schemas import (
 )
 from app.settings import Settings
 from app.storage import CalibrationStore, QMatrixStore
-from calibration import (
+from calibration import CalibrationRecord, aggregator_for
+from diagnosis import (
     Aggregator,
     AllEntitiesFailed,
-    CalibrationRecord,
     DiagnosisPipeline,
     DiagnosisRequest,
     DiagnosisResult,
     UnknownEntities,
-    aggregator_for,
 )
-from calibration.posterior import DegeneratePosteriorError, PosteriorAggregator
+from diagnosis.posterior import DegeneratePosteriorError, PosteriorAggregator
 from privacy import BudgetExceeded, Charge, PrivacyLedger, charge_parameters
 from qmatrix import QMatrix, QMatrixError, Response, qmatrix_from_json, qmatrix_to_json
 
