@@ -16,7 +16,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
-from calibration import AllEntitiesFailed
+from diagnosis import AllEntitiesFailed
 from privacy import BudgetExceeded
 from qmatrix import QMatrixError
 

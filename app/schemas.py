@@ -12,6 +12,12 @@ __all__ = [
     "BatchDiagnoseRequest",
     "BatchDiagnoseResponse",
     "BatchError",
+    "DiagnoseOptions",
+    "KeyCreate",
+    "KeyCreated",
+    "KeyList",
+    "KeyPublic",
+    "StudentLookup",
     "DiagnoseRequest",
     "DiagnoseResponse",
     "EntityInfo",
@@ -46,9 +52,10 @@ class QMatrixCreate(BaseModel):
 
 
 class QMatrixPublic(QMatrixCreate):
+    version: int = Field(description="1 at registration; each PUT adds one")
     n_items: int
     n_concepts: int
-    builtin: bool = False
+    builtin: bool = Field(default=False, description="shared read-only with every tenant")
 
 
 class QMatrixList(BaseModel):
@@ -59,7 +66,7 @@ class QMatrixList(BaseModel):
 Epsilon = float | Literal["none"]
 
 
-class _DiagnoseOptions(BaseModel):
+class DiagnoseOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     qmatrix_id: str | None = None
@@ -86,7 +93,7 @@ class _DiagnoseOptions(BaseModel):
     include_entities: bool = False
 
     @model_validator(mode="after")
-    def _one_qmatrix(self) -> _DiagnoseOptions:
+    def _one_qmatrix(self) -> DiagnoseOptions:
         if (self.qmatrix_id is None) == (self.qmatrix is None):
             raise ValueError("give exactly one of 'qmatrix_id' or 'qmatrix'")
         if isinstance(self.epsilon, float) and not self.epsilon > 0:
@@ -94,7 +101,7 @@ class _DiagnoseOptions(BaseModel):
         return self
 
 
-class DiagnoseRequest(_DiagnoseOptions):
+class DiagnoseRequest(DiagnoseOptions):
     student_id: str = Field(min_length=1, max_length=256)
     responses: list[Response] = Field(min_length=1)
 
@@ -106,7 +113,7 @@ class StudentIn(BaseModel):
     responses: list[Response] = Field(min_length=1)
 
 
-class BatchDiagnoseRequest(_DiagnoseOptions):
+class BatchDiagnoseRequest(DiagnoseOptions):
     students: list[StudentIn] = Field(min_length=1)
 
 
@@ -228,7 +235,10 @@ class DatasetRef(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    name: str = Field(description="frcsub | assist0910 | synthetic (SIMULATED, known mastery)")
+    # Named datasets only: a request never names a path on the server's disk (the CLI may).
+    name: Literal["frcsub", "assist0910", "uci", "synthetic"] = Field(
+        description="frcsub | assist0910 | uci | synthetic (SIMULATED, known mastery)"
+    )
     part: Literal["train", "validation", "test"] = "validation"
     seed: int = 0
     max_students: int | None = Field(default=None, ge=1, description="subsample the dataset first")
@@ -290,6 +300,8 @@ class CalibrateJob(BaseModel):
 class CalibrationPublic(BaseModel):
     id: str
     qmatrix_id: str
+    qmatrix_version: int = Field(description="the Q-matrix version the calibration was fitted on")
+    shared: bool = Field(default=False, description="the server's shared calibration (read-only, every tenant)")
     version: int
     method: str
     alpha: float
@@ -352,6 +364,14 @@ class ExtractResponse(BaseModel):
     registered: bool = False
 
 
+class StudentLookup(BaseModel):
+    """The student id in the body, so it never appears in a URL (and so in no access log)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    student_id: str = Field(min_length=1, max_length=256)
+
+
 class StudentBudget(BaseModel):
     tenant: str
     student_id: str
@@ -391,3 +411,37 @@ class CohortReport(BaseModel):
     charged_epsilon_per_student: float
     calibration_id: str | None
     notes: list[str]
+
+
+class KeyCreate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    tenant: str | None = Field(default=None, description="must be the admin's own tenant (the default)")
+    role: Literal["client", "admin"] = "client"
+    expires_days: float | None = Field(default=None, gt=0, le=36500)
+
+
+class KeyPublic(BaseModel):
+    """A key as listed: never the key itself."""
+
+    key_id: str
+    tenant: str
+    role: Literal["client", "admin"]
+    created_at: float
+    expires_at: float | None
+    revoked: bool
+    last_used_at: float | None
+    created_by: str
+
+
+class KeyCreated(BaseModel):
+    tenant: str
+    role: Literal["client", "admin"]
+    key_id: str
+    api_key: str = Field(description="shown once; only its hash is stored")
+    expires_at: float | None
+
+
+class KeyList(BaseModel):
+    data: list[KeyPublic]
+    count: int

@@ -1,74 +1,15 @@
-"""Aggregation of entity predictions, calibrators, metrics, and the diagnosis pipeline."""
+"""Calibration: fitting the aggregation on validation students (calibrators) and releasing what was
+fitted (``calibration.release``). The record a calibration produces and the aggregator chosen from it
+are importable from here too."""
 
-from calibration.aggregation import (
-    DEFAULT_ALPHA,
-    DEFAULT_ENTITY_ERROR_SD,
-    Aggregation,
-    Aggregator,
-    CalibrationRecord,
-    ResidualAggregator,
-    StackingAggregator,
-    aggregator_for,
-    paper_residuals,
-    residual_aggregate,
-    stacked_aggregate,
-)
 from calibration.calibrators import CALIBRATORS, Calibrator, FittedCalibration, make_calibrator
-from calibration.posterior import (
-    BetaPrior,
-    DegeneratePosteriorError,
-    PosteriorAggregation,
-    PosteriorAggregator,
-    ReportModel,
-    fit_beta_prior,
-    fit_concept_priors,
-    fit_entity_error_sd,
-    posterior_aggregate,
-    posterior_summary,
-)
-from calibration.pipeline import (
-    AllEntitiesFailed,
-    DiagnosisPipeline,
-    DiagnosisRequest,
-    DiagnosisResult,
-    EntityOutcome,
-    Privatized,
-    UnknownEntities,
-    build_context,
-)
+from diagnosis.aggregation import CalibrationRecord, aggregator_for
 
 __all__ = [
     "CALIBRATORS",
-    "DEFAULT_ALPHA",
-    "DEFAULT_ENTITY_ERROR_SD",
-    "Aggregation",
-    "Aggregator",
-    "AllEntitiesFailed",
-    "BetaPrior",
-    "DegeneratePosteriorError",
     "CalibrationRecord",
     "Calibrator",
-    "DiagnosisPipeline",
-    "DiagnosisRequest",
-    "DiagnosisResult",
-    "EntityOutcome",
     "FittedCalibration",
-    "PosteriorAggregation",
-    "PosteriorAggregator",
-    "Privatized",
-    "ReportModel",
-    "ResidualAggregator",
-    "StackingAggregator",
-    "UnknownEntities",
     "aggregator_for",
-    "build_context",
-    "fit_beta_prior",
-    "fit_concept_priors",
-    "fit_entity_error_sd",
     "make_calibrator",
-    "paper_residuals",
-    "posterior_aggregate",
-    "posterior_summary",
-    "residual_aggregate",
-    "stacked_aggregate",
 ]

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy.optimize import nnls
 
-from calibration.aggregation import (
+from diagnosis.aggregation import (
     DEFAULT_ALPHA,
     paper_residuals,
     residual_aggregate,
@@ -63,7 +63,7 @@ class FittedCalibration:
 
     def predict(self, predictions: Predictions, concepts: Sequence[str]) -> dict[str, float]:
         if self.method == "posterior":
-            from calibration.posterior import BetaPrior, posterior_aggregate
+            from diagnosis.posterior import BetaPrior, posterior_aggregate
 
             priors = {c: BetaPrior(a=ab[0], b=ab[1]) for c, ab in self.priors.items()}
             none = {"mechanism": "none", "epsilon": None, "sensitivity": None, "noise_scale": 0.0}
@@ -242,7 +242,7 @@ class StackingCalibrator(Calibrator):
     def _fit(self, predictions: Sequence[Predictions], truths: Sequence[Truth]) -> FittedCalibration:
         isotonic = self._isotonic_maps(predictions, truths) if self.isotonic else {}
         if isotonic:
-            from calibration.aggregation import apply_isotonic
+            from diagnosis.aggregation import apply_isotonic
 
             predictions = [apply_isotonic(p, isotonic) for p in predictions]
         entities = sorted({e for preds in predictions for e in preds})
@@ -288,7 +288,7 @@ class PosteriorCalibrator(Calibrator):
         self.min_sd = min_sd
 
     def _fit(self, predictions: Sequence[Predictions], truths: Sequence[Truth]) -> FittedCalibration:
-        from calibration.posterior import fit_concept_priors, fit_entity_error_sd
+        from diagnosis.posterior import fit_concept_priors, fit_entity_error_sd
 
         priors = fit_concept_priors(truths)
         errors: dict[str, tuple[list[float], list[float]]] = {}

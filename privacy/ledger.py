@@ -114,9 +114,9 @@ class BudgetExceeded(LedgerError):
         if requested_delta > 0:
             used += f", δ={spent_delta:.3g} of {cap_delta:.3g}"
         asked = f"ε={requested:.6g}" + (f", δ={requested_delta:.3g}" if requested_delta > 0 else "")
+        # The message goes back to API callers and into logs: it names no student (the caller knows which).
         super().__init__(
-            f"privacy budget for student {student_id!r} (tenant {tenant!r}) is spent: {used} used; "
-            f"a query with {asked} would exceed the lifetime cap"
+            f"this student's privacy budget is spent: {used} used; a query with {asked} would exceed the lifetime cap"
         )
 
 
@@ -315,20 +315,35 @@ class PrivacyLedger:
             self._save(conn, tenant, student_id, accountant, queries + 1, now)
         return self._charge_of(row, accountant, repeat=False)
 
-    def store_answer(self, charge_id: str, answer_json: str) -> None:
-        """Keep the released answer of a charge (for repeats); after this, no refund is possible."""
+    def store_answer(self, charge_id: str, answer_json: str, *, releases: int | None = None) -> Charge:
+        """Keep the released answer of a charge (for repeats); after this, no refund is possible.
+
+        ``releases`` (at most the number charged) settles the charge at the answers actually
+        released — e.g. entities that failed or answered nothing are given back; the student's
+        totals are recomputed. Returns the settled charge with the student's totals.
+        """
         if not isinstance(answer_json, str):
             raise TypeError("answer_json must be a JSON string")
         with self._lock, self._writer.begin() as conn:
             row = self._get(conn, charge_id)
             if row["status"] == _RELEASED and row["answer_json"] == answer_json:
-                return
+                return self._charge_of(row, self._load(conn, row["tenant"], row["student_id"])[0], repeat=False)
             if row["status"] != _CHARGED:
                 raise ChargeStateError(f"charge {charge_id} is {row['status']}; its answer cannot be stored")
-            conn.execute(
-                update(_charges).where(_charges.c.id == charge_id)
-                .values(status=_RELEASED, answer_json=answer_json, settled_at=float(self._clock()))
-            )
+            if releases is not None and not (isinstance(releases, int) and 1 <= releases <= row["releases"]):
+                raise ValueError(f"releases must be an int in [1, {row['releases']}], got {releases!r}")
+            now = float(self._clock())
+            settled = {"status": _RELEASED, "answer_json": answer_json, "settled_at": now}
+            if releases is not None and releases < row["releases"]:
+                settled["releases"] = releases
+            conn.execute(update(_charges).where(_charges.c.id == charge_id).values(**settled))
+            row.update(settled)
+            if "releases" in settled:
+                accountant, queries = self._rebuild(conn, row["tenant"], row["student_id"])
+                self._save(conn, row["tenant"], row["student_id"], accountant, queries, now)
+            else:
+                accountant = self._load(conn, row["tenant"], row["student_id"])[0]
+        return self._charge_of(row, accountant, repeat=False)
 
     def refund(self, charge_id: str) -> None:
         """Undo a charge whose query released nothing (every entity failed); idempotent."""
@@ -408,8 +423,8 @@ class PrivacyLedger:
     async def acharge(self, **kwargs: Any) -> Charge:
         return await asyncio.to_thread(lambda: self.charge(**kwargs))
 
-    async def astore_answer(self, charge_id: str, answer_json: str) -> None:
-        await asyncio.to_thread(self.store_answer, charge_id, answer_json)
+    async def astore_answer(self, charge_id: str, answer_json: str, *, releases: int | None = None) -> Charge:
+        return await asyncio.to_thread(lambda: self.store_answer(charge_id, answer_json, releases=releases))
 
     async def arefund(self, charge_id: str) -> None:
         await asyncio.to_thread(self.refund, charge_id)

@@ -22,7 +22,7 @@ class FakeEntity:
         name: str,
         answer: Callable[[PromptContext], dict[str, float]] | dict[str, float] | float = 0.5,
         *,
-        error: EntityError | None = None,
+        error: Exception | None = None,
         delay_s: float = 0.0,
         missing: list[str] | None = None,
     ) -> None:

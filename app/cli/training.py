@@ -37,7 +37,7 @@ def train(
     out: Annotated[Optional[Path], typer.Option("--out", help="model registry folder (default: the gateway's)")] = None,
 ) -> None:
     """Train the federated local model (FedAvg across simulated institutions) and publish it, signed."""
-    from calibration.evaluation.datasets import load_dataset
+    from evaluation.datasets import load_dataset
     from federated import train_federated
 
     aggregation = {"trimmed": "trimmed_mean"}.get(aggregation, aggregation)
@@ -135,7 +135,7 @@ def bench_federated(
     out: Annotated[Path, typer.Option("--out")] = Path("reports/federated"),
 ) -> None:
     """Centralized vs federated vs federated with student-level DP: held-out AUC, bytes and seconds per round."""
-    from calibration.evaluation.datasets import load_dataset
+    from evaluation.datasets import load_dataset
     from federated.benchmark import compare_training, write_comparison
 
     eps = parse_epsilons(epsilons)

@@ -7,14 +7,14 @@ from typing import Any
 
 from fastapi import APIRouter
 
-from app.deps import FederationDep
+from app.deps import FederationDep, PrincipalDep
 from app.errors import InputError
 
 router = APIRouter(prefix="/v1/local-model", tags=["local-model"])
 
 
-@router.get("", responses={404: {"description": "no local-fed entity or no published model"}, 409: {"description": "signature check failed"}})
-async def read_local_model(federation: FederationDep) -> dict[str, Any]:
+@router.get("", responses={401: {"description": "missing or bad API key"}, 404: {"description": "no local-fed entity or no published model"}, 409: {"description": "signature check failed"}})
+async def read_local_model(federation: FederationDep, principal: PrincipalDep) -> dict[str, Any]:
     """The active model's version, whether its Ed25519 signature verified, rounds, ε, δ, DP mode,
     held-out metrics, training time and configuration."""
     from federated import ModelNotFound, SignatureInvalid

@@ -15,17 +15,21 @@ import time
 import uuid
 from typing import Any
 
+from app.db import SHARED_TENANT
+from app.errors import InputError
+from app.limits import check_responses
 from app.schemas import CalibrateRequest, DatasetRef
 from app.settings import Settings
-from app.storage import CalibrationStore, QMatrixStore
+from app.storage import CalibrationStore, QMatrixStore, StoredQMatrix
 from app.federation import Federation
 from app.services.jobs import JobContext, JobRunner
-from calibration import AllEntitiesFailed, CalibrationRecord, DiagnosisPipeline, DiagnosisRequest, make_calibrator
-from calibration.evaluation import proportion_correct_truth, split_students
-from calibration.evaluation.datasets import load_dataset
+from calibration import CalibrationRecord, make_calibrator
+from diagnosis import AllEntitiesFailed, DiagnosisPipeline, DiagnosisRequest, UnknownEntities
+from evaluation import proportion_correct_truth, split_students
+from evaluation.datasets import load_dataset
 from privacy import PrivacyLedger, make_rng
 from providers.wrappers import Cached
-from qmatrix import EXAMPLE_QMATRIX_ID, QMatrix, Response
+from qmatrix import EXAMPLE_QMATRIX_ID, Response
 
 __all__ = ["CalibrationService", "start_default_calibration"]
 
@@ -39,17 +43,44 @@ class CalibrationService:
         federation: Federation,
         qmatrices: QMatrixStore,
         calibrations: CalibrationStore,
+        jobs: JobRunner,
         settings: Settings,
         ledger: PrivacyLedger | None = None,
     ) -> None:
         self.federation, self.qmatrices, self.calibrations, self.settings = federation, qmatrices, calibrations, settings
-        self.ledger = ledger
+        self.jobs, self.ledger = jobs, ledger
+        jobs.register("calibrate", self.run)
 
-    def _students(self, request: CalibrateRequest) -> tuple[QMatrix, list[dict[str, Any]], str]:
-        """(Q-matrix, [{student_id, responses, truth|None}], truth source)."""
+    def check(self, body: CalibrateRequest, tenant: str) -> None:
+        """Refuse bad input now (422 naming the field, 404 for an unknown Q-matrix), not minutes later in the job."""
+        if body.entities is not None:
+            try:
+                self.federation.pipeline.select(body.entities)
+            except UnknownEntities as exc:
+                raise InputError(("body", "entities"), [str(exc)]) from exc
+        if body.records is None:
+            return
+        if len(body.records) > self.settings.max_calibration_records:
+            raise InputError(("body", "records"), [f"at most {self.settings.max_calibration_records} records"])
+        stored = self.qmatrices.get(tenant, body.qmatrix_id or "")
+        if stored is None:
+            raise InputError(("body", "qmatrix_id"), [f"unknown Q-matrix id '{body.qmatrix_id}'"], status_code=404)
+        q = stored.qmatrix
+        for n, record in enumerate(body.records):
+            check_responses(q, record.responses, self.settings, ("body", "records", n))
+            bad = [c for c in (record.truth or {}) if c not in q.concepts]
+            if bad:
+                raise InputError(("body", "records", n, "truth"), [f"unknown concepts: {', '.join(bad)}"])
+
+    async def submit(self, body: CalibrateRequest, tenant: str) -> str:
+        await asyncio.to_thread(self.check, body, tenant)
+        return self.jobs.submit("calibrate", body.model_dump(mode="json"), tenant=tenant)
+
+    def _students(self, request: CalibrateRequest, tenant: str) -> tuple[StoredQMatrix, list[dict[str, Any]], str]:
+        """(Q-matrix version, [{student_id, responses, truth|None}], truth source)."""
         if request.records is not None:
-            q = self.qmatrices.get(request.qmatrix_id or "")
-            if q is None:
+            stored = self.qmatrices.get(tenant, request.qmatrix_id or "")
+            if stored is None:
                 raise ValueError(f"unknown Q-matrix id '{request.qmatrix_id}'")
             rows = [
                 {"student_id": r.student_id, "responses": r.responses, "truth": r.truth} for r in request.records
@@ -57,7 +88,7 @@ class CalibrationService:
             source = "provided" if all(r.truth is not None for r in request.records) else (
                 "proportion-correct" if all(r.truth is None for r in request.records) else "mixed"
             )
-            return q, rows, source
+            return stored, rows, source
         assert request.dataset is not None
         ref = request.dataset
         dataset = load_dataset(
@@ -65,21 +96,24 @@ class CalibrationService:
         )
         if request.qmatrix_id is not None and request.qmatrix_id != dataset.qmatrix.id:
             raise ValueError(f"dataset '{ref.name}' uses Q-matrix '{dataset.qmatrix.id}', not '{request.qmatrix_id}'")
-        if self.qmatrices.get(dataset.qmatrix.id) is None:
-            self.qmatrices.save(dataset.qmatrix)  # so diagnoses can name it
+        if self.qmatrices.is_builtin(dataset.qmatrix.id):
+            stored = self.qmatrices.get(tenant, dataset.qmatrix.id)
+            assert stored is not None
+        else:
+            stored = self.qmatrices.ensure(tenant, dataset.qmatrix)  # so the tenant's diagnoses can name it
         part = split_students(dataset.students, seed=ref.seed).part(ref.part)
         rows = [
             {"student_id": s.student_id, "responses": s.responses, "truth": dataset.true_mastery.get(s.student_id)}
             for s in part
         ]
-        return dataset.qmatrix, rows, ("simulated-true-mastery" if dataset.simulated else "proportion-correct")
+        return stored, rows, ("simulated-true-mastery" if dataset.simulated else "proportion-correct")
 
     async def run(self, raw_request: dict[str, Any], job: JobContext) -> dict[str, Any]:
         start = time.perf_counter()
-        raw_request = dict(raw_request)
-        tenant = str(raw_request.pop("tenant", "default"))
+        tenant = job.tenant
         request = CalibrateRequest.model_validate(raw_request)
-        q, rows, truth_source = self._students(request)
+        stored, rows, truth_source = await asyncio.to_thread(self._students, request, tenant)
+        q = stored.qmatrix
         job.set_total(len(rows))
         epsilon = None if request.epsilon == "none" else (
             float(request.epsilon) if request.epsilon is not None else self.settings.default_epsilon
@@ -163,11 +197,11 @@ class CalibrationService:
             mechanism="laplace" if epsilon is not None else "none",
             truth_source=truth_source,
             n_students=len(usable),
-            version=self.calibrations.next_version(q.id),
+            version=self.calibrations.next_version(tenant, q.id),
             metrics=fitted.metrics,
             notes=notes,
         )
-        self.calibrations.save(record)
+        self.calibrations.save(record, tenant=tenant, qmatrix_version=stored.version)
         if charges:
             await self.ledger.asettle_all(charges, released=f"calibration {record.id}")  # type: ignore[union-attr]
         seconds = time.perf_counter() - start
@@ -183,7 +217,7 @@ def start_default_calibration(
     Later starts reuse the stored calibration (or the job a restart resumed). The server
     answers meanwhile, uncalibrated (``calibration_id`` null) until the job finishes.
     """
-    if calibrations.latest_for(EXAMPLE_QMATRIX_ID) is not None or jobs.has_active("calibrate"):
+    if calibrations.latest_for(SHARED_TENANT, EXAMPLE_QMATRIX_ID, 1) is not None or jobs.has_active("calibrate"):
         return None
     request = CalibrateRequest(
         qmatrix_id=EXAMPLE_QMATRIX_ID,
@@ -191,7 +225,7 @@ def start_default_calibration(
         method=settings.default_calibration_method,
         release_epsilon="none",  # SIMULATED students: there is no one to protect, so no noise
     )
-    job_id = jobs.submit("calibrate", request.model_dump(mode="json"))
+    job_id = jobs.submit("calibrate", request.model_dump(mode="json"), tenant=SHARED_TENANT)
     n_validation = round(settings.default_calibration_students * 0.2)
     log.info(
         "first start: fitting the default '%s' calibration for %s on %d SIMULATED validation students with %s "

@@ -8,6 +8,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from app import Settings, create_app
+from tests.conftest import auth_headers
 from federated import default_model_if_missing
 
 
@@ -21,7 +22,8 @@ def registry(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def _client(tmp_path: Path, registry: Path) -> TestClient:
     entity = {"name": "local-fed", "kind": "local_fed", "model": "federated-cdm", "model_path": str(registry)}
     settings = Settings(state_dir=tmp_path, entities=[entity], preload_models=True, default_calibration=False, privacy_cap_epsilon=1e6)  # type: ignore[list-item]
-    return TestClient(create_app(settings))
+    app = create_app(settings)
+    return TestClient(app, headers=auth_headers(app))
 
 
 def test_local_fed_answers_diagnose(tmp_path: Path, registry: Path) -> None:
@@ -49,7 +51,7 @@ def test_no_local_model_is_404(client: TestClient) -> None:
 
 def test_first_start_trains_the_default_model_once(tmp_path: Path) -> None:
     settings = Settings(state_dir=tmp_path, entities=None, default_calibration=False, preload_models=False)
-    from app.main import train_default_model
+    from app.bootstrap import train_default_model
     import asyncio
 
     asyncio.run(train_default_model(settings))
