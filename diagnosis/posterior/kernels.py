@@ -161,7 +161,7 @@ class _Duchi(_Kernel):
     def log_probabilities(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """log P(minus | x), log P(plus | x): P(±) = ((C − 1) + 2·E[clip(±…)])/(2C), both sums of positives."""
         c = self.randomizer.bound
-        c_minus_1 = 2 / math.expm1(self.randomizer.epsilon)
+        c_minus_1 = self.randomizer.bound_excess
         up = _expected_clamped_affine(x, self.tau, 0.0, 1.0, 0.0, 1.0)  # E[clip(x + e, 0, 1)]
         down = _expected_clamped_affine(1.0 - x, self.tau, 0.0, 1.0, 0.0, 1.0)  # 1 − E[clip(x + e, 0, 1)]
         with np.errstate(divide="ignore"):
@@ -186,9 +186,7 @@ class _Piecewise(_Kernel):
     @property
     def densities(self) -> tuple[float, float]:
         """(p_low, p_high) of the output on the t scale: p_high/p_low = e^ε."""
-        s = math.exp(self.randomizer.epsilon / 2)
-        s1 = math.expm1(self.randomizer.epsilon / 2)
-        return s1 / (2 * s * (s + 1)), s * s1 / (2 * (s + 1))
+        return self.randomizer.densities
 
     def support(self) -> tuple[float, float]:
         if self.clip_output:
@@ -268,7 +266,8 @@ class _Hybrid(_Kernel):
         alpha = self.randomizer.alpha
         if alpha == 0:
             return self.duchi.loglik(r, x)
-        log_a, log_1a = math.log(alpha), math.log1p(-alpha)
+        # 1 − α = e^{−ε/2} exactly; log1p(−α) would fail once α rounds to 1 (ε above ~75).
+        log_a, log_1a = math.log(alpha), -self.randomizer.epsilon / 2
         pm = self.piecewise
         if self.clip_output:  # 0 and 1 are reached by both parts
             out = log_a + pm.log_density(r, x)
