@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from privacy import DELTA_MAX, DELTA_MIN, EPSILON_MAX, EPSILON_MIN
 from qmatrix import Identifier, Response
 
 __all__ = [
@@ -63,7 +64,10 @@ class QMatrixList(BaseModel):
     count: int
 
 
-Epsilon = float | Literal["none"]
+# ε of one release, within the range every mechanism and accountant is total over (privacy/ranges.py).
+EpsilonValue = Annotated[float, Field(ge=EPSILON_MIN, le=EPSILON_MAX, allow_inf_nan=False)]
+Epsilon = EpsilonValue | Literal["none"]
+Delta = Annotated[float, Field(ge=DELTA_MIN, le=DELTA_MAX, allow_inf_nan=False)]
 
 
 class DiagnoseOptions(BaseModel):
@@ -73,7 +77,8 @@ class DiagnoseOptions(BaseModel):
     qmatrix: QMatrixCreate | None = Field(default=None, description="an inline Q-matrix instead of qmatrix_id")
     epsilon: Epsilon | None = Field(
         default=None,
-        description="ε of the Laplace noise on each entity's answer; omitted: the server default; \"none\": no noise",
+        description=f"ε of each entity's released answer, in [{EPSILON_MIN:g}, {EPSILON_MAX:g}]; omitted: the server "
+        "default; \"none\": no noise",
     )
     sensitivity: Literal["paper", "assessed"] | None = Field(
         default=None, description="Δ = all K concepts (paper) or the concepts assessed by this request"
@@ -81,7 +86,7 @@ class DiagnoseOptions(BaseModel):
     mechanism: Literal["laplace", "secure_laplace", "gaussian", "duchi", "piecewise", "hybrid"] | None = Field(
         default=None, description="local DP mechanism on each entity's answer (laplace is the paper's); omitted: the server default"
     )
-    delta: float = Field(default=1e-5, gt=0, lt=1, description="δ, for the gaussian mechanism only")
+    delta: Delta = Field(default=1e-5, description=f"δ in [{DELTA_MIN:g}, {DELTA_MAX:g}], for the gaussian mechanism only")
     aggregation: Literal["auto", "mean", "posterior"] = Field(
         default="auto",
         description="auto: as the calibration record says (posterior when there is none); mean: (residual/stacking) "
@@ -96,8 +101,6 @@ class DiagnoseOptions(BaseModel):
     def _one_qmatrix(self) -> DiagnoseOptions:
         if (self.qmatrix_id is None) == (self.qmatrix is None):
             raise ValueError("give exactly one of 'qmatrix_id' or 'qmatrix'")
-        if isinstance(self.epsilon, float) and not self.epsilon > 0:
-            raise ValueError("epsilon must be > 0, or \"none\" for no noise")
         return self
 
 
@@ -267,8 +270,6 @@ class CalibrateRequest(BaseModel):
             raise ValueError("give exactly one of 'records' or 'dataset'")
         if self.records is not None and self.qmatrix_id is None:
             raise ValueError("'qmatrix_id' is required with 'records'")
-        if isinstance(self.epsilon, float) and not self.epsilon > 0:
-            raise ValueError("epsilon must be > 0, or \"none\" for no noise")
         if self.isotonic and self.method != "stacking":
             raise ValueError("isotonic applies to method 'stacking' only")
         return self
@@ -390,7 +391,7 @@ class CohortReportRequest(BaseModel):
 
     qmatrix_id: str
     students: list[StudentIn] = Field(min_length=1, max_length=5000)
-    epsilon: float = Field(gt=0, description="central-DP ε for the whole report, charged to every student in it")
+    epsilon: EpsilonValue = Field(description="central-DP ε for the whole report, charged to every student in it")
     bins: int = Field(default=5, ge=1, le=20, description="histogram bins over [0, 1]")
     entities: list[str] | None = Field(default=None, min_length=1)
 

@@ -24,6 +24,7 @@ from pydantic_settings import (
     YamlConfigSettingsSource,
 )
 
+from privacy import EPSILON_MAX, EPSILON_MIN
 from providers import EntitySpec, default_entity_specs
 
 __all__ = ["Settings", "get_settings", "is_loopback"]
@@ -47,7 +48,9 @@ class Settings(BaseSettings):
     entities: list[EntitySpec] | None = None
     # Defaults chosen from the privacy frontier (docs/results/frontier): below ε ≈ 8–32 per entity answer, with
     # Δ = K, every mechanism's posterior returns the population prior; piecewise is the best from ε = 8 up.
-    default_epsilon: float = Field(default=32.0, gt=0, description="ε per entity answer when a request gives none")
+    default_epsilon: float = Field(
+        default=32.0, ge=EPSILON_MIN, le=EPSILON_MAX, description="ε per entity answer when a request gives none"
+    )
     default_mechanism: Literal["laplace", "secure_laplace", "gaussian", "duchi", "piecewise", "hybrid"] = "piecewise"
     sensitivity: Literal["paper", "assessed"] = "paper"
     alpha: float = Field(default=0.3, ge=0.0, le=1.0)

@@ -71,3 +71,21 @@ def test_405_lists_every_allowed_method(client: TestClient) -> None:
     assert r.status_code == 405 and set(r.headers["allow"].split(", ")) == {"GET", "POST"}
     r = client.request("PATCH", "/v1/qmatrices/x")
     assert set(r.headers["allow"].split(", ")) == {"GET", "PUT", "DELETE"}
+
+
+@pytest.mark.parametrize("extra", [
+    {"epsilon": 1e-300}, {"epsilon": 0}, {"epsilon": -1}, {"epsilon": 5000, "mechanism": "piecewise"},
+    {"epsilon": 1e308, "mechanism": "laplace"}, {"epsilon": 1e308, "mechanism": "gaussian"},
+    {"mechanism": "gaussian", "delta": 0.5}, {"mechanism": "gaussian", "delta": 1e-300},
+])
+def test_out_of_range_privacy_parameters_are_422(client: TestClient, extra: dict) -> None:
+    r = client.post("/v1/diagnose", json={**BODY, **extra})
+    assert r.status_code == 422, r.text
+    assert r.json()["detail"][0]["loc"][:2] == ["body", next(iter(extra if "epsilon" in extra else {"delta": 0}))]
+
+
+@pytest.mark.parametrize("mechanism", ["laplace", "secure_laplace", "gaussian", "duchi", "piecewise", "hybrid"])
+@pytest.mark.parametrize("epsilon", [1e-3, 1000.0])
+def test_every_mechanism_answers_at_both_ends_of_the_range(client: TestClient, mechanism: str, epsilon: float) -> None:
+    r = client.post("/v1/diagnose", json={**BODY, "epsilon": epsilon, "mechanism": mechanism, "student_id": f"{mechanism}{epsilon}"})
+    assert r.status_code == 200, r.text
