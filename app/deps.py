@@ -12,9 +12,12 @@ import asyncio
 from typing import Annotated
 
 from fastapi import Depends, HTTPException, Request, status
+from fastapi.dependencies.utils import get_flat_dependant
+from fastapi.routing import APIRoute
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from app.auth import KeyStore, Principal
+from app.errors import InputError
 from app.federation import Federation
 from app.services.calibration import CalibrationService
 from app.services.diagnosis import DiagnosisService
@@ -24,6 +27,7 @@ from app.storage import CalibrationStore, QMatrixStore
 from privacy import PrivacyLedger
 
 __all__ = [
+    "reject_unknown_query",
     "AdminDep",
     "CalibrationServiceDep",
     "CalibrationStoreDep",
@@ -103,6 +107,24 @@ async def _admin(principal: Annotated[Principal, Depends(_principal)]) -> Princi
     if not principal.is_admin:
         raise HTTPException(status.HTTP_403_FORBIDDEN, detail="this needs an admin key of the tenant")
     return principal
+
+
+_QUERY_NAMES: dict[int, frozenset[str]] = {}
+
+
+async def reject_unknown_query(request: Request) -> None:
+    """422 for a query parameter the route does not declare (a typo must not be silently ignored)."""
+    if not request.query_params:
+        return
+    route = request.scope.get("route")
+    if not isinstance(route, APIRoute):
+        return
+    names = _QUERY_NAMES.get(id(route))
+    if names is None:
+        names = _QUERY_NAMES[id(route)] = frozenset(p.alias for p in get_flat_dependant(route.dependant).query_params)
+    unknown = sorted(k for k in request.query_params if k not in names)
+    if unknown:
+        raise InputError(("query", unknown[0]), [f"unknown query parameter(s): {', '.join(unknown)}"])
 
 
 SettingsDep = Annotated[Settings, Depends(_settings)]

@@ -7,11 +7,12 @@ import logging
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 
-from fastapi import FastAPI
+from fastapi import Depends, FastAPI
 
 from app.auth import KeyStore
 from app.bootstrap import ensure_dev_key, train_default_model
 from app.db import Database
+from app.deps import reject_unknown_query
 from app.errors import install_error_handlers
 from app.federation import Federation
 from app.middleware import AccessLog, BodyLimit
@@ -66,6 +67,11 @@ def create_app(
                         "allowed only on a loopback bind, for tests and local demos")
         else:
             await asyncio.to_thread(ensure_dev_key, keys, settings.state_dir)
+        if ledger is not None:
+            settled = await asyncio.to_thread(ledger.settle_orphans, live_owners={ledger.owner})
+            if settled:
+                log.warning("refunded %d privacy charges left pending by a process that stopped before answering",
+                            settled)
         if entities is None and settings.local_fed and settings.train_default_model:
             await train_default_model(settings)
         federation = Federation(settings.entity_specs, entities=entities, seed=settings.noise_seed)
@@ -101,6 +107,7 @@ def create_app(
         version=VERSION,
         summary="Privacy-preserving multi-LLM federated cognitive diagnosis",
         lifespan=lifespan,
+        dependencies=[Depends(reject_unknown_query)],
     )
     app.state.settings = settings
     app.state.database = database

@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from qmatrix import Response
+from qmatrix import Identifier, Response
 
 __all__ = [
     "BatchDiagnoseRequest",
@@ -36,9 +36,9 @@ __all__ = [
 class QMatrixItem(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    id: str = Field(min_length=1)
-    text: str | None = None
-    concepts: list[str]
+    id: Identifier
+    text: str | None = Field(default=None, max_length=20000)
+    concepts: list[str] = Field(max_length=500)
 
 
 class QMatrixCreate(BaseModel):
@@ -102,14 +102,14 @@ class DiagnoseOptions(BaseModel):
 
 
 class DiagnoseRequest(DiagnoseOptions):
-    student_id: str = Field(min_length=1, max_length=256)
+    student_id: Identifier
     responses: list[Response] = Field(min_length=1)
 
 
 class StudentIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    student_id: str = Field(min_length=1, max_length=256)
+    student_id: Identifier
     responses: list[Response] = Field(min_length=1)
 
 
@@ -216,7 +216,7 @@ class CalibrationRecordIn(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    student_id: str = Field(min_length=1, max_length=256)
+    student_id: Identifier
     responses: list[Response] = Field(min_length=1)
     truth: dict[str, float] | None = Field(
         default=None, description="concept -> mastery in [0, 1]; absent: the paper's proportion-correct rule"
@@ -369,7 +369,7 @@ class StudentLookup(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    student_id: str = Field(min_length=1, max_length=256)
+    student_id: Identifier
 
 
 class StudentBudget(BaseModel):

@@ -8,6 +8,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from qmatrix.identifiers import Identifier
+
 __all__ = ["Response", "StudentResponses", "group_by_student", "load_responses_csv", "score_of"]
 
 
@@ -16,7 +18,7 @@ class Response(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    item_id: str = Field(min_length=1)
+    item_id: Identifier
     correct: bool | float = Field(description="true/false, or a score in [0, 1]")
     answer: str | None = Field(default=None, description="the student's free-text answer, if any")
 

@@ -14,6 +14,7 @@ from app.errors import InputError
 from app.routes.responses import AUTH_ERRORS
 from app.schemas import StudentBudget, StudentLookup
 from privacy import PrivacyLedger
+from qmatrix import Identifier
 
 router = APIRouter(prefix="/v1/privacy", tags=["privacy"])
 
@@ -33,6 +34,6 @@ async def create_student_budget_lookup(body: StudentLookup, ledger: LedgerDep, p
 
 
 @router.get("/students/{student_id}", response_model=StudentBudget, responses=_ERRORS)
-async def read_student_budget(student_id: str, ledger: LedgerDep, principal: PrincipalDep) -> StudentBudget:
+async def read_student_budget(student_id: Identifier, ledger: LedgerDep, principal: PrincipalDep) -> StudentBudget:
     """ε and δ spent and remaining for one student of the caller's tenant."""
     return await _budget(ledger, principal.tenant, student_id)

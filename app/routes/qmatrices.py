@@ -8,9 +8,12 @@ import asyncio
 from dataclasses import asdict
 from pathlib import PurePath
 
-from fastapi import APIRouter, Request, Response, status
+from typing import Annotated
+
+from fastapi import APIRouter, Query, Request, Response, status
 from fastapi.exceptions import RequestValidationError
 from pydantic import ValidationError
+from python_multipart.exceptions import MultipartParseError
 
 from app.deps import AdminDep, FederationDep, PrincipalDep, QMatrixStoreDep, SettingsDep
 from app.errors import InputError
@@ -58,7 +61,10 @@ async def _parse_body(request: Request, *, path_id: str | None = None) -> QMatri
     """The Q-matrix in the body; parsing and validation run in a worker thread (large bodies)."""
     content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if content_type == "multipart/form-data":
-        form = await request.form()
+        try:
+            form = await request.form()
+        except (MultipartParseError, ValueError) as exc:  # e.g. a CR inside a part's headers
+            raise InputError(("body",), [f"the multipart form cannot be read: {exc}"]) from exc
         upload = form.get("file")
         if upload is None or isinstance(upload, str):
             raise InputError(("body", "file"), ["upload the CSV as the form field 'file'"])
@@ -107,7 +113,10 @@ async def _checked(request: Request, store: QMatrixStoreDep, settings: SettingsD
     **ADMIN_ERRORS, 409: {"description": "the id is taken (replace it with PUT) or built in"}, 413: {"description": "body too large"},
     422: {"description": "invalid Q-matrix; every problem is listed"},
 })
-async def create_qmatrix(request: Request, store: QMatrixStoreDep, settings: SettingsDep, principal: AdminDep) -> QMatrixPublic:
+async def create_qmatrix(
+    request: Request, store: QMatrixStoreDep, settings: SettingsDep, principal: AdminDep,
+    id: Annotated[str | None, Query(max_length=128, description="the id, for a text/csv body")] = None,
+) -> QMatrixPublic:
     """Register a Q-matrix for the tenant (version 1). An id in use is 409: replace it with ``PUT``."""
     q = await _checked(request, store, settings)
     try:

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from app.auth import Principal
-from app.errors import InputError
+from app.errors import InputError, TryLater
 from app.federation import Federation
 from app.limits import check_qmatrix_size, check_responses
 from app.redaction import Redactor
@@ -218,7 +218,10 @@ class DiagnosisService:
             )
             if not charge.repeat:
                 break
-            stored = charge.answer_json if not charge.pending else await ledger.await_answer(charge.id)
+            try:
+                stored = charge.answer_json if not charge.pending else await ledger.await_answer(charge.id)
+            except TimeoutError as exc:
+                raise TryLater("an identical request for this student is still being answered; retry shortly") from exc
             if stored is not None:
                 earlier = DiagnoseResponse.model_validate_json(stored)
                 return earlier.model_copy(update={"budget": self._budget(charge, tenant, charged=0.0, repeat=True)})
