@@ -7,9 +7,9 @@ such text safe for logs and API responses; ``EntityError`` applies it to every m
 ``EntityParseError`` to its excerpt), so no adapter can forget it.
 
 What it does, in order: keeps at most a bounded window of the input (so a megabyte body costs
-microseconds; a token cut by the window's edge is dropped whole), replaces anything that looks like a credential with ``[REDACTED]``, turns control
-characters (newlines included) into spaces and unencodable characters into ``?``, and truncates
-to ``limit`` characters. Credentials recognised:
+microseconds; a token cut by the window's edge is dropped whole), replaces anything that looks
+like a credential with ``[REDACTED]``, turns control characters (newlines included) into spaces
+and unencodable characters into ``?``, and truncates to ``limit`` characters. Credentials recognised:
 
 * the value after ``Authorization``/``X-Api-Key``/``api_key``/``token``/``secret``/``password``
   (``:`` or ``=``, quoted or not), and after ``Bearer``/``Basic``;
@@ -51,7 +51,7 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]+")
 
 
 def scrub_untrusted_text(text: object, *, limit: int = MAX_UNTRUSTED_CHARS) -> str:
-    """``text`` (anything; ``str()`` is taken) with credentials redacted, control characters removed, ≤ ``limit`` chars."""
+    """``text`` (``str()`` of anything) with credentials redacted and control characters removed, ≤ ``limit`` chars."""
     if limit < 1:
         raise ValueError(f"limit must be >= 1, got {limit}")
     raw = text if isinstance(text, str) else str(text)

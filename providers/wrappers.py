@@ -7,8 +7,8 @@
 so the deadline bounds everything a caller waits for: the time queued for one of the entity's
 concurrency slots *and* all attempts together. (With the deadline inside the limiter, 12 calls to
 a hung entity with 4 slots and a 10 s deadline ended after 10, 20 and 30 s.) The slot is held
-for the whole call, retries included, and released when the deadline cancels it. Adapters build their SDK clients with ``max_retries=0``: retries happen here
-only, and never multiply.
+for the whole call, retries included, and released when the deadline cancels it. Adapters build
+their SDK clients with ``max_retries=0``: retries happen here only, and never multiply.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from calibration.posterior import ReportModel, posterior_summary
+from diagnosis.posterior import ReportModel, posterior_summary
 from privacy import EPSILON_MAX, EPSILON_MIN, MECHANISM_NAMES, SecureLaplaceMechanism, make_rng, mechanism_for_request
 from tests.factories import log_uniform
 

@@ -120,7 +120,8 @@ def test_every_mechanism_is_total_over_the_allowed_range(
             n_concepts_assessed=n_assessed,
         )  # fmt: skip
         if isinstance(mechanism, SecureLaplaceMechanism):  # repeatable draws for the test
-            mechanism = SecureLaplaceMechanism(epsilon=epsilon, sensitivity=mechanism.sensitivity, randomness="generator")
+            sensitivity = mechanism.sensitivity
+            mechanism = SecureLaplaceMechanism(epsilon=epsilon, sensitivity=sensitivity, randomness="generator")
         k = min(len(values), n_assessed)
         released = mechanism.privatize({f"c{i}": v for i, v in enumerate(values[:k])}, make_rng(7))
         low, high = _release_range(mechanism)
@@ -150,7 +151,9 @@ def test_the_analytic_gaussian_calibration_is_total_and_tight(epsilon: float, de
 
 @pytest.mark.parametrize("randomizer", [DuchiRandomizer, PiecewiseRandomizer, HybridRandomizer])
 @TOTAL
-@given(epsilon=log_uniform(COORDINATE_EPSILON_MIN, EPSILON_MAX), t=st.lists(st.floats(-1.0, 1.0), min_size=1, max_size=8))
+@given(
+    epsilon=log_uniform(COORDINATE_EPSILON_MIN, EPSILON_MAX), t=st.lists(st.floats(-1.0, 1.0), min_size=1, max_size=8)
+)
 def test_scalar_randomizers_are_total_over_the_per_concept_range(
     randomizer: Callable[..., DuchiRandomizer], epsilon: float, t: list[float]
 ) -> None:
@@ -182,10 +185,11 @@ def test_cohort_statistics_are_total(epsilon: float, bins: int, n_concepts: int,
 
 
 # -- every accountant over what the ledger may replay ----------------------------------------------
+RELEASE_EPSILONS = log_uniform(1e-300, MAX_RELEASE_EPSILON)
 EVENTS = st.one_of(
-    st.builds(dict, epsilon=log_uniform(1e-300, MAX_RELEASE_EPSILON), mechanism=st.sampled_from(["laplace", "duchi", "central_laplace"])),
+    st.builds(dict, epsilon=RELEASE_EPSILONS, mechanism=st.sampled_from(["laplace", "duchi", "central_laplace"])),
     st.builds(
-        dict, epsilon=log_uniform(1e-300, MAX_RELEASE_EPSILON), delta=DELTAS, mechanism=st.sampled_from(["gaussian", "analytic_gaussian"]),
+        dict, epsilon=RELEASE_EPSILONS, delta=DELTAS, mechanism=st.sampled_from(["gaussian", "analytic_gaussian"]),
         sigma_over_sensitivity=log_uniform(*NOISE_MULTIPLIER_RANGE),
     ),
     st.builds(dict, epsilon=EPSILONS, delta=DELTAS, mechanism=st.just("gaussian")),  # σ derived from (ε, δ)
@@ -236,10 +240,7 @@ def test_the_ledger_charges_and_replays_every_mechanism_at_the_range_ends(tmp_pa
                 delta=DELTA_MIN,
             )  # fmt: skip
             cost = charge_parameters(mechanism)
-            ledger.charge(
-                tenant="t", student_id="s", epsilon=cost["epsilon"], delta=cost["delta"],  # type: ignore[arg-type]
-                mechanism=cost["mechanism"], sigma_over_sensitivity=cost["sigma_over_sensitivity"], releases=3,  # type: ignore[arg-type]
-            )  # fmt: skip
+            ledger.charge(tenant="t", student_id="s", releases=3, **cost)  # type: ignore[arg-type]
     status = ledger.status("t", "s")
     assert status["queries"] == 2 * len(MECHANISM_NAMES) and math.isfinite(status["spent_epsilon"])
     ledger.close()

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 import pytest_asyncio
 
-from calibration import AllEntitiesFailed, DiagnosisPipeline, DiagnosisRequest  # the pipeline's public name
+from diagnosis import AllEntitiesFailed, DiagnosisPipeline, DiagnosisRequest  # the pipeline's public name
 from providers.config import EntityKind, EntitySpec
 from providers.errors import EntityError, EntityParseError, EntityRejected, EntityTimeout, EntityUnavailable
 from providers.factory import build_entity
@@ -76,9 +76,12 @@ FAULTS = {
         lambda: rate_limited(1), EntityUnavailable, "HTTP 429", MAX_ATTEMPTS, lambda w: w == [1.0] * (MAX_ATTEMPTS - 1)
     ),
     "429-retry-after-date": Fault(
-        _in_two_seconds, EntityUnavailable, "HTTP 429", MAX_ATTEMPTS, lambda w: len(w) == 2 and all(0 < x <= 2 for x in w)
+        _in_two_seconds, EntityUnavailable, "HTTP 429", MAX_ATTEMPTS,
+        lambda w: len(w) == MAX_ATTEMPTS - 1 and all(0 < x <= 2 for x in w),
     ),
-    "429-retry-after-garbage": Fault(lambda: rate_limited("soon"), EntityUnavailable, "HTTP 429", MAX_ATTEMPTS, _backoff),
+    "429-retry-after-garbage": Fault(
+        lambda: rate_limited("soon"), EntityUnavailable, "HTTP 429", MAX_ATTEMPTS, _backoff
+    ),
     "malformed-json": Fault(malformed_body, EntityParseError, "malformed response", MAX_ATTEMPTS, _backoff),
     "html-instead-of-json": Fault(
         lambda: RawBody(b"<html>502 Bad Gateway</html>", content_type="text/html"), EntityParseError,
@@ -95,7 +98,9 @@ FAULTS = {
     "killed-after-headers": Fault(
         lambda: CutOff(body_bytes=0), EntityUnavailable, "received 0 bytes", MAX_ATTEMPTS, _backoff
     ),
-    "killed-mid-body": Fault(lambda: CutOff(body_bytes=40), EntityUnavailable, "received 40 bytes", MAX_ATTEMPTS, _backoff),
+    "killed-mid-body": Fault(
+        lambda: CutOff(body_bytes=40), EntityUnavailable, "received 40 bytes", MAX_ATTEMPTS, _backoff
+    ),
     "401-echoing-credentials": Fault(EchoCredentials, EntityRejected, "HTTP 401", 1, lambda w: w == []),
 }
 
@@ -147,7 +152,8 @@ async def test_a_faulty_entity_fails_with_its_reason_and_the_healthy_peer_is_ser
     fault, (faulty_server, healthy_server) = FAULTS[mode], servers
     faulty_server.fallback = fault.behaviour()
     healthy_server.fallback = success(_answer(prompt_context))
-    pipeline = DiagnosisPipeline({"faulty": make_entity("faulty", faulty_server), "healthy": make_entity("healthy", healthy_server)})
+    entities = {"faulty": make_entity("faulty", faulty_server), "healthy": make_entity("healthy", healthy_server)}
+    pipeline = DiagnosisPipeline(entities)
     caplog.set_level(logging.DEBUG)
 
     # Execute
@@ -173,7 +179,8 @@ async def test_all_entities_faulty_is_all_entities_failed_with_each_reason(
 ) -> None:
     first, second = servers
     first.fallback, second.fallback = server_error(503), Reset()
-    pipeline = DiagnosisPipeline({"faulty-a": make_entity("faulty-a", first), "faulty-b": make_entity("faulty-b", second)})
+    entities = {"faulty-a": make_entity("faulty-a", first), "faulty-b": make_entity("faulty-b", second)}
+    pipeline = DiagnosisPipeline(entities)
 
     with pytest.raises(AllEntitiesFailed) as caught:
         await pipeline.diagnose(_request(qmatrix, student))
@@ -200,7 +207,8 @@ async def test_an_echoed_key_is_scrubbed_from_every_adapter_error(
         await make_entity("faulty", wire_server, kind=kind, suffix=suffix).respond(prompt_context)
 
     [request] = wire_server.requests
-    assert request.path == path and API_KEY in request.headers.get("authorization", "") + request.headers.get("x-api-key", "")
+    sent = request.headers.get("authorization", "") + request.headers.get("x-api-key", "")
+    assert request.path == path and API_KEY in sent
     chain: BaseException | None = caught.value
     while chain is not None:  # the exception and everything chained to it
         assert API_KEY not in str(chain) and API_KEY not in repr(chain.args)
@@ -225,7 +233,8 @@ def test_an_echoed_key_reaches_no_log_record_and_no_api_response(
     body = {"student_id": "s-1", "qmatrix_id": "example-prealgebra", "include_entities": True,
             "responses": [{"item_id": "q01", "correct": True}, {"item_id": "q06", "correct": False},
                           {"item_id": "q07", "correct": 0.5}]}  # fmt: skip (the student fixture's items)
-    with make_client(tmp_path / "a", {"faulty": entity("faulty", faulty_server), "healthy": entity("healthy", healthy_server)}) as client:
+    both = {"faulty": entity("faulty", faulty_server), "healthy": entity("healthy", healthy_server)}
+    with make_client(tmp_path / "a", both) as client:
         served = client.post("/v1/diagnose", json=body)
     with make_client(tmp_path / "b", {"faulty": entity("faulty", faulty_server)}) as client:
         failed = client.post("/v1/diagnose", json=body)

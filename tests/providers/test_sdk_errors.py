@@ -50,7 +50,9 @@ def test_an_unreadable_hint_means_no_hint(value: str) -> None:
 
 
 @pytest.mark.parametrize(
-    "value", ["1e308", "999999999", email.utils.formatdate(253402300799, usegmt=True)], ids=["1e308", "huge", "year-9999"]
+    "value",
+    ["1e308", "999999999", email.utils.formatdate(253402300799, usegmt=True)],
+    ids=["1e308", "huge", "year-9999"],
 )
 def test_absurd_hints_are_capped(value: str) -> None:
     assert parse_retry_after({"retry-after": value}, now=_clock) == MAX_RETRY_AFTER_S
