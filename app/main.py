@@ -125,7 +125,7 @@ def create_app(
 
     app.add_middleware(BodyLimit, limit_for=body_limit)
     app.add_middleware(AccessLog)
-    for router in (health.router, qmatrices.router, diagnose.router, calibrate.router, cohort.router, privacy.router,
+    for router in (health.router, qmatrices.router, qmatrices.extractions, diagnose.router, calibrate.router, cohort.router, privacy.router,
                    local_model.router, entities_routes.router, admin_keys.router):
         app.include_router(router)
     return app

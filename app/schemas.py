@@ -34,21 +34,28 @@ __all__ = [
 ]
 
 
+# A concept or entity name in a request: non-empty, bounded.
+Name = Annotated[str, Field(min_length=1, max_length=256)]
+
+
 class QMatrixItem(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)  # a request: no type coercion
 
     id: Identifier
     text: str | None = Field(default=None, max_length=20000)
-    concepts: list[str] = Field(max_length=500)
+    concepts: list[Name] = Field(max_length=500)
 
 
 class QMatrixCreate(BaseModel):
     """The JSON form of a Q-matrix."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra={"examples": [{  # a request: no coercion
+        "id": "fractions", "concepts": ["add", "subtract"],
+        "items": [{"id": "i1", "text": "1/2 + 1/3", "concepts": ["add"]}, {"id": "i2", "text": "3/4 - 1/2", "concepts": ["subtract"]}],
+    }]})
 
     id: str = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.-]+$")
-    concepts: list[str] = Field(min_length=1)
+    concepts: list[Name] = Field(min_length=1)
     items: list[QMatrixItem] = Field(min_length=1)
 
 
@@ -71,7 +78,7 @@ Delta = Annotated[float, Field(ge=DELTA_MIN, le=DELTA_MAX, allow_inf_nan=False)]
 
 
 class DiagnoseOptions(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)  # a request: no type coercion
 
     qmatrix_id: str | None = None
     qmatrix: QMatrixCreate | None = Field(default=None, description="an inline Q-matrix instead of qmatrix_id")
@@ -93,7 +100,7 @@ class DiagnoseOptions(BaseModel):
         "mean; posterior: Bayes post-processing of the privatized answers (free of privacy cost), with mastery_interval",
     )
     estimate: Literal["mean", "median"] = Field(default="mean", description="posterior mean or median")
-    entities: list[str] | None = Field(default=None, min_length=1, description="entity names; omitted: all")
+    entities: list[Name] | None = Field(default=None, min_length=1, description="entity names; omitted: all")
     calibration_id: str | None = None
     include_entities: bool = False
 
@@ -104,19 +111,34 @@ class DiagnoseOptions(BaseModel):
         return self
 
 
+_EXAMPLE_RESPONSES = [{"item_id": "q01", "correct": True}, {"item_id": "q03", "correct": False},
+                      {"item_id": "q10", "correct": 0.5}]
+
+
 class DiagnoseRequest(DiagnoseOptions):
+    model_config = ConfigDict(json_schema_extra={"examples": [
+        {"student_id": "demo-student", "qmatrix_id": "example-prealgebra", "responses": _EXAMPLE_RESPONSES},
+        {"student_id": "demo-student", "qmatrix_id": "example-prealgebra", "responses": _EXAMPLE_RESPONSES,
+         "epsilon": 8.0, "mechanism": "laplace", "sensitivity": "assessed", "include_entities": True},
+    ]})
+
     student_id: Identifier
     responses: list[Response] = Field(min_length=1)
 
 
 class StudentIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)  # a request: no type coercion
 
     student_id: Identifier
     responses: list[Response] = Field(min_length=1)
 
 
 class BatchDiagnoseRequest(DiagnoseOptions):
+    model_config = ConfigDict(json_schema_extra={"examples": [{
+        "qmatrix_id": "example-prealgebra",
+        "students": [{"student_id": "s1", "responses": _EXAMPLE_RESPONSES}, {"student_id": "s2", "responses": _EXAMPLE_RESPONSES[:1]}],
+    }]})
+
     students: list[StudentIn] = Field(min_length=1)
 
 
@@ -217,7 +239,7 @@ class Health(BaseModel):
 class CalibrationRecordIn(BaseModel):
     """One validation student: responses, and the truth when it is known."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)  # a request: no type coercion
 
     student_id: Identifier
     responses: list[Response] = Field(min_length=1)
@@ -236,7 +258,7 @@ class CalibrationRecordIn(BaseModel):
 class DatasetRef(BaseModel):
     """A validation split of a dataset, drawn with the evaluation harness's seeded split."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)  # a request: no type coercion
 
     # Named datasets only: a request never names a path on the server's disk (the CLI may).
     name: Literal["frcsub", "assist0910", "uci", "synthetic"] = Field(
@@ -248,14 +270,16 @@ class DatasetRef(BaseModel):
 
 
 class CalibrateRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra={"examples": [  # a request: no coercion
+        {"dataset": {"name": "synthetic", "max_students": 20}, "method": "bias"},
+    ]})
 
     qmatrix_id: str | None = Field(default=None, description="required with inline records")
     records: list[CalibrationRecordIn] | None = Field(default=None, min_length=1)
     dataset: DatasetRef | None = None
     epsilon: Epsilon | None = Field(default=None, description="noise level to fit at; should match diagnosis")
     sensitivity: Literal["paper", "assessed"] | None = None
-    entities: list[str] | None = Field(default=None, min_length=1)
+    entities: list[Name] | None = Field(default=None, min_length=1)
     method: Literal["paper", "bias", "stacking", "posterior"] = "bias"
     isotonic: bool = Field(default=False, description="stacking only: map each entity through an isotonic curve first")
     release_epsilon: Epsilon | None = Field(
@@ -331,20 +355,20 @@ class CalibrationList(BaseModel):
 
 
 class ExtractItem(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)  # a request: no type coercion
 
     id: str = Field(min_length=1)
     text: str = Field(min_length=1)
 
 
 class ExtractRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)  # a request: no type coercion
 
     id: str = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.-]+$")
     items: list[ExtractItem] = Field(min_length=1, max_length=500)
-    concepts: list[str] | None = Field(default=None, min_length=1, description="default: fedcd's GSM8K concept set")
+    concepts: list[Name] | None = Field(default=None, min_length=1, description="default: fedcd's GSM8K concept set")
     method: Literal["keyword", "llm", "both"] = "keyword"
-    entities: list[str] | None = Field(default=None, min_length=1, description="LLM taggers; default: all configured")
+    entities: list[Name] | None = Field(default=None, min_length=1, description="LLM taggers; default: all configured")
     save: bool = Field(default=False, description="also register the extracted Q-matrix under 'id'")
 
 
@@ -368,7 +392,7 @@ class ExtractResponse(BaseModel):
 class StudentLookup(BaseModel):
     """The student id in the body, so it never appears in a URL (and so in no access log)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)  # a request: no type coercion
 
     student_id: Identifier
 
@@ -387,13 +411,13 @@ class StudentBudget(BaseModel):
 
 
 class CohortReportRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)  # a request: no type coercion
 
     qmatrix_id: str
     students: list[StudentIn] = Field(min_length=1, max_length=5000)
     epsilon: EpsilonValue = Field(description="central-DP ε for the whole report, charged to every student in it")
     bins: int = Field(default=5, ge=1, le=20, description="histogram bins over [0, 1]")
-    entities: list[str] | None = Field(default=None, min_length=1)
+    entities: list[Name] | None = Field(default=None, min_length=1)
 
 
 class CohortConcept(BaseModel):
@@ -415,7 +439,7 @@ class CohortReport(BaseModel):
 
 
 class KeyCreate(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)  # a request: no type coercion
 
     tenant: str | None = Field(default=None, description="must be the admin's own tenant (the default)")
     role: Literal["client", "admin"] = "client"

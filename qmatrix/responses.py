@@ -16,7 +16,7 @@ __all__ = ["Response", "StudentResponses", "group_by_student", "load_responses_c
 class Response(BaseModel):
     """One response. ``correct`` is a bool or a score in [0, 1] (partial credit)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
 
     item_id: Identifier
     correct: bool | float = Field(description="true/false, or a score in [0, 1]")

@@ -1,6 +1,6 @@
 """The per-student privacy ledger of the caller's tenant, read-only.
 
-``POST /v1/privacy/students/lookup`` takes the student id in the body, so it appears in no URL
+``POST /v1/privacy/lookup`` takes the student id in the body, so it appears in no URL
 and no access log; the ``GET`` form is kept for convenience (the access log records route
 templates, never raw paths, so its id is not logged either).
 """
@@ -27,7 +27,7 @@ async def _budget(ledger: PrivacyLedger | None, tenant: str, student_id: str) ->
     return StudentBudget(**await ledger.astatus(tenant, student_id))
 
 
-@router.post("/students/lookup", response_model=StudentBudget, responses=_ERRORS)
+@router.post("/lookup", response_model=StudentBudget, responses=_ERRORS)
 async def create_student_budget_lookup(body: StudentLookup, ledger: LedgerDep, principal: PrincipalDep) -> StudentBudget:
     """ε and δ spent and remaining for one student of the caller's tenant (id in the body)."""
     return await _budget(ledger, principal.tenant, body.student_id)

@@ -27,6 +27,8 @@ from qmatrix.extract import GSM8K_CONCEPTS
 from qmatrix import QMatrix, QMatrixError, qmatrix_from_csv_text, qmatrix_from_json, qmatrix_to_json
 
 router = APIRouter(prefix="/v1/qmatrices", tags=["qmatrices"])
+# Its own path: under /v1/qmatrices/ it would shadow (and be shadowed by) a Q-matrix named "extract".
+extractions = APIRouter(prefix="/v1/qmatrix-extractions", tags=["qmatrices"])
 
 _BODIES = {
     "requestBody": {
@@ -156,7 +158,27 @@ async def delete_qmatrix(qmatrix_id: str, store: QMatrixStoreDep, principal: Adm
     return Response(status_code=status.HTTP_204_NO_CONTENT)
 
 
-@router.post("/extract", response_model=ExtractResponse, responses={
+@router.get("", response_model=QMatrixList, responses=AUTH_ERRORS)
+async def read_qmatrices(store: QMatrixStoreDep, principal: PrincipalDep) -> QMatrixList:
+    """The ids of the tenant's Q-matrices and the built-in ones."""
+    ids = await asyncio.to_thread(store.ids, principal.tenant)
+    return QMatrixList(data=ids, count=len(ids))
+
+
+@router.get("/{qmatrix_id}", response_model=QMatrixPublic, responses={
+    **AUTH_ERRORS, 404: {"description": "unknown id (another tenant's is unknown too)"},
+})
+async def read_qmatrix(
+    qmatrix_id: str, store: QMatrixStoreDep, principal: PrincipalDep, version: int | None = None
+) -> QMatrixPublic:
+    """The current version (or ``?version=N``)."""
+    stored = await asyncio.to_thread(store.get, principal.tenant, qmatrix_id, version)
+    if stored is None:
+        raise InputError(("path", "qmatrix_id"), [f"unknown Q-matrix id '{qmatrix_id}'"], status_code=404)
+    return _public(stored)
+
+
+@extractions.post("", response_model=ExtractResponse, responses={
     **ADMIN_ERRORS, 409: {"description": "save: the id is taken or built in"},
 })
 async def create_qmatrix_extraction(
@@ -194,23 +216,3 @@ async def create_qmatrix_extraction(
         failures=extraction.failures,
         registered=registered,
     )
-
-
-@router.get("", response_model=QMatrixList, responses=AUTH_ERRORS)
-async def read_qmatrices(store: QMatrixStoreDep, principal: PrincipalDep) -> QMatrixList:
-    """The ids of the tenant's Q-matrices and the built-in ones."""
-    ids = await asyncio.to_thread(store.ids, principal.tenant)
-    return QMatrixList(data=ids, count=len(ids))
-
-
-@router.get("/{qmatrix_id}", response_model=QMatrixPublic, responses={
-    **AUTH_ERRORS, 404: {"description": "unknown id (another tenant's is unknown too)"},
-})
-async def read_qmatrix(
-    qmatrix_id: str, store: QMatrixStoreDep, principal: PrincipalDep, version: int | None = None
-) -> QMatrixPublic:
-    """The current version (or ``?version=N``)."""
-    stored = await asyncio.to_thread(store.get, principal.tenant, qmatrix_id, version)
-    if stored is None:
-        raise InputError(("path", "qmatrix_id"), [f"unknown Q-matrix id '{qmatrix_id}'"], status_code=404)
-    return _public(stored)

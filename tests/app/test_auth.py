@@ -29,7 +29,7 @@ ADMIN_ROUTES = [
     ("POST", "/v1/qmatrices", Q),
     ("PUT", "/v1/qmatrices/mine", Q),
     ("DELETE", "/v1/qmatrices/mine", None),
-    ("POST", "/v1/qmatrices/extract", {"id": "x", "items": [{"id": "i", "text": "add fractions"}]}),
+    ("POST", "/v1/qmatrix-extractions", {"id": "x", "items": [{"id": "i", "text": "add fractions"}]}),
     ("POST", "/v1/calibrate", {"dataset": {"name": "synthetic", "max_students": 20}}),
     ("GET", "/v1/calibrate/some-job", None),
     ("GET", "/v1/admin/keys", None),
@@ -44,7 +44,7 @@ CLIENT_ROUTES = [
     ("GET", "/v1/qmatrices/example-prealgebra", None),
     ("GET", "/v1/calibrations", None),
     ("GET", "/v1/privacy/students/s1", None),
-    ("POST", "/v1/privacy/students/lookup", {"student_id": "s1"}),
+    ("POST", "/v1/privacy/lookup", {"student_id": "s1"}),
     ("GET", "/v1/entities", None),
 ]
 

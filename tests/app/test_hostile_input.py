@@ -35,7 +35,7 @@ def test_unencodable_input_gets_a_valid_json_422(client: TestClient, raw: bytes)
 def test_lookalike_student_ids_are_422(client: TestClient, student: str) -> None:
     r = client.post("/v1/diagnose", json={**BODY, "student_id": student})
     assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["body", "student_id"]
-    r = client.post("/v1/privacy/students/lookup", json={"student_id": student})
+    r = client.post("/v1/privacy/lookup", json={"student_id": student})
     assert r.status_code == 422
 
 

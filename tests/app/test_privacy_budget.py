@@ -65,7 +65,7 @@ def test_tenants_come_from_keys_and_no_header_resets_a_budget(tmp_path: Path, fa
         # Tenant B's student s1 is another person: its own budget, and B cannot see A's ledger.
         assert client.post("/v1/diagnose", json=_body(2), headers=school_b).status_code == 200
         assert client.get("/v1/privacy/students/s1", headers=school_b).json()["spent_epsilon"] == 2.0
-        a = client.post("/v1/privacy/students/lookup", json={"student_id": "s1"}, headers=school_a).json()
+        a = client.post("/v1/privacy/lookup", json={"student_id": "s1"}, headers=school_a).json()
         assert a["tenant"] == "school-a" and a["spent_epsilon"] == 2.0 and a["queries"] == 1
 
 

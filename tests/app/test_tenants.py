@@ -122,8 +122,8 @@ def test_student_budgets_and_stored_answers_are_per_tenant(two: tuple[TestClient
     b = client.post("/v1/diagnose", json=diag, headers=keys["b_client"]).json()
     # An identical request by B is not A's stored answer: B is charged and gets fresh noise.
     assert b["budget"]["repeat"] is False and b["request_id"] != a["request_id"]
-    assert client.post("/v1/privacy/students/lookup", json={"student_id": "alice"}, headers=keys["a_client"]).json()["queries"] == 1
-    assert client.post("/v1/privacy/students/lookup", json={"student_id": "alice"}, headers=keys["b_client"]).json()["queries"] == 1
+    assert client.post("/v1/privacy/lookup", json={"student_id": "alice"}, headers=keys["a_client"]).json()["queries"] == 1
+    assert client.post("/v1/privacy/lookup", json={"student_id": "alice"}, headers=keys["b_client"]).json()["queries"] == 1
     again = client.post("/v1/diagnose", json=diag, headers=keys["a_client"]).json()
     assert again["budget"]["repeat"] is True and again["request_id"] == a["request_id"]
 
@@ -145,7 +145,7 @@ def test_a_failed_request_after_the_charge_is_refunded(tmp_path: Path) -> None:
             "responses": [{"item_id": "q01", "correct": True}],
         })
         assert r.status_code == 500
-        status = client.post("/v1/privacy/students/lookup", json={"student_id": "s"}).json()
+        status = client.post("/v1/privacy/lookup", json={"student_id": "s"}).json()
         assert status["spent_epsilon"] == 0.0 and status["queries"] == 0
 
 
@@ -158,5 +158,5 @@ def test_an_entity_that_answers_no_concept_is_not_charged(tmp_path: Path) -> Non
         })
         assert r.status_code == 200, r.text
         assert r.json()["budget"]["charged_epsilon"] == 1.0  # 'ok' only
-        status = client.post("/v1/privacy/students/lookup", json={"student_id": "s"}).json()
+        status = client.post("/v1/privacy/lookup", json={"student_id": "s"}).json()
         assert status["spent_epsilon"] == 1.0 and status["queries"] == 1

@@ -54,12 +54,12 @@ async def test_llm_tagging_and_agreement_with_keywords() -> None:
 
 def test_extract_endpoint(client: TestClient) -> None:
     body = {"id": "gsm-demo", "items": [{"id": i, "text": t} for i, t in PROBLEMS], "save": True}
-    r = client.post("/v1/qmatrices/extract", json=body)
+    r = client.post("/v1/qmatrix-extractions", json=body)
     assert r.status_code == 200, r.text
     data = r.json()
     assert data["registered"] and data["qmatrix"]["items"][0]["concepts"] == ["Addition and subtraction", "Multiplication and division", "Money"]
     assert client.get("/v1/qmatrices/gsm-demo").status_code == 200
-    r = client.post("/v1/qmatrices/extract", json={**body, "method": "both", "entities": ["ghost"]})
+    r = client.post("/v1/qmatrix-extractions", json={**body, "method": "both", "entities": ["ghost"]})
     assert r.status_code == 422 and "ghost" in r.text
-    r = client.post("/v1/qmatrices/extract", json={"id": "x", "items": []})
+    r = client.post("/v1/qmatrix-extractions", json={"id": "x", "items": []})
     assert r.status_code == 422 and "items" in r.text
