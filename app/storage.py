@@ -11,7 +11,6 @@ import json
 import os
 import re
 import tempfile
-from dataclasses import asdict
 from pathlib import Path
 
 from sqlalchemy import func, select
@@ -93,14 +92,14 @@ class CalibrationStore:
                     id=record.id,
                     qmatrix_id=record.qmatrix_id,
                     version=record.version,
-                    record_json=json.dumps(asdict(record)),
+                    record_json=json.dumps(record.to_json()),
                     created_at=record.created_at,
                 )
             )
 
     @staticmethod
     def _record(row: CalibrationRow | None) -> CalibrationRecord | None:
-        return CalibrationRecord(**json.loads(row.record_json)) if row else None
+        return CalibrationRecord.from_json(json.loads(row.record_json)) if row else None
 
     def get(self, cid: str) -> CalibrationRecord | None:
         with self.sessions() as session:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from dataclasses import asdict
 from pathlib import Path
 
 from fastapi import APIRouter, status
@@ -76,7 +75,7 @@ async def read_calibration_job(job_id: str, jobs: JobRunnerDep) -> CalibrateJob:
 
 @router.get("/v1/calibrations", response_model=CalibrationList)
 async def read_calibrations(calibrations: CalibrationStoreDep, qmatrix_id: str | None = None) -> CalibrationList:
-    data = [CalibrationPublic(**asdict(r)) for r in calibrations.list(qmatrix_id)]
+    data = [CalibrationPublic.model_validate(r.to_json()) for r in calibrations.list(qmatrix_id)]
     return CalibrationList(data=data, count=len(data))
 
 
@@ -85,4 +84,4 @@ async def read_calibration(calibration_id: str, calibrations: CalibrationStoreDe
     record = calibrations.get(calibration_id)
     if record is None:
         raise InputError(("path", "calibration_id"), [f"unknown calibration id '{calibration_id}'"], status_code=404)
-    return CalibrationPublic(**asdict(record))
+    return CalibrationPublic.model_validate(record.to_json())

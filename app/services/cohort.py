@@ -53,9 +53,7 @@ async def cohort_report(
         except BudgetExceeded as exc:
             raise InputError(("body", "students"), [f"{exc}; no report was released and nobody was charged"], status_code=429) from exc
     # The same aggregation a diagnosis would use (auto: the record's, or Bayes post-processing).
-    aggregator = aggregator_for(
-        calibrations.latest_for(q.id), alpha=settings.alpha, aggregation="auto", entities=list(pipeline.select(body.entities))
-    )
+    aggregator = aggregator_for(calibrations.latest_for(q.id), alpha=settings.alpha, aggregation="auto")
     gate = asyncio.Semaphore(settings.batch_concurrency)
 
     async def one(student) -> dict[str, float] | None:  # type: ignore[no-untyped-def]

@@ -31,7 +31,7 @@ from diagnosis import (
     DiagnosisResult,
     UnknownEntities,
 )
-from diagnosis.posterior import DegeneratePosteriorError, PosteriorAggregator
+from diagnosis.posterior import DegeneratePosteriorError
 from privacy import BudgetExceeded, PrivacyLedger, charge_parameters
 from qmatrix import QMatrix, QMatrixError, Response, qmatrix_from_json, qmatrix_to_json
 
@@ -61,12 +61,10 @@ def _check_items(q: QMatrix, responses: Sequence[Response], loc: tuple[str | int
         )
 
 
-def _aggregator(
-    options: _DiagnoseOptions, q: QMatrix, calibrations: CalibrationStore, settings: Settings, entities: Sequence[str]
-) -> Aggregator:
+def _aggregator(options: _DiagnoseOptions, q: QMatrix, calibrations: CalibrationStore, settings: Settings) -> Aggregator:
     return aggregator_for(
         _record(options, q, calibrations), alpha=settings.alpha, aggregation=options.aggregation,
-        estimate=options.estimate, entities=entities,
+        estimate=options.estimate,
     )
 
 
@@ -98,6 +96,7 @@ def _to_response(
         interval_level=result.interval_level,
         aggregation=aggregation,
         calibration_id=result.calibration_id,
+        calibration_mismatch=result.calibration_mismatch,
         request_id=result.request_id,
         latency_ms=result.latency_ms,
     )
@@ -196,8 +195,7 @@ async def _diagnose(
         result = await pipeline.diagnose(request, aggregator)
     except DegeneratePosteriorError as exc:
         raise InputError(("body", "aggregation"), [f"posterior aggregation impossible: {exc}"]) from exc
-    name = "posterior" if isinstance(aggregator, PosteriorAggregator) else "mean"
-    return _to_response(result, include_entities=options.include_entities, sensitivity_mode=request.sensitivity, aggregation=name)
+    return _to_response(result, include_entities=options.include_entities, sensitivity_mode=request.sensitivity, aggregation=result.aggregation)
 
 
 def _request(
@@ -229,7 +227,7 @@ async def diagnose_one(
 ) -> DiagnoseResponse:
     q = resolve_qmatrix(body, qmatrices)
     _check_items(q, body.responses, ("body",))
-    aggregator = _aggregator(body, q, calibrations, settings, list(body.entities or pipeline.entities))
+    aggregator = _aggregator(body, q, calibrations, settings)
     return await _run(pipeline, body, q, body, aggregator, settings, ledger, tenant)
 
 
@@ -248,7 +246,7 @@ async def diagnose_batch(
     q = resolve_qmatrix(body, qmatrices)
     for n, student in enumerate(body.students):
         _check_items(q, student.responses, ("body", "students", n))
-    aggregator = _aggregator(body, q, calibrations, settings, list(body.entities or pipeline.entities))
+    aggregator = _aggregator(body, q, calibrations, settings)
     if body.entities is not None:
         try:
             pipeline.select(body.entities)
