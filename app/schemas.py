@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -195,6 +195,11 @@ class DiagnoseResponse(BaseModel):
     interval_level: float | None = None
     aggregation: str = Field(default="mean", description="how the entities' answers were combined")
     calibration_id: str | None
+    calibration_mismatch: dict[str, dict[str, Any]] | None = Field(
+        default=None,
+        description="set when this diagnosis's noise (mechanism, epsilon, sensitivity) differs from the one its "
+        "calibration was fitted at: field -> {calibrated, served}",
+    )
     request_id: str
     latency_ms: float
     budget: BudgetBlock | None = Field(default=None, description="null when no noise was added or the ledger is off")
@@ -277,10 +282,18 @@ class CalibrateRequest(BaseModel):
     qmatrix_id: str | None = Field(default=None, description="required with inline records")
     records: list[CalibrationRecordIn] | None = Field(default=None, min_length=1)
     dataset: DatasetRef | None = None
-    epsilon: Epsilon | None = Field(default=None, description="noise level to fit at; should match diagnosis")
+    epsilon: Epsilon | None = Field(
+        default=None, description="ε the validation answers are privatized at; omitted: the server default (what diagnoses use)"
+    )
+    mechanism: Literal["laplace", "secure_laplace", "gaussian", "duchi", "piecewise", "hybrid"] | None = Field(
+        default=None, description="mechanism the validation answers are privatized with; omitted: the server default"
+    )
     sensitivity: Literal["paper", "assessed"] | None = None
+    delta: Delta = Field(default=1e-5, description="δ, for the gaussian mechanism only")
     entities: list[Name] | None = Field(default=None, min_length=1)
-    method: Literal["paper", "bias", "stacking", "posterior"] = "bias"
+    method: Literal["paper", "bias", "stacking", "posterior"] | None = Field(
+        default=None, description="omitted: the server default (FEDCD_DEFAULT_CALIBRATION_METHOD)"
+    )
     isotonic: bool = Field(default=False, description="stacking only: map each entity through an isotonic curve first")
     release_epsilon: Epsilon | None = Field(
         default=None,
@@ -294,7 +307,7 @@ class CalibrateRequest(BaseModel):
             raise ValueError("give exactly one of 'records' or 'dataset'")
         if self.records is not None and self.qmatrix_id is None:
             raise ValueError("'qmatrix_id' is required with 'records'")
-        if self.isotonic and self.method != "stacking":
+        if self.isotonic and self.method not in (None, "stacking"):
             raise ValueError("isotonic applies to method 'stacking' only")
         return self
 
@@ -329,22 +342,21 @@ class CalibrationPublic(BaseModel):
     shared: bool = Field(default=False, description="the server's shared calibration (read-only, every tenant)")
     version: int
     method: str
-    alpha: float
-    residuals: dict[str, dict[str, float]]
-    weights: dict[str, dict[str, float]]
-    intercepts: dict[str, float]
-    isotonic: dict[str, dict[str, list[list[float]]]] = Field(
-        default_factory=dict, description="stacking: entity -> concept -> [[x knots], [y knots]]"
+    params: dict[str, Any] = Field(
+        description="what the method fitted: paper/bias {alpha, residuals}; stacking {weights, intercepts, isotonic, "
+        "pooled_weights, pooled_intercept}; posterior {priors: concept -> Beta(a, b), entity_error_sd: entity -> τ}"
     )
-    priors: dict[str, list[float]] = Field(default_factory=dict, description="posterior: concept -> Beta(a, b)")
-    entity_error_sd: dict[str, float] = Field(default_factory=dict, description="posterior: entity -> τ")
     entities: list[str]
-    epsilon: float | None
+    epsilon: float | None = Field(description="the noise level diagnoses are expected to use (null: no noise)")
     sensitivity: str
     mechanism: str
+    delta: float
     truth_source: str
     n_students: int
-    metrics: dict[str, float]
+    metrics: dict[str, float] = Field(
+        description="validation_mae is k-fold cross-validated over the validation students; validation_mae_in_sample "
+        "scores the released parameters on the students they were fitted on"
+    )
     notes: list[str]
     created_at: str
 

@@ -87,7 +87,11 @@ class Settings(BaseSettings):
         description="at first start, fit a calibration for the example Q-matrix on SIMULATED validation students",
     )
     default_calibration_students: int = Field(default=120, ge=10, description="simulated students; a fifth validate")
-    default_calibration_method: Literal["paper", "bias", "stacking", "posterior"] = "posterior"
+    default_calibration_method: Literal["paper", "bias", "stacking", "posterior"] = Field(
+        default="stacking",
+        description="method of /v1/calibrate when a request names none, and of the first-start calibration: stacking "
+        "weights every entity per concept at the served noise, so a strong member is not dragged down by weak ones",
+    )
     local_fed: bool = Field(default=True, description="serve the federated-trained model as entity 'local-fed'")
     train_default_model: bool = Field(
         default=True, description="at first start, train a small local-fed model on SIMULATED data if none exists"

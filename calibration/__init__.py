@@ -1,15 +1,55 @@
-"""Calibration: fitting the aggregation on validation students (calibrators) and releasing what was
-fitted (``calibration.release``). The record a calibration produces and the aggregator chosen from it
-are importable from here too."""
+"""Calibration: fitting the aggregation on validation students (one :class:`Calibrator` type per
+method, each producing its typed parameters, which build their own aggregator), the DP release of
+what was fitted (``calibration.release``), and the record a diagnosis applies."""
 
-from calibration.calibrators import CALIBRATORS, Calibrator, FittedCalibration, make_calibrator
-from diagnosis.aggregation import CalibrationRecord, aggregator_for
+from calibration.calibrators import (
+    DEFAULT_FOLDS,
+    BiasCalibrator,
+    Calibrator,
+    FittedCalibration,
+    PaperCalibrator,
+    PosteriorCalibrator,
+    validation_mae,
+)
+from calibration.fitting import ValidationAnswer, answer_validation_student, calibration_record, validation_set
+from calibration.methods import CALIBRATORS, make_calibrator
+from calibration.params import (
+    PARAMS_BY_METHOD,
+    BiasParams,
+    CalibrationParams,
+    PaperParams,
+    PosteriorParams,
+    StackingParams,
+    params_from_json,
+)
+from calibration.record import AggregationMode, CalibrationRecord, aggregator_for
+from calibration.stacking import StackingCalibrator
+from calibration.validation import ValidationSet
 
 __all__ = [
     "CALIBRATORS",
+    "DEFAULT_FOLDS",
+    "PARAMS_BY_METHOD",
+    "AggregationMode",
+    "BiasCalibrator",
+    "BiasParams",
+    "CalibrationParams",
     "CalibrationRecord",
     "Calibrator",
     "FittedCalibration",
+    "PaperCalibrator",
+    "PaperParams",
+    "PosteriorCalibrator",
+    "PosteriorParams",
+    "StackingCalibrator",
+    "StackingParams",
+    "ValidationAnswer",
+    "ValidationSet",
     "aggregator_for",
+    "answer_validation_student",
+    "calibration_record",
     "make_calibrator",
+    "params_from_json",
+    "validation_mae",
+    "validation_set",
 ]

@@ -3,17 +3,17 @@ answers, Bayes post-processing, and LLM tagging of Q-matrices."""
 
 from diagnosis.aggregation import (
     DEFAULT_ALPHA,
-    DEFAULT_ENTITY_ERROR_SD,
+    NO_NOISE,
     Aggregation,
     Aggregator,
-    CalibrationRecord,
+    MechanismDescription,
     ResidualAggregator,
     StackingAggregator,
-    aggregator_for,
     paper_residuals,
     residual_aggregate,
     stacked_aggregate,
 )
+from diagnosis.calibrated import NO_NOISE_LEVEL, CalibrationTag, NoiseLevel, calibration_mismatch
 from diagnosis.pipeline import (
     AllEntitiesFailed,
     DiagnosisPipeline,
@@ -25,6 +25,7 @@ from diagnosis.pipeline import (
     build_context,
 )
 from diagnosis.posterior import (
+    DEFAULT_ENTITY_ERROR_SD,
     BetaPrior,
     DegeneratePosteriorError,
     PosteriorAggregation,
@@ -40,16 +41,20 @@ from diagnosis.posterior import (
 __all__ = [
     "DEFAULT_ALPHA",
     "DEFAULT_ENTITY_ERROR_SD",
+    "NO_NOISE",
+    "NO_NOISE_LEVEL",
     "Aggregation",
     "Aggregator",
     "AllEntitiesFailed",
     "BetaPrior",
-    "CalibrationRecord",
+    "CalibrationTag",
     "DegeneratePosteriorError",
     "DiagnosisPipeline",
     "DiagnosisRequest",
     "DiagnosisResult",
     "EntityOutcome",
+    "MechanismDescription",
+    "NoiseLevel",
     "PosteriorAggregation",
     "PosteriorAggregator",
     "Privatized",
@@ -57,8 +62,8 @@ __all__ = [
     "ResidualAggregator",
     "StackingAggregator",
     "UnknownEntities",
-    "aggregator_for",
     "build_context",
+    "calibration_mismatch",
     "fit_beta_prior",
     "fit_concept_priors",
     "fit_entity_error_sd",

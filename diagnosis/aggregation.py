@@ -1,4 +1,6 @@
-"""Residual-corrected aggregation of the entities' (privatized) predictions.
+"""Aggregation of the entities' (privatized) predictions: the paper's residual-corrected mean and
+stacking (Bayes post-processing is :mod:`diagnosis.posterior`). Every aggregator is an
+:class:`Aggregator`; its parameters come from a calibration (``calibration`` builds them).
 
 The paper's rule, per concept k over the M_k entities that answered it:
 
@@ -11,7 +13,7 @@ result clipped to [0, 1] (the correction can push a value outside).
 cross-entity mean. For every student Σ_j (ŷ_j − ȳ) = 0, so Σ_j r_j = 0 and the
 correction term α/M · Σ_j r_j vanishes: with equal weights the "corrected" average is
 the plain average. ``paper_residuals`` computes them so a test can show exactly that;
-the calibration issue brings truth-referenced residuals (r_j = E[ŷ_j − y]).
+the ``bias`` calibration uses truth-referenced residuals (r_j = E[ŷ_j − y]) instead.
 """
 
 from __future__ import annotations
@@ -19,19 +21,20 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from typing import ClassVar, Literal
 
 import numpy as np
 
+from diagnosis.calibrated import CalibrationTag
+
 __all__ = [
     "DEFAULT_ALPHA",
-    "DEFAULT_ENTITY_ERROR_SD",
+    "NO_NOISE",
     "Aggregation",
     "Aggregator",
-    "CalibrationRecord",
+    "MechanismDescription",
     "ResidualAggregator",
     "StackingAggregator",
-    "aggregator_for",
     "answered_by",
     "apply_isotonic",
     "paper_residuals",
@@ -42,52 +45,23 @@ __all__ = [
 DEFAULT_ALPHA = 0.3
 
 Predictions = Mapping[str, Mapping[str, float]]  # entity -> concept -> value in [0, 1]
-
-
-@dataclass(frozen=True, kw_only=True)
-class CalibrationRecord:
-    """Fitted aggregation parameters for one Q-matrix and one noise level.
-
-    ``method`` says which fields matter: ``paper`` and ``bias`` use ``alpha`` and
-    ``residuals`` (entity -> concept -> r); ``stacking`` uses ``weights`` (concept ->
-    entity -> w ≥ 0) and ``intercepts`` (concept -> b). ``epsilon`` is the noise level the
-    validation answers were privatized at (None: no noise). ``version`` counts the
-    calibrations fitted for the same Q-matrix.
-    """
-
-    id: str
-    qmatrix_id: str
-    method: str = "paper"
-    alpha: float = DEFAULT_ALPHA
-    residuals: dict[str, dict[str, float]] = field(default_factory=dict)
-    weights: dict[str, dict[str, float]] = field(default_factory=dict)
-    intercepts: dict[str, float] = field(default_factory=dict)
-    # stacking with isotonic maps: entity -> concept -> [[x knots], [y knots]], applied before the weights
-    isotonic: dict[str, dict[str, list[list[float]]]] = field(default_factory=dict)
-    priors: dict[str, list[float]] = field(default_factory=dict)  # posterior: concept -> [a, b] of a Beta prior
-    entity_error_sd: dict[str, float] = field(default_factory=dict)  # posterior: entity -> τ of its clean answers
-    entities: list[str] = field(default_factory=list)
-    epsilon: float | None = None
-    sensitivity: str = "paper"
-    mechanism: str = "laplace"
-    truth_source: str = "provided"
-    n_students: int = 0
-    version: int = 1
-    metrics: dict[str, float] = field(default_factory=dict)
-    notes: list[str] = field(default_factory=list)
-    created_at: str = field(default_factory=lambda: datetime.now(UTC).isoformat())
-
-    def residual(self, entity: str, concept: str) -> float:
-        return self.residuals.get(entity, {}).get(concept, 0.0)
+MechanismDescription = Mapping[str, object]  # privacy.Mechanism.describe(): the public parameters of the noise
+NO_NOISE: MechanismDescription = {"mechanism": "none", "epsilon": None, "sensitivity": None, "noise_scale": 0.0}
 
 
 @dataclass(frozen=True)
 class Aggregation:
-    """Aggregated mastery per concept, and the concepts no entity answered."""
+    """Aggregated mastery per concept, and the concepts no entity answered.
+
+    ``intervals`` (concept -> (lower, upper)) and ``level`` are the credible intervals of
+    aggregators that have them (Bayes post-processing); a mean has none (empty, ``None``).
+    """
 
     mastery: dict[str, float]
     missing: list[str]
-    contributors: dict[str, list[str]]  # concept -> entities whose values were averaged
+    contributors: dict[str, list[str]]  # concept -> entities whose values were combined
+    intervals: dict[str, tuple[float, float]] = field(default_factory=dict)
+    level: float | None = None
 
 
 def answered_by(predictions: Predictions, concepts: Sequence[str]) -> tuple[dict[str, list[str]], list[str]]:
@@ -141,14 +115,27 @@ def paper_residuals(per_student: Sequence[Predictions]) -> dict[str, dict[str, f
 
 
 class Aggregator(ABC):
-    """Combines the entities' privatized predictions into one diagnosis."""
+    """Combines the entities' privatized predictions into one diagnosis.
 
-    @abstractmethod
-    def aggregate(self, predictions: Predictions, concepts: Sequence[str]) -> Aggregation: ...
+    ``kind`` says what the result is (a ``mean`` of the answers, or a ``posterior`` estimate with
+    credible intervals); ``calibration`` names the calibration applied and the noise it was fitted at.
+    """
+
+    kind: ClassVar[Literal["mean", "posterior"]] = "mean"
+
+    def __init__(self, *, calibration: CalibrationTag | None = None) -> None:
+        self.calibration = calibration
 
     @property
+    def calibration_id(self) -> str | None:
+        return self.calibration.id if self.calibration else None
+
     @abstractmethod
-    def calibration_id(self) -> str | None: ...
+    def aggregate(
+        self, predictions: Predictions, concepts: Sequence[str], *, mechanism: MechanismDescription
+    ) -> Aggregation:
+        """``mechanism``: the public description of the noise the predictions were released through
+        (``NO_NOISE`` for raw answers); a mean ignores it, Bayes post-processing models it."""
 
 
 def apply_isotonic(
@@ -164,6 +151,14 @@ def apply_isotonic(
     return out
 
 
+def _stack(values: Mapping[str, float], weights: Mapping[str, float], intercept: float) -> float:
+    """b + Σ_j w'_j ŷ_j over the entities that answered, the weights of those present scaled up to the fitted total."""
+    total = sum(weights.values())
+    available = sum(weights.get(n, 0.0) for n in values)
+    scale = total / available if available > 0 else 0.0
+    return float(np.clip(intercept + sum(scale * weights.get(n, 0.0) * v for n, v in values.items()), 0.0, 1.0))
+
+
 def stacked_aggregate(
     predictions: Predictions,
     concepts: Sequence[str],
@@ -171,100 +166,75 @@ def stacked_aggregate(
     weights: Mapping[str, Mapping[str, float]],
     intercepts: Mapping[str, float],
     isotonic: Mapping[str, Mapping[str, Sequence[Sequence[float]]]] | None = None,
+    pooled_weights: Mapping[str, float] | None = None,
+    pooled_intercept: float = 0.0,
 ) -> Aggregation:
     """y_k = b_k + Σ_j w'_jk ŷ_jk over the entities that answered k, clipped to [0, 1].
 
     When some weighted entities did not answer, the weights of those that did are scaled
-    up so they keep the fitted total weight (renormalisation). A concept with no fitted
-    weights (not in ``weights``) falls back to the plain mean, and that is recorded in the
-    calibration's notes when it is fitted.
+    up so they keep the fitted total weight (renormalisation). A concept with no weights of
+    its own (too few validation students) uses the weights pooled over all concepts, and
+    without those the plain mean; the calibration's notes say which concepts.
     """
     if isotonic:
         predictions = apply_isotonic(predictions, isotonic)
     mastery: dict[str, float] = {}
     contributors, missing = answered_by(predictions, concepts)
     for concept, names in contributors.items():
-        w = weights.get(concept)
-        if not w:
-            mastery[concept] = float(np.clip(np.mean([predictions[n][concept] for n in names]), 0.0, 1.0))
-            continue
-        total = sum(w.values())
-        available = sum(w.get(n, 0.0) for n in names)
-        scale = total / available if available > 0 else 0.0
-        value = intercepts.get(concept, 0.0) + sum(scale * w.get(n, 0.0) * predictions[n][concept] for n in names)
-        mastery[concept] = float(np.clip(value, 0.0, 1.0))
+        values = {n: predictions[n][concept] for n in names}
+        if weights.get(concept):
+            mastery[concept] = _stack(values, weights[concept], intercepts.get(concept, 0.0))
+        elif pooled_weights:
+            mastery[concept] = _stack(values, pooled_weights, pooled_intercept)
+        else:
+            mastery[concept] = float(np.clip(np.mean(list(values.values())), 0.0, 1.0))
     return Aggregation(mastery=mastery, missing=missing, contributors=contributors)
 
 
 class ResidualAggregator(Aggregator):
-    """The paper's residual-corrected mean, with residuals from ``record`` (none: plain mean)."""
+    """The paper's residual-corrected mean (no residuals: the plain mean)."""
 
-    def __init__(self, record: CalibrationRecord | None = None, *, alpha: float = DEFAULT_ALPHA) -> None:
-        if not 0.0 <= (record.alpha if record else alpha) <= 1.0:
+    def __init__(
+        self,
+        *,
+        residuals: Mapping[str, Mapping[str, float]] | None = None,
+        alpha: float = DEFAULT_ALPHA,
+        calibration: CalibrationTag | None = None,
+    ) -> None:
+        if not 0.0 <= alpha <= 1.0:
             raise ValueError("alpha must be in [0, 1]")
-        self.record = record
-        self.alpha = record.alpha if record else alpha
+        super().__init__(calibration=calibration)
+        self.residuals = {e: dict(v) for e, v in (residuals or {}).items()}
+        self.alpha = alpha
 
-    @property
-    def calibration_id(self) -> str | None:
-        return self.record.id if self.record else None
-
-    def aggregate(self, predictions: Predictions, concepts: Sequence[str]) -> Aggregation:
-        residuals = self.record.residuals if self.record else None
-        return residual_aggregate(predictions, concepts, residuals=residuals, alpha=self.alpha)
+    def aggregate(
+        self, predictions: Predictions, concepts: Sequence[str], *, mechanism: MechanismDescription
+    ) -> Aggregation:
+        return residual_aggregate(predictions, concepts, residuals=self.residuals, alpha=self.alpha)
 
 
 class StackingAggregator(Aggregator):
     """Per-concept non-negative entity weights plus an intercept, fitted on a validation split."""
 
-    def __init__(self, record: CalibrationRecord) -> None:
-        if record.method != "stacking":
-            raise ValueError(f"calibration {record.id} is '{record.method}', not 'stacking'")
-        self.record = record
+    def __init__(
+        self,
+        *,
+        weights: Mapping[str, Mapping[str, float]],
+        intercepts: Mapping[str, float],
+        isotonic: Mapping[str, Mapping[str, Sequence[Sequence[float]]]] | None = None,
+        pooled_weights: Mapping[str, float] | None = None,
+        pooled_intercept: float = 0.0,
+        calibration: CalibrationTag | None = None,
+    ) -> None:
+        super().__init__(calibration=calibration)
+        self.weights, self.intercepts = weights, intercepts
+        self.isotonic = isotonic or {}
+        self.pooled_weights, self.pooled_intercept = pooled_weights or {}, pooled_intercept
 
-    @property
-    def calibration_id(self) -> str | None:
-        return self.record.id
-
-    def aggregate(self, predictions: Predictions, concepts: Sequence[str]) -> Aggregation:
+    def aggregate(
+        self, predictions: Predictions, concepts: Sequence[str], *, mechanism: MechanismDescription
+    ) -> Aggregation:
         return stacked_aggregate(
-            predictions, concepts, weights=self.record.weights, intercepts=self.record.intercepts,
-            isotonic=self.record.isotonic,
+            predictions, concepts, weights=self.weights, intercepts=self.intercepts, isotonic=self.isotonic,
+            pooled_weights=self.pooled_weights, pooled_intercept=self.pooled_intercept,
         )
-
-
-DEFAULT_ENTITY_ERROR_SD = 0.1  # τ assumed for posterior aggregation where no posterior calibration fitted one
-
-
-def aggregator_for(
-    record: CalibrationRecord | None,
-    *,
-    alpha: float = DEFAULT_ALPHA,
-    aggregation: str = "record",
-    estimate: str = "mean",
-    entities: Sequence[str] = (),
-) -> Aggregator:
-    """The aggregator for a request, given the calibration record that applies (or none).
-
-    ``aggregation``: ``record`` — what the record describes (none: the uncorrected mean);
-    ``auto`` — the same, but Bayes post-processing when there is no record; ``posterior`` —
-    always Bayes post-processing (the record's priors and entity errors when it is a posterior
-    record, else uniform priors and τ = ``DEFAULT_ENTITY_ERROR_SD`` for ``entities``); ``mean`` —
-    the record's residual/stacking mean, or the plain mean when the record is a posterior one.
-    """
-    posterior_record = record is not None and record.method == "posterior"
-    if aggregation == "posterior" or (aggregation == "auto" and (record is None or posterior_record)) or (
-        aggregation == "record" and posterior_record
-    ):
-        from diagnosis.posterior import BetaPrior, PosteriorAggregator
-
-        if record is not None and posterior_record:
-            tau = {e: DEFAULT_ENTITY_ERROR_SD for e in entities} | record.entity_error_sd
-            priors = {c: BetaPrior(a=ab[0], b=ab[1]) for c, ab in record.priors.items()}
-            return PosteriorAggregator(priors=priors, entity_error_sd=tau, estimate=estimate, calibration_id=record.id)  # type: ignore[arg-type]
-        return PosteriorAggregator(entity_error_sd={e: DEFAULT_ENTITY_ERROR_SD for e in entities}, estimate=estimate)  # type: ignore[arg-type]
-    if record is None or posterior_record:
-        return ResidualAggregator(alpha=alpha)
-    if record.method == "stacking":
-        return StackingAggregator(record)
-    return ResidualAggregator(record)

@@ -20,6 +20,7 @@ from typing import Literal
 import numpy as np
 
 from diagnosis.aggregation import Aggregator, ResidualAggregator
+from diagnosis.calibrated import NoiseLevel, calibration_mismatch
 from privacy import DEFAULT_DELTA, Mechanism, SensitivityMode, make_rng, mechanism_for_request
 from providers import Entity, EntityError, EntityPrediction, PromptContext, PromptItem
 from qmatrix import QMatrix, Response
@@ -77,6 +78,10 @@ class DiagnosisRequest:
     include_answers: bool = False  # send free-text answers to the entities (off: data minimisation)
     request_id: str = field(default_factory=lambda: uuid.uuid4().hex)
 
+    @property
+    def noise(self) -> NoiseLevel:
+        return NoiseLevel(mechanism=self.mechanism, epsilon=self.epsilon, sensitivity=self.sensitivity, delta=self.delta)
+
 
 @dataclass(frozen=True)
 class EntityOutcome:
@@ -108,6 +113,9 @@ class DiagnosisResult:
     latency_ms: float
     intervals: dict[str, tuple[float, float]] = field(default_factory=dict)  # Bayes post-processing only
     interval_level: float | None = None
+    aggregation: str = "mean"  # the aggregator's kind: mean or posterior
+    # field -> {"calibrated": ..., "served": ...} where this request's noise differs from the calibration's
+    calibration_mismatch: dict[str, dict[str, object]] | None = None
 
 
 class AllEntitiesFailed(RuntimeError):
@@ -210,9 +218,8 @@ class DiagnosisPipeline:
         answered = {o.name: o.mastery for o in outcomes if o.mastery is not None}
         if not answered:
             raise AllEntitiesFailed(outcomes)
-        if hasattr(aggregator, "with_mechanism"):  # Bayes post-processing models the public mechanism
-            aggregator = aggregator.with_mechanism(mechanism.describe())
-        aggregation = aggregator.aggregate(answered, context.concepts)
+        aggregation = aggregator.aggregate(answered, context.concepts, mechanism=mechanism.describe())
+        calibration = aggregator.calibration
         return DiagnosisResult(
             student_id=request.student_id,
             request_id=request.request_id,
@@ -223,8 +230,10 @@ class DiagnosisPipeline:
             privacy=mechanism.describe(),
             calibration_id=aggregator.calibration_id,
             latency_ms=(time.perf_counter() - start) * 1000,
-            intervals={c: (float(lo), float(hi)) for c, (lo, hi) in getattr(aggregation, "intervals", {}).items()},
-            interval_level=getattr(aggregation, "level", None),
+            intervals={c: (float(lo), float(hi)) for c, (lo, hi) in aggregation.intervals.items()},
+            interval_level=aggregation.level,
+            aggregation=aggregator.kind,
+            calibration_mismatch=calibration_mismatch(calibration.noise, request.noise) if calibration else None,
         )
 
     async def aclose(self) -> None:

@@ -37,6 +37,8 @@ class Collected:
     """Per noise setting, per student (in input order): the entities' privatized predictions."""
 
     predictions: dict[NoiseSetting, list[Predictions]] = field(default_factory=dict)
+    # per noise setting, per student: the public description of the mechanism the answers went through
+    mechanisms: dict[NoiseSetting, list[dict[str, object]]] = field(default_factory=dict)
     failures: dict[str, int] = field(default_factory=dict)  # entity -> failed requests
     calls: dict[str, int] = field(default_factory=dict)  # entity -> real (uncached) requests
 
@@ -58,7 +60,7 @@ async def collect_predictions(
     out = Collected()
     gate = asyncio.Semaphore(concurrency)
 
-    async def one(responses: Sequence[Response], setting: NoiseSetting) -> Predictions:
+    async def one(responses: Sequence[Response], setting: NoiseSetting) -> tuple[Predictions, dict[str, object]]:
         async with gate:
             request = DiagnosisRequest(
                 student_id="evaluation",  # entities never see it; kept constant so prompts cache
@@ -78,10 +80,13 @@ async def collect_predictions(
                     out.failures[o.name] = out.failures.get(o.name, 0) + 1
             if on_progress is not None:
                 on_progress(1)
-            return {o.name: o.mastery for o in outcomes if o.mastery is not None}
+            answers = {o.name: o.mastery for o in outcomes if o.mastery is not None}
+            return answers, pipeline.mechanism_for(request).describe()
 
     # The first setting warms the cache (real calls, concurrently); the rest reuse it.
     for setting in settings:
-        out.predictions[setting] = list(await asyncio.gather(*(one(r, setting) for r in students)))
+        answered = await asyncio.gather(*(one(r, setting) for r in students))
+        out.predictions[setting] = [a for a, _ in answered]
+        out.mechanisms[setting] = [m for _, m in answered]
     out.calls = {name: c.misses for name, c in cached.items()}
     return out

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from diagnosis.aggregation import residual_aggregate
-from calibration.calibrators import make_calibrator
+from calibration import ValidationSet, make_calibrator
 from evaluation.collect import Collected, NoiseSetting
 
 __all__ = ["Estimates", "federation_estimates"]
@@ -56,12 +56,14 @@ def federation_estimates(
     out: list[Estimates] = []
 
     def calibrated(setting: NoiseSetting, name: str) -> Estimates:
-        fitted = make_calibrator(method).fit(val.predictions[setting], val_truths)
+        data = ValidationSet(answers=val.predictions[setting], truths=val_truths, clean=val.predictions[clean],
+                             mechanisms=val.mechanisms[setting])
+        fitted = make_calibrator(method).fit(data)
         return Estimates(
             name=name,
             epsilon=setting.epsilon,
-            validation=[fitted.predict(p, c) for p, c in zip(val.predictions[setting], val_concepts)],
-            test=[fitted.predict(p, c) for p, c in zip(test.predictions[setting], test_concepts)],
+            validation=[fitted.predict(p, c, mechanism=m) for p, c, m in zip(val.predictions[setting], val_concepts, val.mechanisms[setting])],
+            test=[fitted.predict(p, c, mechanism=m) for p, c, m in zip(test.predictions[setting], test_concepts, test.mechanisms[setting])],
             mechanism=setting.mechanism if setting.epsilon is not None else "none",
         )
 

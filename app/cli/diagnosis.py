@@ -102,7 +102,7 @@ def diagnose(
         from calibration import aggregator_for
 
         federation = Federation(settings.entity_specs, seed=seed if seed is not None else settings.noise_seed)
-        aggregator = aggregator_for(None, alpha=settings.alpha, aggregation=aggregation, entities=federation.names)
+        aggregator = aggregator_for(None, alpha=settings.alpha, aggregation=aggregation)
         results: list[object] = []
         try:
             federation.pipeline.select(names)

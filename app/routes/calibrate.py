@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from dataclasses import asdict
 
 from fastapi import APIRouter, status
 
@@ -19,7 +18,9 @@ router = APIRouter(tags=["calibration"])
 
 
 def _public(stored: StoredCalibration) -> CalibrationPublic:
-    return CalibrationPublic(**asdict(stored.record), qmatrix_version=stored.qmatrix_version, shared=stored.shared)
+    return CalibrationPublic.model_validate(
+        {**stored.record.to_json(), "qmatrix_version": stored.qmatrix_version, "shared": stored.shared}
+    )
 
 
 @router.post("/v1/calibrate", status_code=status.HTTP_202_ACCEPTED, response_model=JobAccepted, responses={

@@ -34,7 +34,7 @@ async def cohort_report(body: CohortReportRequest, *, service: DiagnosisService,
         raise InputError(("body", "students"), [f"a cohort needs at least {settings.min_cohort_size} students, got {len(ids)}"])
     for n, student in enumerate(body.students):
         service.check_responses(q, student.responses, ("body", "students", n))
-    selected = service.select(body.entities)
+    service.select(body.entities)  # unknown names are a 422 before anyone is charged
     charges = []
     if ledger is not None:  # everyone pays before anything is released, or nobody does
         try:
@@ -42,7 +42,7 @@ async def cohort_report(body: CohortReportRequest, *, service: DiagnosisService,
         except BudgetExceeded as exc:
             raise InputError(("body", "students"), [f"{exc}; no report was released and nobody was charged"], status_code=429) from exc
     try:
-        diagnosed, stats, eps_stat, calibration_id = await _release(body, service, q, stored.version, selected, tenant)
+        diagnosed, stats, eps_stat, calibration_id = await _release(body, service, q, stored.version, tenant)
     except BaseException:
         if charges:
             await asyncio.shield(ledger.asettle_all(charges, released=None))  # type: ignore[union-attr]  # nothing released
@@ -71,16 +71,13 @@ async def cohort_report(body: CohortReportRequest, *, service: DiagnosisService,
 
 
 async def _release(
-    body: CohortReportRequest, service: DiagnosisService, q: QMatrix, version: int, selected: dict[str, object],
-    tenant: str,
+    body: CohortReportRequest, service: DiagnosisService, q: QMatrix, version: int, tenant: str
 ) -> tuple[list[dict[str, float]], dict[str, CohortConceptStats], float, str | None]:
     """Diagnose every student without per-entity noise, then the noisy statistics (the only thing released)."""
     settings, pipeline = service.settings, service.pipeline
     # The same aggregation a diagnosis would use (auto: the record's, or Bayes post-processing).
     latest = await asyncio.to_thread(service.calibrations.latest_for, tenant, q.id, version)
-    aggregator = aggregator_for(
-        latest.record if latest else None, alpha=settings.alpha, aggregation="auto", entities=list(selected)
-    )
+    aggregator = aggregator_for(latest.record if latest else None, alpha=settings.alpha, aggregation="auto")
     gate = asyncio.Semaphore(settings.batch_concurrency)
 
     async def one(student: StudentIn) -> dict[str, float] | None:

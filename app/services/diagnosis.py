@@ -47,7 +47,7 @@ from diagnosis import (
     DiagnosisResult,
     UnknownEntities,
 )
-from diagnosis.posterior import DegeneratePosteriorError, PosteriorAggregator
+from diagnosis.posterior import DegeneratePosteriorError
 from privacy import BudgetExceeded, Charge, PrivacyLedger, charge_parameters
 from qmatrix import QMatrix, QMatrixError, Response, qmatrix_from_json, qmatrix_to_json
 
@@ -125,10 +125,7 @@ class DiagnosisService:
         return latest.record if latest is not None else None
 
     def aggregator(self, options: DiagnoseOptions, record: CalibrationRecord | None) -> Aggregator:
-        return aggregator_for(
-            record, alpha=self.settings.alpha, aggregation=options.aggregation, estimate=options.estimate,
-            entities=list(options.entities or self.pipeline.entities),
-        )
+        return aggregator_for(record, alpha=self.settings.alpha, aggregation=options.aggregation, estimate=options.estimate)
 
     def select(self, names: Sequence[str] | None) -> dict[str, object]:
         try:
@@ -272,8 +269,9 @@ class DiagnosisService:
             privacy=PrivacyBlock(**result.privacy, sensitivity_mode=request.sensitivity),  # type: ignore[arg-type]
             mastery_interval=result.intervals or None,
             interval_level=result.interval_level,
-            aggregation="posterior" if isinstance(aggregator, PosteriorAggregator) else "mean",
+            aggregation=result.aggregation,
             calibration_id=result.calibration_id,
+            calibration_mismatch=result.calibration_mismatch,
             request_id=result.request_id,
             latency_ms=result.latency_ms,
         )

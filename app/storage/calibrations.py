@@ -9,7 +9,7 @@ tenant's records never apply.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import sessionmaker
@@ -49,7 +49,7 @@ class CalibrationStore:
             session.merge(
                 CalibrationRow(
                     id=record.id, tenant=tenant, qmatrix_id=record.qmatrix_id, qmatrix_version=qmatrix_version,
-                    version=record.version, record_json=json.dumps(asdict(record)), created_at=record.created_at,
+                    version=record.version, record_json=json.dumps(record.to_json()), created_at=record.created_at,
                 )
             )
         return StoredCalibration(record, tenant, qmatrix_version)
@@ -58,7 +58,7 @@ class CalibrationStore:
     def _stored(row: CalibrationRow | None) -> StoredCalibration | None:
         if row is None:
             return None
-        return StoredCalibration(CalibrationRecord(**json.loads(row.record_json)), row.tenant, row.qmatrix_version)
+        return StoredCalibration(CalibrationRecord.from_json(json.loads(row.record_json)), row.tenant, row.qmatrix_version)
 
     def get(self, tenant: str, cid: str) -> StoredCalibration | None:
         """The record if the tenant may see it (its own, or shared)."""

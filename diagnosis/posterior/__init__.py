@@ -65,7 +65,12 @@ mechanism and :class:`ReportModel`), :mod:`.grid` (the posterior on a grid and i
 :mod:`.aggregate` (aggregation over entities and concepts).
 """
 
-from diagnosis.posterior.aggregate import PosteriorAggregation, PosteriorAggregator, posterior_aggregate
+from diagnosis.posterior.aggregate import (
+    DEFAULT_ENTITY_ERROR_SD,
+    PosteriorAggregation,
+    PosteriorAggregator,
+    posterior_aggregate,
+)
 from diagnosis.posterior.grid import (
     DEFAULT_GRID_SIZE,
     DEFAULT_LEVEL,
@@ -87,6 +92,7 @@ from diagnosis.posterior.priors import (
 )
 
 __all__ = [
+    "DEFAULT_ENTITY_ERROR_SD",
     "DEFAULT_GRID_SIZE",
     "DEFAULT_LEVEL",
     "MAX_GRID_SIZE",

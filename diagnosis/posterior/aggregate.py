@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from diagnosis.aggregation import Aggregation, Aggregator, answered_by
+from diagnosis.aggregation import Aggregation, Aggregator, MechanismDescription, answered_by
+from diagnosis.calibrated import CalibrationTag
 from diagnosis.posterior.grid import (
     DEFAULT_GRID_SIZE,
     DEFAULT_LEVEL,
@@ -24,6 +25,11 @@ from diagnosis.posterior.priors import UNIFORM_PRIOR, BetaPrior
 Predictions = Mapping[str, Mapping[str, float]]  # entity -> concept -> privatized value
 
 
+# τ assumed for an entity when no posterior calibration measured any: an uncalibrated posterior.
+# A calibration gives an entity it did not measure its *widest* measured τ instead (never a tighter one).
+DEFAULT_ENTITY_ERROR_SD = 0.1
+
+
 @dataclass(frozen=True)
 class PosteriorAggregation(Aggregation):
     """An :class:`Aggregation` whose mastery is a posterior estimate, with credible intervals.
@@ -32,10 +38,8 @@ class PosteriorAggregation(Aggregation):
     response's ``mastery_interval``). Unpacks as ``mastery, intervals = posterior_aggregate(...)``.
     """
 
-    intervals: dict[str, tuple[float, float]]
-    summaries: dict[str, PosteriorSummary]
-    level: float
-    estimate: str
+    summaries: dict[str, PosteriorSummary] = field(default_factory=dict)
+    estimate: str = "mean"
 
     def __iter__(self) -> Iterator[dict]:
         yield self.mastery
@@ -65,12 +69,13 @@ def posterior_aggregate(
     *,
     level: float = DEFAULT_LEVEL,
     grid_size: int = DEFAULT_GRID_SIZE,
+    default_error_sd: float = 0.0,
 ) -> PosteriorAggregation:
     """Posterior mastery per concept over the entities that answered it, with credible intervals.
 
     ``mechanisms``: entity -> ``Mechanism.describe()``, or one description used for every entity
     (the pipeline privatizes all entities with the same mechanism). ``priors``: concept -> prior
-    (uniform where absent). ``entity_error_sd``: entity -> τ (0 where absent). Concepts no entity
+    (uniform where absent). ``entity_error_sd``: entity -> τ (``default_error_sd`` where absent). Concepts no entity
     answered are listed in ``missing``, as in :func:`diagnosis.aggregation.residual_aggregate`.
     Raises :class:`DegeneratePosteriorError` when noiseless reports (τ = 0) disagree.
     """
@@ -80,7 +85,7 @@ def posterior_aggregate(
     priors = priors or {}
     errors = entity_error_sd or {}
     descriptions = _per_entity_mechanisms(mechanisms, predictions)
-    models = {e: ReportModel(descriptions[e], float(errors.get(e, 0.0))) for e in predictions}
+    models = {e: ReportModel(descriptions[e], float(errors.get(e, default_error_sd))) for e in predictions}
     mastery: dict[str, float] = {}
     intervals: dict[str, tuple[float, float]] = {}
     summaries: dict[str, PosteriorSummary] = {}
@@ -107,62 +112,48 @@ def posterior_aggregate(
 
 
 class PosteriorAggregator(Aggregator):
-    """Bayes post-processing as an :class:`Aggregator`.
+    """Bayes post-processing as an :class:`Aggregator`: it models the mechanism passed to ``aggregate``.
 
-    The mechanism is chosen per request, so bind it before aggregating:
-    ``aggregator.with_mechanism(mechanism.describe()).aggregate(predictions, concepts)``.
+    ``entity_error_sd``: entity -> τ; an entity not listed gets ``default_error_sd``.
     """
+
+    kind = "posterior"
 
     def __init__(
         self,
         *,
-        mechanisms: Mapping[str, Mapping[str, object]] | Mapping[str, object] | None = None,
         priors: Mapping[str, BetaPrior] | None = None,
         entity_error_sd: Mapping[str, float] | None = None,
+        default_error_sd: float = DEFAULT_ENTITY_ERROR_SD,
         estimate: Estimate = "mean",
         level: float = DEFAULT_LEVEL,
         grid_size: int = DEFAULT_GRID_SIZE,
-        calibration_id: str | None = None,
+        calibration: CalibrationTag | None = None,
     ) -> None:
         if estimate not in ("mean", "median"):
             raise ValueError(f"estimate must be 'mean' or 'median', got {estimate!r}")
+        if default_error_sd < 0:
+            raise ValueError(f"default_error_sd must be >= 0, got {default_error_sd}")
         _check_level(level)
-        self.mechanisms = mechanisms
+        super().__init__(calibration=calibration)
         self.priors = dict(priors or {})
         self.entity_error_sd = dict(entity_error_sd or {})
+        self.default_error_sd = float(default_error_sd)
         self.estimate: Estimate = estimate
         self.level = float(level)
         self.grid_size = grid_size
-        self._calibration_id = calibration_id
 
-    @property
-    def calibration_id(self) -> str | None:
-        return self._calibration_id
-
-    def with_mechanism(
-        self, mechanisms: Mapping[str, Mapping[str, object]] | Mapping[str, object]
-    ) -> PosteriorAggregator:
-        """A copy bound to this request's mechanism description(s)."""
-        return PosteriorAggregator(
-            mechanisms=mechanisms,
-            priors=self.priors,
-            entity_error_sd=self.entity_error_sd,
-            estimate=self.estimate,
-            level=self.level,
-            grid_size=self.grid_size,
-            calibration_id=self._calibration_id,
-        )
-
-    def aggregate(self, predictions: Predictions, concepts: Sequence[str]) -> PosteriorAggregation:
-        if self.mechanisms is None:
-            raise ValueError("PosteriorAggregator needs the request's mechanism: call with_mechanism() first")
+    def aggregate(
+        self, predictions: Predictions, concepts: Sequence[str], *, mechanism: MechanismDescription
+    ) -> PosteriorAggregation:
         return posterior_aggregate(
             predictions,
             concepts,
-            self.mechanisms,
+            mechanism,
             self.priors,
             self.entity_error_sd,
             self.estimate,
             level=self.level,
             grid_size=self.grid_size,
+            default_error_sd=self.default_error_sd,
         )

@@ -62,7 +62,7 @@ def test_calibrate_then_diagnose_uses_the_calibration(tmp_path: Path) -> None:
         assert any("proportion correct" in n for n in job["notes"])  # truth absent: the paper's rule, said so
         record = client.get(f"/v1/calibrations/{cal_id}").json()
         assert record["method"] == "bias" and record["version"] == 1 and record["truth_source"] == "proportion-correct"
-        assert record["residuals"]["over"]["Add and subtract fractions"] > 0.1
+        assert record["params"]["residuals"]["over"]["Add and subtract fractions"] > 0.1
         # Assert: a diagnosis now uses the latest calibration, echoes its id, and is closer to the truth.
         body = {"student_id": "t", "qmatrix_id": Q_ID, "epsilon": "none",
                 "responses": [{"item_id": "q01", "correct": True}, {"item_id": "q02", "correct": False}]}
@@ -77,7 +77,7 @@ def test_stacking_calibration_weights_entities(tmp_path: Path) -> None:
         r = client.post("/v1/calibrate", json={"qmatrix_id": Q_ID, "records": _records(25), "epsilon": "none", "method": "stacking"})
         job = _wait(client, r.json()["job_id"])
         record = client.get(f"/v1/calibrations/{job['calibration_id']}").json()
-    weights = record["weights"]["Add and subtract fractions"]
+    weights = record["params"]["weights"]["Add and subtract fractions"]
     assert weights["good"] > 0.9 and weights["flat"] == 0.0
 
 
@@ -176,9 +176,9 @@ def test_first_start_fits_a_default_calibration_and_later_starts_reuse_it(tmp_pa
             time.sleep(0.05)
             listing = client.get(f"/v1/calibrations?qmatrix_id={Q_ID}").json()
         record = listing["data"][0]
-        assert record["method"] == "posterior" and record["truth_source"] == "simulated-true-mastery"
-        assert record["priors"] and record["entity_error_sd"]["good"] < record["entity_error_sd"]["flat"]
-        assert record["n_students"] == 8
+        assert record["method"] == "stacking" and record["truth_source"] == "simulated-true-mastery"
+        assert record["params"]["pooled_weights"]["good"] > record["params"]["pooled_weights"]["flat"]
+        assert record["n_students"] == 8 and record["mechanism"] == "piecewise" and record["epsilon"] == 32.0
     with make_client(tmp_path, entities, default_calibration=True, default_calibration_students=40) as client:
         time.sleep(0.2)
         assert client.get(f"/v1/calibrations?qmatrix_id={Q_ID}").json()["count"] == 1
@@ -194,7 +194,7 @@ def test_calibration_parameters_are_released_with_dp_and_charged(tmp_path: Path)
         assert not any("Released without noise" in n for n in job["notes"])
         assert client.get("/v1/privacy/students/v3").json()["spent_epsilon"] == 4.0
         # the residual is noisy but still near the true bias (30 students, ε = 4 over 6 statistics)
-        residual = client.get(f"/v1/calibrations/{job['calibration_id']}").json()["residuals"]["over"]["Add and subtract fractions"]
+        residual = client.get(f"/v1/calibrations/{job['calibration_id']}").json()["params"]["residuals"]["over"]["Add and subtract fractions"]
         assert -1.0 <= residual <= 1.0
 
 
@@ -214,6 +214,6 @@ def test_isotonic_stacking_through_the_api(tmp_path: Path) -> None:
         job = _wait(client, client.post("/v1/calibrate", json=body).json()["job_id"])
         assert job["status"] == "succeeded", job
         record = client.get(f"/v1/calibrations/{job['calibration_id']}").json()
-        assert record["isotonic"]["good"] and any("isotonic" in n for n in record["notes"])
+        assert record["params"]["isotonic"]["good"] and any("isotonic" in n for n in record["notes"])
         r = client.post("/v1/calibrate", json={**body, "method": "bias"})
         assert r.status_code == 422 and "isotonic" in r.text

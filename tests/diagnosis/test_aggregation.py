@@ -5,8 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from calibration import CalibrationRecord
-from diagnosis import ResidualAggregator, paper_residuals, residual_aggregate
+from diagnosis import NO_NOISE, CalibrationTag, NoiseLevel, ResidualAggregator, paper_residuals, residual_aggregate
 
 
 def test_plain_mean_without_residuals() -> None:
@@ -45,19 +44,24 @@ def test_paper_residuals_against_the_cross_entity_mean_sum_to_zero_and_change_no
     ]
     # Execute
     residuals = paper_residuals(students)
-    record = CalibrationRecord(id="paper", qmatrix_id="q", residuals=residuals, alpha=0.3)
     # Assert: Σ_j r_jk = 0 for every concept, so the correction leaves every diagnosis unchanged.
     for c in concepts:
         assert sum(residuals[e][c] for e in bias) == pytest.approx(0.0, abs=1e-12)
     assert residuals["confident"]["c1"] > 0 > residuals["conservative"]["c1"]  # non-zero individually
     for predictions in students:
-        corrected = ResidualAggregator(record).aggregate(predictions, concepts).mastery
-        plain = ResidualAggregator().aggregate(predictions, concepts).mastery
+        corrected = ResidualAggregator(residuals=residuals, alpha=0.3).aggregate(predictions, concepts, mechanism=NO_NOISE).mastery
+        plain = ResidualAggregator().aggregate(predictions, concepts, mechanism=NO_NOISE).mastery
         assert corrected == pytest.approx(plain, abs=1e-12)
 
 
 def test_aggregator_echoes_its_calibration_id() -> None:
     assert ResidualAggregator().calibration_id is None
-    assert ResidualAggregator(CalibrationRecord(id="cal-1", qmatrix_id="q")).calibration_id == "cal-1"
+    tag = CalibrationTag(id="cal-1", noise=NoiseLevel(mechanism="laplace", epsilon=2.0))
+    assert ResidualAggregator(calibration=tag).calibration_id == "cal-1"
     with pytest.raises(ValueError):
         ResidualAggregator(alpha=1.5)
+
+
+def test_a_mean_has_no_intervals() -> None:
+    result = ResidualAggregator().aggregate({"a": {"x": 0.2}}, ["x", "y"], mechanism=NO_NOISE)
+    assert result.intervals == {} and result.level is None and result.missing == ["y"]

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 from scipy import integrate, optimize, stats
 
+from diagnosis import CalibrationTag, NoiseLevel
 from diagnosis.aggregation import Aggregation
 from diagnosis.posterior import (
     UNIFORM_PRIOR,
@@ -647,13 +648,13 @@ def test_posterior_aggregate_takes_per_entity_mechanisms() -> None:
         posterior_aggregate({"a": {"x": 0.4}, "c": {"x": 0.1}}, ["x"], {"a": lap})
 
 
-def test_posterior_aggregator_is_an_aggregator_bound_per_request() -> None:
-    aggregator = PosteriorAggregator(priors={"x": BetaPrior(3, 3)}, calibration_id="cal-1", level=0.8)
-    with pytest.raises(ValueError, match="with_mechanism"):
-        aggregator.aggregate({"a": {"x": 0.2}}, ["x"])
-    bound = aggregator.with_mechanism(LaplaceMechanism(epsilon=1.0, sensitivity=4.0).describe())
-    result = bound.aggregate({"a": {"x": 0.2}, "b": {"x": 1.0}}, ["x", "y"])
-    assert bound.calibration_id == "cal-1"
+def test_posterior_aggregator_models_the_mechanism_it_is_given() -> None:
+    tag = CalibrationTag(id="cal-1", noise=NoiseLevel(mechanism="laplace", epsilon=1.0))
+    aggregator = PosteriorAggregator(priors={"x": BetaPrior(3, 3)}, calibration=tag, level=0.8)
+    result = aggregator.aggregate(
+        {"a": {"x": 0.2}, "b": {"x": 1.0}}, ["x", "y"], mechanism=LaplaceMechanism(epsilon=1.0, sensitivity=4.0).describe()
+    )
+    assert aggregator.calibration_id == "cal-1" and aggregator.kind == "posterior"
     assert result.missing == ["y"] and result.level == 0.8
     lo, hi = result.intervals["x"]
     assert 0 <= lo < result.mastery["x"] < hi <= 1
