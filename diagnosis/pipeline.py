@@ -38,6 +38,10 @@ __all__ = [
 
 log = logging.getLogger("fedcd.pipeline")
 
+# Aggregations over more (concept × entity) cells than this run in a worker thread; smaller ones inline,
+# where a thread hop would cost more than the work.
+_INLINE_CELLS = 256
+
 
 class Privatized:
     """An entity whose answers are released only through ``mechanism`` (the paper's local DP).
@@ -218,7 +222,11 @@ class DiagnosisPipeline:
         answered = {o.name: o.mastery for o in outcomes if o.mastery is not None}
         if not answered:
             raise AllEntitiesFailed(outcomes)
-        aggregation = aggregator.aggregate(answered, context.concepts, mechanism=mechanism.describe())
+        described = mechanism.describe()
+        if len(context.concepts) * len(answered) <= _INLINE_CELLS:
+            aggregation = aggregator.aggregate(answered, context.concepts, mechanism=described)
+        else:  # a large diagnosis must not hold the event loop (other requests, /healthz) for its grid work
+            aggregation = await asyncio.to_thread(aggregator.aggregate, answered, context.concepts, mechanism=described)
         calibration = aggregator.calibration
         return DiagnosisResult(
             student_id=request.student_id,

@@ -40,12 +40,14 @@ def _stable_int(*parts: str) -> int:
 
 def observed_proportions(context: PromptContext) -> dict[str, float]:
     """p_k: mean score on the context's items requiring concept k."""
-    out: dict[str, float] = {}
-    for concept in context.concepts:
-        scores = [item.score for item in context.items if concept in item.concepts]
-        if scores:
-            out[concept] = float(np.mean(scores))
-    return out
+    # One pass over the items (a student may answer thousands of items over hundreds of concepts).
+    sums: dict[str, float] = {}
+    counts: dict[str, int] = {}
+    for item in context.items:
+        for concept in item.concepts:
+            sums[concept] = sums.get(concept, 0.0) + item.score
+            counts[concept] = counts.get(concept, 0) + 1
+    return {c: sums[c] / counts[c] for c in context.concepts if c in counts}
 
 
 class SimulatedEntity:

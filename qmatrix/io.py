@@ -14,6 +14,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from qmatrix.model import Item, QMatrix, QMatrixError
 
 __all__ = [
@@ -32,45 +34,63 @@ _MAX_PROBLEMS = 50  # listed per error; the rest are counted
 
 
 def qmatrix_from_csv_text(text: str, *, id: str) -> QMatrix:
+    """Parse ``item_id,text,<concept>...`` rows of 0/1 cells, listing every problem (up to 50) at once.
+
+    Rows are read one at a time in a Python loop, each reduced to a compact 0/1 row as it is read:
+    ``list(reader)`` would parse the whole file inside one C call — in a worker thread that holds the
+    GIL, and so the server's event loop, for all of it — and keeping every row's cell strings would
+    cost ~8 bytes per cell on top of the text.
+    """
     # newline="": the csv module itself recognises \r\n, \n and a lone \r (old Mac exports) as row ends.
-    try:
-        rows = list(csv.reader(io.StringIO(text.lstrip("\ufeff"), newline="")))
-    except csv.Error as exc:  # e.g. a field over csv.field_size_limit() characters, a NUL byte
-        raise QMatrixError([f"CSV cannot be read: {exc}"]) from exc
-    rows = [row for row in rows if any(cell.strip() for cell in row)]
-    if not rows:
-        raise QMatrixError(["CSV is empty: expected a header 'item_id,text,<concept>,...'"])
-    header = [cell.strip() for cell in rows[0]]
-    if tuple(header[:2]) != _FIXED_COLUMNS:
-        raise QMatrixError([f"header must start with 'item_id,text', got {','.join(header[:2])!r}"])
-    concepts = header[2:]
-    problems: list[str] = []
+    reader = csv.reader(io.StringIO(text.lstrip("\ufeff"), newline=""))
+    header: list[str] | None = None
+    problems: list[str] = []  # the first _MAX_PROBLEMS; n_problems counts them all
+    n_problems = 0
     item_ids: list[str] = []
     texts: list[str | None] = []
-    matrix: list[list[int]] = []
-    for r, row in enumerate(rows[1:], start=1):
-        item_id = row[0].strip() if row else ""
-        where = f"row {r} (item '{item_id}')"
-        if len(row) != len(header):
-            problems.append(f"{where}: expected {len(header)} cells, got {len(row)}")
-            continue
-        cells: list[int] = []
-        for concept, cell in zip(concepts, row[2:]):
-            value = cell.strip()
-            if value not in ("0", "1"):
-                problems.append(f"{where}, column '{concept}': cell must be 0 or 1, got {value!r}")
-                cells.append(0)
-            else:
-                cells.append(int(value))
-        item_ids.append(item_id)
-        texts.append(row[1].strip() or None)
-        matrix.append(cells)
+    matrix: list[bytes] = []
+
+    def problem(message: str) -> None:
+        nonlocal n_problems
+        n_problems += 1
+        if len(problems) < _MAX_PROBLEMS:
+            problems.append(message)
+
+    try:
+        r = 0
+        for row in reader:
+            if not any(cell.strip() for cell in row):
+                continue
+            if header is None:
+                header = [cell.strip() for cell in row]
+                if tuple(header[:2]) != _FIXED_COLUMNS:
+                    raise QMatrixError([f"header must start with 'item_id,text', got {','.join(header[:2])!r}"])
+                continue
+            r += 1
+            item_id = row[0].strip()
+            if len(row) != len(header):
+                problem(f"row {r} (item '{item_id}'): expected {len(header)} cells, got {len(row)}")
+                continue
+            cells = [cell.strip() for cell in row[2:]]
+            if any(value not in ("0", "1") for value in cells):
+                for concept, value in zip(header[2:], cells):
+                    if value not in ("0", "1"):
+                        problem(f"row {r} (item '{item_id}'), column '{concept}': cell must be 0 or 1, got {value!r}")
+                continue
+            item_ids.append(item_id)
+            texts.append(row[1].strip() or None)
+            matrix.append(bytes(1 if value == "1" else 0 for value in cells))
+    except csv.Error as exc:  # e.g. a field over csv.field_size_limit() characters, a NUL byte
+        raise QMatrixError([f"CSV cannot be read: {exc}"]) from exc
+    if header is None:
+        raise QMatrixError(["CSV is empty: expected a header 'item_id,text,<concept>,...'"])
     if problems:
-        extra = [f"… and {len(problems) - _MAX_PROBLEMS} more problems"] if len(problems) > _MAX_PROBLEMS else []
-        raise QMatrixError(problems[:_MAX_PROBLEMS] + extra)
+        extra = [f"… and {n_problems - len(problems)} more problems"] if n_problems > len(problems) else []
+        raise QMatrixError(problems + extra)
     if not item_ids:
         raise QMatrixError(["items: at least one item is required"])
-    return QMatrix.from_matrix(id=id, concepts=concepts, item_ids=item_ids, matrix=matrix, texts=texts)
+    grid = np.frombuffer(b"".join(matrix), dtype=np.uint8).reshape(len(item_ids), len(header) - 2)
+    return QMatrix.from_matrix(id=id, concepts=header[2:], item_ids=item_ids, matrix=grid, texts=texts)
 
 
 def qmatrix_to_csv_text(q: QMatrix) -> str:

@@ -71,19 +71,17 @@ class QMatrix:
     ) -> QMatrix:
         """Build from a binary item × concept matrix (rows = items, columns = concepts)."""
         q = np.asarray(matrix)
-        problems: list[str] = []
         if q.shape != (len(item_ids), len(concepts)):
             raise QMatrixError(
                 [f"matrix shape {q.shape} does not match {len(item_ids)} items x {len(concepts)} concepts"]
             )
-        for r, item_id in enumerate(item_ids):
-            for c, concept in enumerate(concepts):
-                if q[r, c] not in (0, 1):
-                    problems.append(
-                        f"row {r + 1} (item '{item_id}'), column '{concept}': cell must be 0 or 1, got {q[r, c]!r}"
-                    )
-        if problems:
-            raise QMatrixError(problems)
+        bad = np.argwhere((q != 0) & (q != 1))  # vectorised: an item bank can have millions of cells
+        if len(bad):
+            problems = [
+                f"row {r + 1} (item '{item_ids[r]}'), column '{concepts[c]}': cell must be 0 or 1, got {q[r, c]!r}"
+                for r, c in bad[:50]
+            ]
+            raise QMatrixError(problems + ([f"… and {len(bad) - 50} more cells"] if len(bad) > 50 else []))
         texts = list(texts) if texts is not None else [None] * len(item_ids)
         items = tuple(
             Item(id=str(item_id), text=texts[r], concepts=tuple(concepts[c] for c in np.flatnonzero(q[r])))

@@ -51,12 +51,18 @@ _BODIES = {
 }
 
 
-def _public(stored: StoredQMatrix) -> QMatrixPublic:
+def _public_json(stored: StoredQMatrix) -> bytes:
     q = stored.qmatrix
     return QMatrixPublic(
         **qmatrix_to_json(q), version=stored.version, n_items=len(q.items), n_concepts=len(q.concepts),
         builtin=stored.builtin,
-    )
+    ).model_dump_json().encode()
+
+
+async def _public(stored: StoredQMatrix, status_code: int = 200) -> Response:
+    """The QMatrixPublic body, serialized in a worker thread (an item bank can be megabytes of JSON)."""
+    body = await asyncio.to_thread(_public_json, stored) if len(stored.qmatrix.items) > 200 else _public_json(stored)
+    return Response(content=body, status_code=status_code, media_type="application/json")
 
 
 async def _parse_body(request: Request, *, path_id: str | None = None) -> QMatrix:
@@ -118,13 +124,14 @@ async def _checked(request: Request, store: QMatrixStoreDep, settings: SettingsD
 async def create_qmatrix(
     request: Request, store: QMatrixStoreDep, settings: SettingsDep, principal: AdminDep,
     id: Annotated[str | None, Query(max_length=128, description="the id, for a text/csv body")] = None,
-) -> QMatrixPublic:
+) -> Response:
     """Register a Q-matrix for the tenant (version 1). An id in use is 409: replace it with ``PUT``."""
     q = await _checked(request, store, settings)
     try:
-        return _public(await asyncio.to_thread(store.create, principal.tenant, q))
+        stored = await asyncio.to_thread(store.create, principal.tenant, q)
     except QMatrixExists as exc:
         raise InputError(("body", "id"), [str(exc)], status_code=409) from exc
+    return await _public(stored, status.HTTP_201_CREATED)
 
 
 @router.put("/{qmatrix_id}", response_model=QMatrixPublic, openapi_extra=_BODIES, responses={
@@ -134,7 +141,7 @@ async def create_qmatrix(
 })
 async def update_qmatrix(
     qmatrix_id: str, request: Request, store: QMatrixStoreDep, settings: SettingsDep, principal: AdminDep
-) -> QMatrixPublic:
+) -> Response:
     """Replace the rows: a new version. Calibrations fitted on the old version no longer apply to it."""
     if store.is_builtin(qmatrix_id):
         raise InputError(("path", "qmatrix_id"), [f"'{qmatrix_id}' is a built-in Q-matrix"], status_code=409)
@@ -142,7 +149,7 @@ async def update_qmatrix(
     stored = await asyncio.to_thread(store.replace, principal.tenant, q)
     if stored is None:
         raise InputError(("path", "qmatrix_id"), [f"unknown Q-matrix id '{qmatrix_id}'"], status_code=404)
-    return _public(stored)
+    return await _public(stored)
 
 
 @router.delete("/{qmatrix_id}", status_code=status.HTTP_204_NO_CONTENT, responses={
@@ -170,12 +177,12 @@ async def read_qmatrices(store: QMatrixStoreDep, principal: PrincipalDep) -> QMa
 })
 async def read_qmatrix(
     qmatrix_id: str, store: QMatrixStoreDep, principal: PrincipalDep, version: int | None = None
-) -> QMatrixPublic:
+) -> Response:
     """The current version (or ``?version=N``)."""
     stored = await asyncio.to_thread(store.get, principal.tenant, qmatrix_id, version)
     if stored is None:
         raise InputError(("path", "qmatrix_id"), [f"unknown Q-matrix id '{qmatrix_id}'"], status_code=404)
-    return _public(stored)
+    return await _public(stored)
 
 
 @extractions.post("", response_model=ExtractResponse, responses={

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 import time
+from collections import OrderedDict
 from dataclasses import dataclass
 
-from sqlalchemy import select, update
+from sqlalchemy import func, select, update
 from sqlalchemy.orm import sessionmaker
 
 from app.db import SHARED_TENANT, QMatrixRow
@@ -46,9 +48,14 @@ class StoredQMatrix:
 class QMatrixStore:
     """Q-matrices by (tenant, id); the newest undeleted version is the current one."""
 
-    def __init__(self, sessions: sessionmaker) -> None:
+    def __init__(self, sessions: sessionmaker, *, cache_items: int = 500_000) -> None:
         self.sessions = sessions
         self._builtin: dict[str, StoredQMatrix] = {}
+        # Versions never change once written, so parsed ones are cached by (tenant, id, version) with no
+        # invalidation (any worker may cache them); only "which version is current" is read each time.
+        self._cache: OrderedDict[tuple[str, str, int], StoredQMatrix] = OrderedDict()
+        self._cache_items, self._cached_items = cache_items, 0
+        self._cache_lock = threading.Lock()
 
     @staticmethod
     def valid_id(qid: str) -> bool:
@@ -67,13 +74,48 @@ class QMatrixStore:
             return builtin if version in (None, builtin.version) else None
         if not self.valid_id(qid):
             return None
-        query = select(QMatrixRow).where(QMatrixRow.tenant == tenant, QMatrixRow.id == qid)
-        query = query.where(QMatrixRow.version == version) if version is not None else query.where(
-            QMatrixRow.deleted_at.is_(None)
-        ).order_by(QMatrixRow.version.desc()).limit(1)
         with self.sessions() as session:
-            row = session.scalars(query).first()
-        return StoredQMatrix(qmatrix_from_json(row.body_json), row.version, tenant) if row else None
+            if version is None:
+                version = session.scalar(
+                    select(func.max(QMatrixRow.version))
+                    .where(QMatrixRow.tenant == tenant, QMatrixRow.id == qid, QMatrixRow.deleted_at.is_(None))
+                )
+                if version is None:
+                    return None
+            cached = self._cached((tenant, qid, version))
+            if cached is not None:
+                return cached
+            body = session.scalar(
+                select(QMatrixRow.body_json)
+                .where(QMatrixRow.tenant == tenant, QMatrixRow.id == qid, QMatrixRow.version == version)
+            )
+        if body is None:
+            return None
+        stored = StoredQMatrix(qmatrix_from_json(body), version, tenant)
+        self._remember(stored)
+        return stored
+
+    def _cached(self, key: tuple[str, str, int]) -> StoredQMatrix | None:
+        with self._cache_lock:
+            stored = self._cache.get(key)
+            if stored is not None:
+                self._cache.move_to_end(key)
+            return stored
+
+    def _remember(self, stored: StoredQMatrix) -> None:
+        """Keep at most ``cache_items`` items' worth of parsed Q-matrices, least recently used out first."""
+        size = len(stored.qmatrix.items)
+        if size > self._cache_items:
+            return
+        with self._cache_lock:
+            key = (stored.tenant, stored.id, stored.version)
+            if key in self._cache:
+                return
+            self._cache[key] = stored
+            self._cached_items += size
+            while self._cached_items > self._cache_items:
+                _, old = self._cache.popitem(last=False)
+                self._cached_items -= len(old.qmatrix.items)
 
     def create(self, tenant: str, q: QMatrix) -> StoredQMatrix:
         """Register a new id for the tenant; raises :class:`QMatrixExists` when it is taken."""
@@ -84,7 +126,9 @@ class QMatrixStore:
                 raise QMatrixExists(f"Q-matrix '{q.id}' exists; replace it with PUT /v1/qmatrices/{q.id}")
             version = (latest.version + 1) if latest is not None else 1  # ids are never reused with old versions
             session.add(self._row(tenant, q, version))
-        return StoredQMatrix(q, version, tenant)
+        stored = StoredQMatrix(q, version, tenant)
+        self._remember(stored)
+        return stored
 
     def replace(self, tenant: str, q: QMatrix) -> StoredQMatrix | None:
         """Add a new version of an existing id; ``None`` when the tenant has no such Q-matrix."""
@@ -94,7 +138,9 @@ class QMatrixStore:
             if latest is None or latest.deleted_at is not None:
                 return None
             session.add(self._row(tenant, q, latest.version + 1))
-        return StoredQMatrix(q, latest.version + 1, tenant)
+        stored = StoredQMatrix(q, latest.version + 1, tenant)
+        self._remember(stored)
+        return stored
 
     def ensure(self, tenant: str, q: QMatrix) -> StoredQMatrix:
         """The tenant's current version when its rows equal ``q``'s, else a new version (datasets register so)."""
