@@ -385,7 +385,7 @@ class ExtractRequest(BaseModel):
 
 
 class AgreementPublic(BaseModel):
-    percent: float
+    percent: float | None = Field(description="null when no item was tagged by both methods")
     kappa: float | None
     per_concept: dict[str, dict[str, float | None]]
 

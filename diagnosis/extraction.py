@@ -24,7 +24,7 @@ __all__ = ["Agreement", "Extraction", "agreement", "build_qmatrix", "extract_qma
 
 @dataclass
 class Agreement:
-    percent: float
+    percent: float | None  # None: no item was tagged by both
     kappa: float | None
     per_concept: dict[str, dict[str, float | None]]
 
@@ -54,7 +54,7 @@ def agreement(first: Mapping[str, Sequence[str]], second: Mapping[str, Sequence[
         c: {"percent": float(np.mean(a[:, k] == b[:, k])) if items else None, "kappa": _kappa(a[:, k], b[:, k]) if items else None}
         for k, c in enumerate(concepts)
     }
-    return Agreement(percent=float(np.mean(a == b)) if items else float("nan"), kappa=_kappa(a.ravel(), b.ravel()) if items else None, per_concept=per)
+    return Agreement(percent=float(np.mean(a == b)) if items else None, kappa=_kappa(a.ravel(), b.ravel()) if items else None, per_concept=per)
 
 
 async def llm_tags(

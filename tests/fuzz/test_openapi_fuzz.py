@@ -15,6 +15,7 @@ import schemathesis
 from schemathesis.config import SchemathesisConfig
 
 from app import Settings, create_app
+from providers.simulated import SimulatedEntity
 from tests.factories import FakeEntity
 
 CONFIG = Path(__file__).with_name("schemathesis.toml")
@@ -23,7 +24,11 @@ _settings = Settings(
     state_dir=_state, data_dir=_state / "no-datasets", entities=[], preload_models=False, default_calibration=False,
     noise_seed=1, privacy_cap_epsilon=1e6, allow_unnoised=True, calibration_release_epsilon=None,
 )
-app = create_app(_settings, entities={"sim:alpha": FakeEntity("sim:alpha", 0.3), "sim:beta": FakeEntity("sim:beta", 0.7)})
+# Two test entities that answer every task, and a SIMULATED one that refuses to tag items (a partial failure).
+app = create_app(_settings, entities={
+    "sim:alpha": FakeEntity("sim:alpha", 0.3), "sim:beta": FakeEntity("sim:beta", 0.7),
+    "sim:specialist": SimulatedEntity("specialist"),
+})
 _key = app.state.keys.create(tenant="fuzz", role="admin").api_key
 schema = schemathesis.openapi.from_asgi(
     "/openapi.json", app, config=SchemathesisConfig.from_str(CONFIG.read_text().replace("${FEDCD_FUZZ_KEY}", _key))
