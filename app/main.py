@@ -16,6 +16,7 @@ from app.deps import reject_unknown_query
 from app.errors import install_error_handlers
 from app.federation import Federation
 from app.middleware import AccessLog, BodyLimit
+from app.openapi import install_openapi
 from app.redaction import Redactor
 from app.routes import admin_keys, calibrate, cohort, diagnose, health, local_model, privacy, qmatrices
 from app.routes import entities as entities_routes
@@ -116,6 +117,7 @@ def create_app(
     app.state.keys = keys
     app.state.ledger = ledger
     install_error_handlers(app)
+    install_openapi(app, settings)
 
     def body_limit(method: str, path: str) -> int:
         upload = (method == "POST" and path.rstrip("/") == "/v1/qmatrices") or (

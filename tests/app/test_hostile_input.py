@@ -89,3 +89,14 @@ def test_out_of_range_privacy_parameters_are_422(client: TestClient, extra: dict
 def test_every_mechanism_answers_at_both_ends_of_the_range(client: TestClient, mechanism: str, epsilon: float) -> None:
     r = client.post("/v1/diagnose", json={**BODY, "epsilon": epsilon, "mechanism": mechanism, "student_id": f"{mechanism}{epsilon}"})
     assert r.status_code == 200, r.text
+
+
+def test_the_openapi_document_states_the_servers_limits(tmp_path, fakes) -> None:  # type: ignore[no-untyped-def]
+    from tests.conftest import make_client
+
+    with make_client(tmp_path, fakes, max_responses_per_student=77, max_batch_size=9) as client:
+        spec = client.get("/openapi.json").json()
+    schemas = spec["components"]["schemas"]
+    assert schemas["DiagnoseRequest"]["properties"]["responses"]["maxItems"] == 77
+    assert schemas["BatchDiagnoseRequest"]["properties"]["students"]["maxItems"] == 9
+    assert "413" in spec["paths"]["/v1/diagnose"]["post"]["responses"]
