@@ -22,6 +22,17 @@ from privacy.mechanisms import (
     sensitivity_for,
 )
 from privacy.ledger import BudgetExceeded, Charge, ChargeStateError, LedgerError, PrivacyLedger, UnknownCharge
+from privacy.periods import (
+    BudgetPeriod,
+    BudgetRule,
+    CalendarDay,
+    CalendarWeek,
+    Lifetime,
+    Rolling,
+    Terms,
+    Window,
+    iso_utc,
+)
 from privacy.ranges import (
     COORDINATE_EPSILON_MIN,
     DELTA_MAX,
@@ -51,6 +62,15 @@ __all__ = [
     "AnalyticGaussianMechanism",
     "BasicCompositionAccountant",
     "BudgetExceeded",
+    "BudgetPeriod",
+    "BudgetRule",
+    "CalendarDay",
+    "CalendarWeek",
+    "Lifetime",
+    "Rolling",
+    "Terms",
+    "Window",
+    "iso_utc",
     "Charge",
     "ChargeStateError",
     "CohortConceptStats",

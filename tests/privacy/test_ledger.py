@@ -53,10 +53,12 @@ def test_cap_refuses_the_query_that_would_exceed_it_with_a_clear_message(db: Pat
 
     error = info.value
     assert (error.tenant, error.student_id, error.spent, error.cap, error.requested) == (T, S, 2.5, 2.5, 0.5)
-    assert str(error).startswith("this student's privacy budget is spent: ε=2.5 of 2.5 used") and S not in str(error)
+    assert str(error).startswith("this student's privacy budget is spent (lifetime): ε=2.5 of 2.5 used") and S not in str(error)
+    assert "does not renew" in str(error)
     assert ledger.status(T, S) == {
-        "tenant": T, "student_id": S, "accountant": "basic", "spent_epsilon": 2.5, "spent_delta": 0.0,
-        "cap_epsilon": 2.5, "cap_delta": 0.0, "remaining_epsilon": 0.0, "remaining_delta": 0.0, "queries": 5,
+        "tenant": T, "student_id": S, "accountant": "basic", "period": "lifetime", "spent_epsilon": 2.5,
+        "spent_delta": 0.0, "cap_epsilon": 2.5, "cap_delta": 0.0, "remaining_epsilon": 0.0, "remaining_delta": 0.0,
+        "renews_at": None, "lifetime_epsilon": 2.5, "lifetime_delta": 0.0, "queries": 5,
     }
 
 

@@ -1,0 +1,526 @@
+"""The per-student privacy ledger: every answered query spends its ε, up to a cap per period.
+
+Each (tenant, student) has every charge it was ever made recorded, and a *lifetime* accountant
+(:mod:`privacy.accountants`, ``basic`` composition by default) over them. A
+:class:`~privacy.periods.BudgetRule` says how much may be spent per period (lifetime, a rolling
+window, a calendar day/week, school terms): :meth:`PrivacyLedger.charge` composes the charges of
+the current window with the new one, checks the cap and records the spend in one transaction
+*before* the caller releases anything; a query that would go over raises
+:class:`BudgetExceeded` (saying when the allowance renews) and spends nothing. Spend older than
+the window stops counting toward the cap but stays recorded: the lifetime total is exact.
+
+Rules the caller relies on:
+
+* **Atomic check-and-spend** per student, in one process or many (``privacy.ledger.engines``:
+  SQLite's write lock, or a PostgreSQL row lock). So N concurrent requests whose cap allows k
+  serve exactly k, at a window boundary too.
+* **Durable.** A charge whose ``charge`` call returned is committed and survives ``kill -9``; one
+  interrupted before its commit never happened. A charge is *pending* until its answer is stored
+  (the answer is stored before it is returned): a process killed in between released nothing,
+  and at start-up :meth:`settle_orphans` refunds the pending charges of processes that are gone.
+* **Repeat rule.** A request with the same ``(tenant, student_id, request_fingerprint)`` as a
+  charged one, within ``repeat_window_s`` seconds of that first charge, is answered with the
+  *stored* noisy answer, not fresh noise, and spends nothing. Repeating a query therefore cannot
+  average the noise away: every repeat sees the same draw. After the window, the same request
+  is a new query and spends again (its noise is then a fresh, paid-for release).
+* **Concurrent identical requests.** The first one's charge row doubles as a reservation: an
+  identical request arriving while its answer is still being computed gets that charge back
+  with ``repeat=True`` and ``answer_json=None`` (``Charge.pending``), is not charged, and waits
+  for the answer with :meth:`PrivacyLedger.await_answer`.
+* **Refunds.** ``refund`` returns a charge only while it has no stored answer; ``store_answer``
+  may settle a charge at fewer releases than charged (entities that released nothing). Once an
+  answer is stored the spend is final.
+
+The ledger keeps its own tables (``privacy_students``, ``privacy_charges``) and may share the
+application's database; it opens its own engines on it and never imports ``app``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Connection, func, insert, select, update
+
+from privacy.accountants import Accountant, make_accountant
+from privacy.ledger.engines import LedgerEngines, ledger_url
+from privacy.ledger.errors import BudgetExceeded, ChargeStateError, UnknownCharge
+from privacy.ledger.tables import CHARGED, REFUNDED, RELEASED, charges, students
+from privacy.periods import BudgetRule, Lifetime, Rolling, iso_utc
+
+__all__ = ["Charge", "PrivacyLedger"]
+
+_REL_TOL = 1e-9  # float slack on the cap: 5 × 0.1 must fit a cap of 0.5
+
+
+@dataclass(frozen=True, kw_only=True)
+class Charge:
+    """One charged query, with the student's totals after it.
+
+    ``repeat``: an earlier identical charge, reused (nothing spent now). ``spent_*`` and
+    ``remaining_epsilon`` are for the current period; ``lifetime_*`` for all time.
+    """
+
+    id: str
+    tenant: str
+    student_id: str
+    epsilon: float
+    delta: float
+    mechanism: str
+    releases: int
+    fingerprint: str | None
+    created_at: float
+    status: str  # charged | released | refunded
+    answer_json: str | None
+    repeat: bool
+    spent_epsilon: float
+    spent_delta: float
+    remaining_epsilon: float
+    cap_epsilon: float
+    period: str
+    renews_at: float | None
+    lifetime_epsilon: float
+    lifetime_delta: float
+
+    @property
+    def pending(self) -> bool:
+        """A repeat whose first request has not stored its answer yet."""
+        return self.repeat and self.answer_json is None and self.status == CHARGED
+
+
+@dataclass(frozen=True)
+class _Spend:
+    """What counts now: the window's accountant (lifetime's for a lifetime cap) and the counted charges."""
+
+    accountant: Accountant
+    counted: list[Mapping[str, Any]]  # oldest first; empty for a lifetime cap (not needed there)
+    renews_at: float | None
+
+
+class PrivacyLedger:
+    """Per-(tenant, student) privacy budgets with periods. See the module docstring."""
+
+    def __init__(
+        self,
+        database: Any,
+        *,
+        cap_epsilon: float = float("inf"),
+        cap_delta: float = 0.0,
+        accountant: str = "basic",
+        repeat_window_s: float = 3600.0,
+        pending_ttl_s: float = 120.0,
+        clock: Callable[[], float] = time.time,
+        busy_timeout_s: float = 30.0,
+        owner: str | None = None,
+        rule: BudgetRule | None = None,
+    ) -> None:
+        """``database``: a SQLAlchemy URL, an SQLite file or folder, or an engine/sessionmaker on one.
+
+        ``rule`` is the default budget (used when a call gives none); without it, a lifetime cap of
+        ``cap_epsilon``/``cap_delta``.
+        """
+        if not (repeat_window_s >= 0 and pending_ttl_s >= 0):
+            raise ValueError("repeat_window_s and pending_ttl_s must be >= 0")
+        make_accountant(accountant)  # an unknown name fails here
+        self.rule = rule or BudgetRule(cap_epsilon=cap_epsilon, cap_delta=cap_delta, period=Lifetime())
+        self.accountant = accountant
+        self.repeat_window_s, self.pending_ttl_s = float(repeat_window_s), float(pending_ttl_s)
+        self._clock = clock
+        # Charges are stamped with their owner so pending ones of a dead process can be settled (settle_orphans).
+        self.owner = owner or uuid.uuid4().hex
+        self._db = LedgerEngines(ledger_url(database), busy_timeout_s=busy_timeout_s)
+        self._empty_state = json.dumps(make_accountant(accountant).state_dict())
+
+    @property
+    def cap_epsilon(self) -> float:
+        return self.rule.cap_epsilon
+
+    @property
+    def cap_delta(self) -> float:
+        return self.rule.cap_delta
+
+    # -- charging -------------------------------------------------------------------------------
+    def charge(
+        self,
+        *,
+        tenant: str,
+        student_id: str,
+        epsilon: float,
+        delta: float = 0.0,
+        mechanism: str,
+        request_fingerprint: str | None = None,
+        sigma_over_sensitivity: float | None = None,
+        releases: int = 1,
+        rule: BudgetRule | None = None,
+    ) -> Charge:
+        """Spend ``releases`` × (ε, δ) for the student, or raise :class:`BudgetExceeded`; call before releasing.
+
+        ``releases`` is the number of independently noised answers the query releases (e.g. one
+        per entity). An identical request (same ``request_fingerprint``) inside the repeat window
+        returns the earlier charge with ``repeat=True`` and spends nothing.
+        """
+        if not (tenant and student_id):
+            raise ValueError("tenant and student_id must be non-empty")
+        if not (isinstance(releases, int) and releases >= 1):
+            raise ValueError(f"releases must be an int >= 1, got {releases!r}")
+        rule = rule or self.rule
+        step = {
+            "epsilon": epsilon, "delta": delta, "mechanism": mechanism,
+            "sigma_over_sensitivity": sigma_over_sensitivity,
+        }
+        make_accountant(self.accountant).step(**step)  # validates before taking any lock
+        now = float(self._clock())
+        with self._db.write() as conn:
+            self._db.lock_student(conn, tenant, student_id, now, self._empty_state)
+            if request_fingerprint is not None:
+                earlier = self._find_repeat(conn, tenant, student_id, request_fingerprint, now)
+                if earlier is not None:
+                    return self._charge_of(conn, earlier, rule, now, repeat=True)
+            lifetime, queries = self._load(conn, tenant, student_id)
+            spend = self._spend(conn, tenant, student_id, rule, now, lifetime)
+            spent_epsilon, spent_delta = spend.accountant.spent(rule.cap_delta)
+            for _ in range(releases):
+                spend.accountant.step(**step)
+            if not self._fits(rule, *spend.accountant.spent(rule.cap_delta)):
+                raise BudgetExceeded(
+                    tenant, student_id, spent_epsilon, rule.cap_epsilon, releases * float(epsilon),
+                    spent_delta=spent_delta, cap_delta=rule.cap_delta, requested_delta=releases * float(delta),
+                    period=rule.period.label, renews_at=self._renewal(spend, rule, step, releases),
+                )
+            row = {
+                "id": uuid.uuid4().hex, "tenant": tenant, "student_id": student_id,
+                "fingerprint": request_fingerprint, "epsilon": float(epsilon), "delta": float(delta),
+                "mechanism": mechanism, "releases": releases, "status": CHARGED, "answer_json": None,
+                "created_at": now, "settled_at": None, "owner": self.owner,
+                "sigma_over_sensitivity": None if sigma_over_sensitivity is None else float(sigma_over_sensitivity),
+            }
+            conn.execute(insert(charges).values(**row))
+            for _ in range(releases):
+                lifetime.step(**step)
+            self._save(conn, tenant, student_id, lifetime, queries + 1, now)
+            return self._charge_of(conn, row, rule, now, repeat=False, lifetime=lifetime)
+
+    def store_answer(
+        self, charge_id: str, answer_json: str, *, releases: int | None = None, rule: BudgetRule | None = None
+    ) -> Charge:
+        """Keep the released answer of a charge (for repeats); after this, no refund is possible.
+
+        ``releases`` (at most the number charged) settles the charge at the answers actually
+        released — e.g. entities that failed or answered nothing are given back; the student's
+        totals are recomputed. Returns the settled charge with the student's totals under ``rule``.
+        """
+        if not isinstance(answer_json, str):
+            raise TypeError("answer_json must be a JSON string")
+        rule = rule or self.rule
+        now = float(self._clock())
+        with self._db.write() as conn:
+            row = self._get(conn, charge_id)
+            self._db.lock_student(conn, row["tenant"], row["student_id"], now, self._empty_state)
+            if row["status"] == RELEASED and row["answer_json"] == answer_json:
+                return self._charge_of(conn, row, rule, now, repeat=False)
+            if row["status"] != CHARGED:
+                raise ChargeStateError(f"charge {charge_id} is {row['status']}; its answer cannot be stored")
+            if releases is not None and not (isinstance(releases, int) and 1 <= releases <= row["releases"]):
+                raise ValueError(f"releases must be an int in [1, {row['releases']}], got {releases!r}")
+            settled: dict[str, Any] = {"status": RELEASED, "answer_json": answer_json, "settled_at": now}
+            if releases is not None and releases < row["releases"]:
+                settled["releases"] = releases
+            conn.execute(update(charges).where(charges.c.id == charge_id).values(**settled))
+            row.update(settled)
+            if "releases" in settled:
+                self._save(conn, row["tenant"], row["student_id"], *self._rebuild(conn, row["tenant"], row["student_id"]), now)
+            return self._charge_of(conn, row, rule, now, repeat=False)
+
+    def refund(self, charge_id: str) -> None:
+        """Undo a charge whose query released nothing; idempotent."""
+        now = float(self._clock())
+        with self._db.write() as conn:
+            row = self._get(conn, charge_id)
+            self._db.lock_student(conn, row["tenant"], row["student_id"], now, self._empty_state)
+            row = self._get(conn, charge_id)  # re-read under the student's lock
+            if row["status"] == REFUNDED:
+                return
+            if row["status"] == RELEASED:
+                raise ChargeStateError(f"charge {charge_id} released an answer; its privacy spend is final")
+            conn.execute(update(charges).where(charges.c.id == charge_id).values(status=REFUNDED, settled_at=now))
+            self._save(conn, row["tenant"], row["student_id"], *self._rebuild(conn, row["tenant"], row["student_id"]), now)
+
+    def settle_orphans(self, *, live_owners: Collection[str]) -> int:
+        """Refund every pending charge (no answer stored) whose owner is not live; returns how many.
+
+        A process killed between charging and storing its answer released nothing (the answer
+        is stored before it is returned), so its pending charges are refunded — and an identical
+        retry is then a normal new request instead of waiting on a reservation nobody will fill.
+        """
+        live = list(live_owners)
+        with self._db.read() as conn:
+            orphans = conn.execute(
+                select(charges.c.id).where(
+                    charges.c.status == CHARGED, (charges.c.owner.is_(None)) | (charges.c.owner.not_in(live))
+                )
+            ).scalars().all()
+        for charge_id in orphans:
+            self.refund(charge_id)  # each under its student's lock; a charge settled meanwhile is left as it is
+        return len(orphans)
+
+    def charge_all(
+        self, *, tenant: str, student_ids: Sequence[str], epsilon: float, mechanism: str, rule: BudgetRule | None = None
+    ) -> list[Charge]:
+        """Charge every student once for one group release (a cohort report, a calibration), all or nothing.
+
+        If any student's budget is spent, the charges already made are refunded and
+        :class:`BudgetExceeded` is raised: nothing is released and nobody pays.
+        """
+        made: list[Charge] = []
+        try:
+            for student_id in dict.fromkeys(student_ids):
+                made.append(self.charge(tenant=tenant, student_id=student_id, epsilon=epsilon, mechanism=mechanism,
+                                        rule=rule))
+        except BudgetExceeded:
+            for charge in made:
+                self.refund(charge.id)
+            raise
+        return made
+
+    def settle_all(self, made: Sequence[Charge], *, released: str | None) -> None:
+        """After a group release: store ``released`` on every charge, or refund them all when ``None``."""
+        for charge in made:
+            if released is None:
+                self.refund(charge.id)
+            else:
+                self.store_answer(charge.id, released)
+
+    # -- reading --------------------------------------------------------------------------------
+    def lookup_repeat(self, *, tenant: str, student_id: str, request_fingerprint: str) -> str | None:
+        """The stored answer of an identical released request inside the window, else ``None``."""
+        with self._db.read() as conn:
+            row = self._find_repeat(conn, tenant, student_id, request_fingerprint, float(self._clock()))
+        return row["answer_json"] if row is not None and row["status"] == RELEASED else None
+
+    def get_charge(self, charge_id: str, *, rule: BudgetRule | None = None) -> Charge:
+        now = float(self._clock())
+        with self._db.read() as conn:
+            return self._charge_of(conn, self._get(conn, charge_id), rule or self.rule, now, repeat=False)
+
+    def status(self, tenant: str, student_id: str, *, rule: BudgetRule | None = None) -> dict[str, Any]:
+        """The student's budget now: the period's spend and allowance, when it renews, and the lifetime total."""
+        rule = rule or self.rule
+        now = float(self._clock())
+        with self._db.read() as conn:
+            lifetime, queries = self._load(conn, tenant, student_id)
+            spend = self._spend(conn, tenant, student_id, rule, now, lifetime)
+        spent_epsilon, spent_delta = spend.accountant.spent(rule.cap_delta)
+        lifetime_epsilon, lifetime_delta = lifetime.spent(rule.cap_delta)
+        return {
+            "tenant": tenant,
+            "student_id": student_id,
+            "accountant": lifetime.mechanism(),
+            "period": rule.period.label,
+            "spent_epsilon": spent_epsilon,
+            "spent_delta": spent_delta,
+            "cap_epsilon": rule.cap_epsilon,
+            "cap_delta": rule.cap_delta,
+            "remaining_epsilon": max(0.0, rule.cap_epsilon - spent_epsilon),
+            "remaining_delta": max(0.0, rule.cap_delta - spent_delta),
+            "renews_at": iso_utc(spend.renews_at),
+            "lifetime_epsilon": lifetime_epsilon,
+            "lifetime_delta": lifetime_delta,
+            "queries": queries,
+        }
+
+    # -- async façade (each call runs in a worker thread, off the event loop) --------------------
+    async def acharge_all(self, **kwargs: Any) -> list[Charge]:
+        return await asyncio.to_thread(lambda: self.charge_all(**kwargs))
+
+    async def asettle_all(self, made: Sequence[Charge], *, released: str | None) -> None:
+        await asyncio.to_thread(lambda: self.settle_all(made, released=released))
+
+    async def acharge(self, **kwargs: Any) -> Charge:
+        return await asyncio.to_thread(lambda: self.charge(**kwargs))
+
+    async def astore_answer(self, charge_id: str, answer_json: str, **kwargs: Any) -> Charge:
+        return await asyncio.to_thread(lambda: self.store_answer(charge_id, answer_json, **kwargs))
+
+    async def arefund(self, charge_id: str) -> None:
+        await asyncio.to_thread(self.refund, charge_id)
+
+    async def alookup_repeat(self, **kwargs: Any) -> str | None:
+        return await asyncio.to_thread(lambda: self.lookup_repeat(**kwargs))
+
+    async def astatus(self, tenant: str, student_id: str, *, rule: BudgetRule | None = None) -> dict[str, Any]:
+        return await asyncio.to_thread(lambda: self.status(tenant, student_id, rule=rule))
+
+    async def await_answer(self, charge_id: str, *, timeout_s: float = 30.0, poll_s: float = 0.05) -> str | None:
+        """Wait for a pending charge's answer; ``None`` if it was refunded (then charge anew).
+
+        Raises ``TimeoutError`` if it is still pending after ``timeout_s``.
+        """
+        deadline = time.monotonic() + timeout_s
+        while True:
+            charge = await asyncio.to_thread(self.get_charge, charge_id)
+            if charge.status == RELEASED:
+                return charge.answer_json
+            if charge.status == REFUNDED:
+                return None
+            if time.monotonic() >= deadline:
+                raise TimeoutError(f"the answer of charge {charge_id} is still pending after {timeout_s}s")
+            await asyncio.sleep(poll_s)
+
+    def close(self) -> None:
+        self._db.dispose()
+
+    def __enter__(self) -> PrivacyLedger:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+    # -- internals ------------------------------------------------------------------------------
+    @staticmethod
+    def _fits(rule: BudgetRule, epsilon: float, delta: float) -> bool:
+        return epsilon <= rule.cap_epsilon * (1 + _REL_TOL) and delta <= rule.cap_delta * (1 + _REL_TOL)
+
+    def _step(self, accountant: Accountant, row: Mapping[str, Any]) -> None:
+        for _ in range(row["releases"]):
+            accountant.step(
+                epsilon=row["epsilon"], delta=row["delta"], mechanism=row["mechanism"],
+                sigma_over_sensitivity=row["sigma_over_sensitivity"],
+            )
+
+    def _spend(
+        self, conn: Connection, tenant: str, student_id: str, rule: BudgetRule, now: float, lifetime: Accountant
+    ) -> _Spend:
+        """The charges that count against the cap now, composed (a fresh accountant over the window)."""
+        window = rule.period.window(now)
+        if window.start is None:
+            return _Spend(self._clone(lifetime), [], window.renews_at)
+        counted = list(conn.execute(
+            select(charges.c.epsilon, charges.c.delta, charges.c.mechanism, charges.c.sigma_over_sensitivity,
+                   charges.c.releases, charges.c.created_at)
+            .where(charges.c.tenant == tenant, charges.c.student_id == student_id, charges.c.status != REFUNDED,
+                   charges.c.created_at >= window.start)
+            .order_by(charges.c.created_at, charges.c.seq)
+        ).mappings())
+        accountant = make_accountant(self.accountant)
+        for row in counted:
+            self._step(accountant, row)
+        renews_at = window.renews_at
+        if isinstance(rule.period, Rolling) and counted:
+            renews_at = counted[0]["created_at"] + rule.period.window_s  # the oldest counted charge drops out
+        return _Spend(accountant, counted, renews_at)
+
+    def _clone(self, accountant: Accountant) -> Accountant:
+        clone = make_accountant(self.accountant)
+        clone.load_state_dict(accountant.state_dict())
+        return clone
+
+    def _renewal(self, spend: _Spend, rule: BudgetRule, step: dict[str, Any], releases: int) -> float | None:
+        """When the refused request would fit: the next period for a calendar cap; for a rolling window, once
+        enough of the oldest counted charges have dropped out (``None``: never, e.g. it exceeds the cap alone)."""
+        if not isinstance(rule.period, Rolling):
+            return spend.renews_at
+        for k in range(len(spend.counted) + 1):
+            remaining = make_accountant(self.accountant)
+            for row in spend.counted[k:]:
+                self._step(remaining, row)
+            for _ in range(releases):
+                remaining.step(**step)
+            if self._fits(rule, *remaining.spent(rule.cap_delta)):
+                return spend.counted[k - 1]["created_at"] + rule.period.window_s if k else None
+        return None
+
+    def _find_repeat(self, conn: Connection, tenant: str, student_id: str, fingerprint: str, now: float) -> dict | None:
+        if self.repeat_window_s <= 0:
+            return None
+        row = conn.execute(
+            select(charges)
+            .where(
+                charges.c.tenant == tenant,
+                charges.c.student_id == student_id,
+                charges.c.fingerprint == fingerprint,
+                charges.c.status != REFUNDED,
+                charges.c.created_at >= now - self.repeat_window_s,
+            )
+            .order_by(charges.c.seq.desc())
+            .limit(1)
+        ).mappings().first()
+        if row is None or (row["status"] == CHARGED and row["created_at"] < now - self.pending_ttl_s):
+            return None  # nothing, or a reservation whose process never stored its answer
+        return dict(row)
+
+    def _get(self, conn: Connection, charge_id: str) -> dict:
+        row = conn.execute(select(charges).where(charges.c.id == charge_id)).mappings().first()
+        if row is None:
+            raise UnknownCharge(f"no privacy charge with id {charge_id!r}")
+        return dict(row)
+
+    def _load(self, conn: Connection, tenant: str, student_id: str) -> tuple[Accountant, int]:
+        """The student's lifetime accountant from its saved state, checked against the charges table."""
+        row = conn.execute(
+            select(students).where(students.c.tenant == tenant, students.c.student_id == student_id)
+        ).mappings().first()
+        if row is None:
+            return make_accountant(self.accountant), 0
+        try:
+            state = json.loads(row["accountant_json"])
+        except ValueError as exc:
+            raise ChargeStateError("a student's ledger state is not JSON") from exc
+        if not isinstance(state, dict) or state.get("accountant") != self.accountant:
+            return self._rebuild(conn, tenant, student_id)  # saved by another accountant: replay the charges
+        accountant = make_accountant(self.accountant)
+        try:
+            accountant.load_state_dict(state)
+        except ValueError as exc:
+            raise ChargeStateError(f"a student's ledger state is corrupt: {exc}") from exc
+        releases, queries = conn.execute(
+            select(func.coalesce(func.sum(charges.c.releases), 0), func.count())
+            .where(charges.c.tenant == tenant, charges.c.student_id == student_id, charges.c.status != REFUNDED)
+        ).one()
+        if (len(accountant), row["queries"]) != (releases, queries):
+            raise ChargeStateError(
+                "a student's ledger state disagrees with its charges: "
+                f"{len(accountant)} releases in {row['queries']} queries saved, {releases} in {queries} charged"
+            )
+        return accountant, queries
+
+    def _rebuild(self, conn: Connection, tenant: str, student_id: str) -> tuple[Accountant, int]:
+        accountant, queries = make_accountant(self.accountant), 0
+        rows = conn.execute(
+            select(charges)
+            .where(charges.c.tenant == tenant, charges.c.student_id == student_id, charges.c.status != REFUNDED)
+            .order_by(charges.c.seq)
+        ).mappings()
+        for row in rows:
+            queries += 1
+            self._step(accountant, row)
+        return accountant, queries
+
+    def _save(
+        self, conn: Connection, tenant: str, student_id: str, accountant: Accountant, queries: int, now: float
+    ) -> None:
+        values = {"accountant_json": json.dumps(accountant.state_dict()), "queries": queries, "updated_at": now}
+        self._db.upsert_student(conn, tenant, student_id, values)
+
+    def _charge_of(
+        self, conn: Connection, row: Mapping[str, Any], rule: BudgetRule, now: float, *, repeat: bool,
+        lifetime: Accountant | None = None,
+    ) -> Charge:
+        if lifetime is None:
+            lifetime = self._load(conn, row["tenant"], row["student_id"])[0]
+        spend = self._spend(conn, row["tenant"], row["student_id"], rule, now, lifetime)
+        spent_epsilon, spent_delta = spend.accountant.spent(rule.cap_delta)
+        lifetime_epsilon, lifetime_delta = lifetime.spent(rule.cap_delta)
+        return Charge(
+            id=row["id"], tenant=row["tenant"], student_id=row["student_id"], epsilon=row["epsilon"],
+            delta=row["delta"], mechanism=row["mechanism"], releases=row["releases"],
+            fingerprint=row["fingerprint"], created_at=row["created_at"], status=row["status"],
+            answer_json=row["answer_json"], repeat=repeat, spent_epsilon=spent_epsilon, spent_delta=spent_delta,
+            remaining_epsilon=max(0.0, rule.cap_epsilon - spent_epsilon), cap_epsilon=rule.cap_epsilon,
+            period=rule.period.label, renews_at=spend.renews_at, lifetime_epsilon=lifetime_epsilon,
+            lifetime_delta=lifetime_delta,
+        )

@@ -1,0 +1,127 @@
+"""Where the ledger's transactions run, on SQLite or PostgreSQL.
+
+Check-and-spend must be atomic per student, in one process or many:
+
+* **SQLite**: every write transaction is ``BEGIN IMMEDIATE`` (the database's single write lock),
+  WAL with ``synchronous=FULL`` (a committed charge survives ``kill -9`` and power loss). A lock
+  per database file keeps one process's threads from spinning on SQLite's busy handler.
+* **PostgreSQL**: ordinary transactions; the student's row is created if missing and then locked
+  with ``SELECT … FOR UPDATE``, so concurrent charges of one student queue on that row (from any
+  number of processes) while other students' charges run in parallel.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Connection, Engine, create_engine, event, select
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.engine import make_url
+from sqlalchemy.orm import sessionmaker
+
+from privacy.ledger.tables import LEDGER_METADATA, students
+
+__all__ = ["LedgerEngines", "ledger_url"]
+
+_PROCESS_LOCKS: dict[str, threading.Lock] = {}
+_PROCESS_LOCKS_GUARD = threading.Lock()
+
+
+def ledger_url(source: Any) -> str:
+    """A database URL from a URL, an SQLite file or folder (``<folder>/fedcd.db``), or an engine/sessionmaker."""
+    if isinstance(source, str) and "://" in source:
+        return source
+    if isinstance(source, str | os.PathLike):
+        path = Path(source)
+        if path.is_dir():
+            path = path / "fedcd.db"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return f"sqlite:///{path.resolve()}"
+    bind = source.kw.get("bind") if isinstance(source, sessionmaker) else source
+    if isinstance(bind, Engine):
+        return bind.url.render_as_string(hide_password=False)
+    raise ValueError(f"the privacy ledger needs a database URL, an SQLite path or an engine, got {source!r}")
+
+
+def _sqlite_engine(url: str, *, immediate: bool, busy_timeout_s: float) -> Engine:
+    engine = create_engine(url, connect_args={"timeout": busy_timeout_s})
+
+    @event.listens_for(engine, "connect")
+    def _connect(dbapi_connection, _record) -> None:  # type: ignore[no-untyped-def]
+        dbapi_connection.isolation_level = None  # the driver opens no transactions; "begin" below does
+        cursor = dbapi_connection.cursor()
+        cursor.execute(f"PRAGMA busy_timeout={int(busy_timeout_s * 1000)}")
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA synchronous=FULL")  # a committed charge survives a crash
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _begin(connection) -> None:  # type: ignore[no-untyped-def]
+        connection.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
+
+    return engine
+
+
+class LedgerEngines:
+    """The engines of one ledger and the dialect-specific pieces of its transactions."""
+
+    def __init__(self, url: str, *, busy_timeout_s: float = 30.0, create_tables: bool = True) -> None:
+        self.url = url
+        self.sqlite = make_url(url).get_backend_name() == "sqlite"
+        if self.sqlite:
+            database = make_url(url).database or ""
+            if database and database != ":memory:":
+                Path(database).parent.mkdir(parents=True, exist_ok=True)
+            self.writer = _sqlite_engine(url, immediate=True, busy_timeout_s=busy_timeout_s)
+            self.reader = _sqlite_engine(url, immediate=False, busy_timeout_s=busy_timeout_s)
+            with _PROCESS_LOCKS_GUARD:
+                self._lock: contextlib.AbstractContextManager[Any] = _PROCESS_LOCKS.setdefault(
+                    str(Path(database).resolve()) if database else url, threading.Lock()
+                )
+        else:
+            self.writer = self.reader = create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20)
+            self._lock = contextlib.nullcontext()
+        if create_tables:
+            with self._lock:
+                LEDGER_METADATA.create_all(self.writer)
+
+    @contextlib.contextmanager
+    def write(self) -> Iterator[Connection]:
+        with self._lock, self.writer.begin() as conn:
+            yield conn
+
+    @contextlib.contextmanager
+    def read(self) -> Iterator[Connection]:
+        with self.reader.begin() as conn:
+            yield conn
+
+    def lock_student(self, conn: Connection, tenant: str, student_id: str, now: float, empty_state: str) -> None:
+        """Serialise this student's check-and-spend (SQLite: the write transaction already does)."""
+        if self.sqlite:
+            return
+        conn.execute(
+            pg_insert(students)
+            .values(tenant=tenant, student_id=student_id, accountant_json=empty_state, queries=0, updated_at=now)
+            .on_conflict_do_nothing(index_elements=[students.c.tenant, students.c.student_id])
+        )
+        conn.execute(
+            select(students.c.tenant).where(students.c.tenant == tenant, students.c.student_id == student_id).with_for_update()
+        )
+
+    def upsert_student(self, conn: Connection, tenant: str, student_id: str, values: dict[str, Any]) -> None:
+        insert = sqlite_insert if self.sqlite else pg_insert
+        conn.execute(
+            insert(students)
+            .values(tenant=tenant, student_id=student_id, **values)
+            .on_conflict_do_update(index_elements=[students.c.tenant, students.c.student_id], set_=values)
+        )
+
+    def dispose(self) -> None:
+        self.writer.dispose()
+        self.reader.dispose()
