@@ -37,6 +37,7 @@ __all__ = [
     "Database",
     "JobItemRow",
     "JobRow",
+    "PolicyRow",
     "QMatrixRow",
     "TenantRow",
     "utcnow",
@@ -90,6 +91,18 @@ class QMatrixRow(Base):
     n_concepts: Mapped[int] = mapped_column(Integer)
     created_at: Mapped[float] = mapped_column(Float)
     deleted_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+
+
+class PolicyRow(Base):
+    """One version of a tenant's privacy policy; the newest is in force. Every change is kept, with who and when."""
+
+    __tablename__ = "privacy_policies"
+
+    tenant: Mapped[str] = mapped_column(String(64), primary_key=True)
+    version: Mapped[int] = mapped_column(Integer, primary_key=True)
+    policy_json: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[str] = mapped_column(String(40), default=utcnow)
+    created_by: Mapped[str] = mapped_column(String(64))
 
 
 class JobRow(Base):

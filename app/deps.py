@@ -23,7 +23,7 @@ from app.services.calibration import CalibrationService
 from app.services.diagnosis import DiagnosisService
 from app.services.jobs import JobRunner
 from app.settings import Settings
-from app.storage import CalibrationStore, QMatrixStore
+from app.storage import CalibrationStore, PolicyStore, QMatrixStore
 from privacy import PrivacyLedger
 
 __all__ = [
@@ -36,6 +36,7 @@ __all__ = [
     "JobRunnerDep",
     "KeyStoreDep",
     "LedgerDep",
+    "PolicyStoreDep",
     "PrincipalDep",
     "QMatrixStoreDep",
     "SettingsDep",
@@ -67,6 +68,10 @@ async def _jobs(request: Request) -> JobRunner:
 
 async def _keys(request: Request) -> KeyStore:
     return request.app.state.keys
+
+
+async def _policies(request: Request) -> PolicyStore:
+    return request.app.state.policies
 
 
 async def _ledger(request: Request) -> PrivacyLedger | None:
@@ -134,6 +139,7 @@ CalibrationStoreDep = Annotated[CalibrationStore, Depends(_calibrations)]
 JobRunnerDep = Annotated[JobRunner, Depends(_jobs)]
 KeyStoreDep = Annotated[KeyStore, Depends(_keys)]
 LedgerDep = Annotated[PrivacyLedger | None, Depends(_ledger)]
+PolicyStoreDep = Annotated[PolicyStore, Depends(_policies)]
 DiagnosisServiceDep = Annotated[DiagnosisService, Depends(_diagnosis)]
 CalibrationServiceDep = Annotated[CalibrationService, Depends(_calibration_service)]
 PrincipalDep = Annotated[Principal, Depends(_principal)]

@@ -18,13 +18,13 @@ from app.federation import Federation
 from app.middleware import AccessLog, BodyLimit
 from app.openapi import install_openapi
 from app.redaction import Redactor
-from app.routes import admin_keys, calibrate, cohort, diagnose, health, local_model, privacy, qmatrices
+from app.routes import admin_keys, admin_policy, calibrate, cohort, diagnose, health, local_model, privacy, qmatrices
 from app.routes import entities as entities_routes
 from app.services.calibration import CalibrationService, start_default_calibration
 from app.services.diagnosis import DiagnosisService
 from app.services.jobs import JobRunner
 from app.settings import Settings, get_settings
-from app.storage import CalibrationStore, QMatrixStore
+from app.storage import CalibrationStore, PolicyStore, QMatrixStore, budget_rule, default_policy
 from app.version import VERSION
 from privacy import PrivacyLedger
 from providers import Entity
@@ -49,11 +49,11 @@ def create_app(
     qmatrix_store.register_builtin(example_qmatrix())
     calibrations = CalibrationStore(database.sessions)
     keys = KeyStore(database.sessions)
+    policies = PolicyStore(database.sessions, settings)
     ledger = (
         PrivacyLedger(
             database.sessions,
-            cap_epsilon=settings.privacy_cap_epsilon,
-            cap_delta=settings.privacy_cap_delta,
+            rule=budget_rule(default_policy(settings)),
             accountant=settings.privacy_accountant,
             repeat_window_s=settings.privacy_repeat_window_s,
         )
@@ -81,12 +81,12 @@ def create_app(
         jobs = JobRunner(database.sessions)
         app.state.jobs = jobs
         app.state.calibration_service = CalibrationService(
-            federation=federation, qmatrices=qmatrix_store, calibrations=calibrations, jobs=jobs, settings=settings,
-            ledger=ledger,
+            federation=federation, qmatrices=qmatrix_store, calibrations=calibrations, jobs=jobs, policies=policies,
+            settings=settings, ledger=ledger,
         )
         app.state.diagnosis = DiagnosisService(
-            federation=federation, qmatrices=qmatrix_store, calibrations=calibrations, settings=settings, ledger=ledger,
-            redactor=Redactor.for_state_dir(settings.state_dir),
+            federation=federation, qmatrices=qmatrix_store, calibrations=calibrations, policies=policies,
+            settings=settings, ledger=ledger, redactor=Redactor.for_state_dir(settings.state_dir),
         )
         if settings.preload_models:
             await federation.preload()
@@ -115,6 +115,7 @@ def create_app(
     app.state.qmatrices = qmatrix_store
     app.state.calibrations = calibrations
     app.state.keys = keys
+    app.state.policies = policies
     app.state.ledger = ledger
     install_error_handlers(app)
     install_openapi(app, settings)
@@ -128,6 +129,6 @@ def create_app(
     app.add_middleware(BodyLimit, limit_for=body_limit)
     app.add_middleware(AccessLog)
     for router in (health.router, qmatrices.router, qmatrices.extractions, diagnose.router, calibrate.router, cohort.router, privacy.router,
-                   local_model.router, entities_routes.router, admin_keys.router):
+                   local_model.router, entities_routes.router, admin_keys.router, admin_policy.router):
         app.include_router(router)
     return app

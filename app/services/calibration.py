@@ -19,9 +19,9 @@ from typing import Any
 from app.db import SHARED_TENANT
 from app.errors import InputError
 from app.limits import check_responses
-from app.schemas import CalibrateRequest, DatasetRef
+from app.schemas import CalibrateRequest, DatasetRef, PrivacyPolicy
 from app.settings import Settings
-from app.storage import CalibrationStore, QMatrixStore, StoredQMatrix
+from app.storage import CalibrationStore, PolicyStore, QMatrixStore, StoredQMatrix, budget_rule
 from app.federation import Federation
 from app.services.jobs import JobContext, JobRunner
 from calibration import make_calibrator
@@ -46,11 +46,12 @@ class CalibrationService:
         qmatrices: QMatrixStore,
         calibrations: CalibrationStore,
         jobs: JobRunner,
+        policies: PolicyStore,
         settings: Settings,
         ledger: PrivacyLedger | None = None,
     ) -> None:
         self.federation, self.qmatrices, self.calibrations, self.settings = federation, qmatrices, calibrations, settings
-        self.jobs, self.ledger = jobs, ledger
+        self.jobs, self.ledger, self.policies = jobs, ledger, policies
         jobs.register("calibrate", self.run)
 
     def check(self, body: CalibrateRequest, tenant: str) -> None:
@@ -110,14 +111,15 @@ class CalibrationService:
         ]
         return stored, rows, ("simulated-true-mastery" if dataset.simulated else "proportion-correct")
 
-    def _noise(self, request: CalibrateRequest) -> NoiseLevel:
-        """The noise the validation answers are privatized at: the request's, else what diagnoses use by default."""
+    @staticmethod
+    def _noise(request: CalibrateRequest, policy: PrivacyPolicy) -> NoiseLevel:
+        """The noise the validation answers are privatized at: the request's, else what the tenant's diagnoses use."""
         epsilon = None if request.epsilon == "none" else (
-            float(request.epsilon) if request.epsilon is not None else self.settings.default_epsilon
+            float(request.epsilon) if request.epsilon is not None else policy.default_epsilon
         )
         return NoiseLevel(
-            mechanism=request.mechanism or self.settings.default_mechanism, epsilon=epsilon,
-            sensitivity=request.sensitivity or self.settings.sensitivity, delta=request.delta,
+            mechanism=request.mechanism or policy.default_mechanism, epsilon=epsilon,
+            sensitivity=request.sensitivity or policy.sensitivity, delta=request.delta,
         )
 
     async def run(self, raw_request: dict[str, Any], job: JobContext) -> dict[str, Any]:
@@ -127,7 +129,8 @@ class CalibrationService:
         stored, rows, truth_source = await asyncio.to_thread(self._students, request, tenant)
         q = stored.qmatrix
         job.set_total(len(rows))
-        noise = self._noise(request)
+        policy = await asyncio.to_thread(self.policies.current, tenant)
+        noise = self._noise(request, policy)
         calibrator = make_calibrator(
             request.method or self.settings.default_calibration_method, **({"isotonic": True} if request.isotonic else {})
         )
@@ -169,7 +172,8 @@ class CalibrationService:
         if release is not None and request.records is not None and self.ledger is not None:
             # Every validation student pays the release ε before anything is released, or nobody does.
             charges = await self.ledger.acharge_all(
-                tenant=tenant, student_ids=[r.student_id for r in request.records], epsilon=release, mechanism="laplace"
+                tenant=tenant, student_ids=[r.student_id for r in request.records], epsilon=release, mechanism="laplace",
+                rule=budget_rule(policy),
             )
         try:
             fitted = calibrator.fit(data, release_epsilon=release, rng=make_rng(self.settings.noise_seed))

@@ -13,6 +13,7 @@ from app.auth import Principal
 from app.errors import InputError
 from app.schemas import CohortConcept, CohortReport, CohortReportRequest, StudentIn
 from app.services.diagnosis import DiagnosisService
+from app.storage import budget_rule
 from calibration import aggregator_for
 from diagnosis import AllEntitiesFailed, DiagnosisRequest
 from privacy import BudgetExceeded, CohortConceptStats, cohort_statistics, make_rng
@@ -38,7 +39,10 @@ async def cohort_report(body: CohortReportRequest, *, service: DiagnosisService,
     charges = []
     if ledger is not None:  # everyone pays before anything is released, or nobody does
         try:
-            charges = await ledger.acharge_all(tenant=tenant, student_ids=ids, epsilon=body.epsilon, mechanism="central_laplace")
+            rule = budget_rule(await service.policy(tenant))
+            charges = await ledger.acharge_all(
+                tenant=tenant, student_ids=ids, epsilon=body.epsilon, mechanism="central_laplace", rule=rule
+            )
         except BudgetExceeded as exc:
             raise InputError(("body", "students"), [f"{exc}; no report was released and nobody was charged"], status_code=429) from exc
     try:

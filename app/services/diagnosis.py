@@ -34,10 +34,12 @@ from app.schemas import (
     DiagnoseOptions,
     EntityReport,
     PrivacyBlock,
+    PrivacyPolicy,
+    PrivacyPolicyPublic,
     StudentIn,
 )
 from app.settings import Settings
-from app.storage import CalibrationStore, QMatrixStore
+from app.storage import CalibrationStore, PolicyStore, QMatrixStore, budget_rule
 from calibration import CalibrationRecord, aggregator_for
 from diagnosis import (
     Aggregator,
@@ -48,7 +50,7 @@ from diagnosis import (
     UnknownEntities,
 )
 from diagnosis.posterior import DegeneratePosteriorError
-from privacy import BudgetExceeded, Charge, PrivacyLedger, charge_parameters
+from privacy import BudgetExceeded, Charge, PrivacyLedger, charge_parameters, iso_utc
 from qmatrix import QMatrix, QMatrixError, Response, qmatrix_from_json, qmatrix_to_json
 
 __all__ = ["DiagnosisService", "ResolvedQMatrix"]
@@ -74,12 +76,13 @@ class DiagnosisService:
         federation: Federation,
         qmatrices: QMatrixStore,
         calibrations: CalibrationStore,
+        policies: PolicyStore,
         settings: Settings,
         ledger: PrivacyLedger | None,
         redactor: Redactor,
     ) -> None:
         self.federation, self.qmatrices, self.calibrations = federation, qmatrices, calibrations
-        self.settings, self.ledger, self.redactor = settings, ledger, redactor
+        self.policies, self.settings, self.ledger, self.redactor = policies, settings, ledger, redactor
 
     @property
     def pipeline(self) -> DiagnosisPipeline:
@@ -134,11 +137,16 @@ class DiagnosisService:
             raise InputError(("body", "entities"), [str(exc)]) from exc
 
     # -- requests ---------------------------------------------------------------------------
+    async def policy(self, tenant: str) -> PrivacyPolicyPublic:
+        """The tenant's privacy policy in force (read per request: a change applies to the next one)."""
+        return await asyncio.to_thread(self.policies.current, tenant)
+
     async def diagnose(self, body: DiagnoseRequest, principal: Principal) -> DiagnoseResponse:
         resolved = await self.resolve_qmatrix(body, principal.tenant)
         self.check_responses(resolved.qmatrix, body.responses, ("body",))
         aggregator = self.aggregator(body, await self.calibration(body, resolved, principal.tenant))
-        return await self._run(body, resolved, body, aggregator, principal.tenant)
+        policy = await self.policy(principal.tenant)
+        return await self._run(body, resolved, body, aggregator, principal.tenant, policy)
 
     async def diagnose_batch(self, body: BatchDiagnoseRequest, principal: Principal) -> BatchDiagnoseResponse:
         if len(body.students) > self.settings.max_batch_size:
@@ -147,14 +155,15 @@ class DiagnosisService:
         for n, student in enumerate(body.students):
             self.check_responses(resolved.qmatrix, student.responses, ("body", "students", n))
         self.select(body.entities)
-        self._check_unnoised(body)
+        policy = await self.policy(principal.tenant)
+        self._check_unnoised(body, policy)
         aggregator = self.aggregator(body, await self.calibration(body, resolved, principal.tenant))
         gate = asyncio.Semaphore(self.settings.batch_concurrency)
 
         async def one(student: StudentIn) -> DiagnoseResponse | BatchError:
             async with gate:
                 try:
-                    return await self._run(body, resolved, student, aggregator, principal.tenant)
+                    return await self._run(body, resolved, student, aggregator, principal.tenant, policy)
                 except AllEntitiesFailed as exc:
                     detail = {"message": str(exc), "entities": [{"name": o.name, "error": o.error} for o in exc.outcomes]}
                     return BatchError(student_id=student.student_id, status_code=503, detail=detail)
@@ -167,25 +176,28 @@ class DiagnosisService:
         return BatchDiagnoseResponse(results=results, errors=errors, count=len(results))
 
     # -- internals --------------------------------------------------------------------------
-    def _check_unnoised(self, options: DiagnoseOptions) -> None:
-        if options.epsilon == "none" and not self.settings.allow_unnoised:
+    @staticmethod
+    def _check_unnoised(options: DiagnoseOptions, policy: PrivacyPolicy) -> None:
+        if options.epsilon == "none" and not policy.allow_unnoised:
             raise InputError(
                 ("body", "epsilon"),
-                ['"none" would release raw answers with unbounded privacy cost; this server refuses it '
-                 "(FEDCD_ALLOW_UNNOISED=true allows it)"],
+                ['"none" would release raw answers with unbounded privacy cost; the tenant\'s privacy policy '
+                 "refuses it (allow_unnoised)"],
             )
 
-    def _request(self, options: DiagnoseOptions, student: StudentIn | DiagnoseRequest, q: QMatrix) -> DiagnosisRequest:
+    def _request(
+        self, options: DiagnoseOptions, student: StudentIn | DiagnoseRequest, q: QMatrix, policy: PrivacyPolicy
+    ) -> DiagnosisRequest:
         epsilon = None if options.epsilon == "none" else (
-            float(options.epsilon) if options.epsilon is not None else self.settings.default_epsilon
+            float(options.epsilon) if options.epsilon is not None else policy.default_epsilon
         )
         return DiagnosisRequest(
             student_id=student.student_id,
             qmatrix=q,
             responses=student.responses,
             epsilon=epsilon,
-            sensitivity=options.sensitivity or self.settings.sensitivity,
-            mechanism=options.mechanism or self.settings.default_mechanism,
+            sensitivity=options.sensitivity or policy.sensitivity,
+            mechanism=options.mechanism or policy.default_mechanism,
             delta=options.delta,
             entities=options.entities,
             include_answers=self.settings.send_answer_text,
@@ -198,20 +210,21 @@ class DiagnosisService:
         student: StudentIn | DiagnoseRequest,
         aggregator: Aggregator,
         tenant: str,
+        policy: PrivacyPolicy,
     ) -> DiagnoseResponse:
-        request = self._request(options, student, resolved.qmatrix)
+        request = self._request(options, student, resolved.qmatrix, policy)
         selected = self.select(options.entities)
-        self._check_unnoised(options)
+        self._check_unnoised(options, policy)
         if request.epsilon is None or self.ledger is None:
             return self._response(await self._diagnose(request, aggregator), request, options, aggregator)
-        ledger = self.ledger
+        ledger, rule = self.ledger, budget_rule(policy)
         cost = charge_parameters(self.pipeline.mechanism_for(request))
         fingerprint = _fingerprint(request, options, resolved, aggregator.calibration_id)
         for _ in range(2):  # a second pass only when an identical in-flight request was refunded
             charge = await ledger.acharge(
                 tenant=tenant, student_id=request.student_id, epsilon=cost["epsilon"], delta=cost["delta"],
                 mechanism=cost["mechanism"], request_fingerprint=fingerprint, releases=len(selected),
-                sigma_over_sensitivity=cost["sigma_over_sensitivity"],
+                sigma_over_sensitivity=cost["sigma_over_sensitivity"], rule=rule,
             )
             if not charge.repeat:
                 break
@@ -221,7 +234,7 @@ class DiagnosisService:
                 raise TryLater("an identical request for this student is still being answered; retry shortly") from exc
             if stored is not None:
                 earlier = DiagnoseResponse.model_validate_json(stored)
-                return earlier.model_copy(update={"budget": self._budget(charge, tenant, charged=0.0, repeat=True)})
+                return earlier.model_copy(update={"budget": _budget(charge, policy, charged=0.0, repeat=True)})
         try:
             result = await self._diagnose(request, aggregator)
             response = self._response(result, request, options, aggregator)
@@ -229,12 +242,12 @@ class DiagnosisService:
             if released == 0:
                 await ledger.arefund(charge.id)
                 return response
-            settled = await ledger.astore_answer(charge.id, response.model_dump_json(), releases=released)
+            settled = await ledger.astore_answer(charge.id, response.model_dump_json(), releases=released, rule=rule)
         except BaseException:
             # Nothing was released (or the answer never left): give the student's budget back.
             await asyncio.shield(self._refund_quietly(charge, tenant))
             raise
-        response.budget = self._budget(settled, tenant, charged=settled.epsilon * settled.releases, repeat=False)
+        response.budget = _budget(settled, policy, charged=settled.epsilon * settled.releases, repeat=False)
         return response
 
     async def _refund_quietly(self, charge: Charge, tenant: str) -> None:
@@ -242,13 +255,6 @@ class DiagnosisService:
             await self.ledger.arefund(charge.id)  # type: ignore[union-attr]
         except Exception:  # the original error matters more; the refund failure is logged without the student id
             log.exception("refund of charge %s for %s failed", charge.id, self.redactor.student(tenant, charge.student_id))
-
-    def _budget(self, charge: Charge, tenant: str, *, charged: float, repeat: bool) -> BudgetBlock:
-        assert self.ledger is not None
-        return BudgetBlock(
-            tenant=tenant, charged_epsilon=charged, spent_epsilon=charge.spent_epsilon,
-            remaining_epsilon=charge.remaining_epsilon, cap_epsilon=self.ledger.cap_epsilon, repeat=repeat,
-        )
 
     async def _diagnose(self, request: DiagnosisRequest, aggregator: Aggregator) -> DiagnosisResult:
         try:
@@ -275,6 +281,22 @@ class DiagnosisService:
             request_id=result.request_id,
             latency_ms=result.latency_ms,
         )
+
+
+def _budget(charge: Charge, policy: PrivacyPolicy, *, charged: float, repeat: bool) -> BudgetBlock:
+    """The budget block of a response, with a warning once less than the policy's share of the allowance remains."""
+    warning = None
+    if charge.cap_epsilon > 0 and charge.remaining_epsilon < policy.warning_fraction * charge.cap_epsilon:
+        renews = f"; it renews at {iso_utc(charge.renews_at)}" if charge.renews_at is not None else "; it does not renew"
+        warning = (
+            f"{charge.remaining_epsilon:.6g} of this student's ε allowance of {charge.cap_epsilon:.6g} per period "
+            f"({charge.period}) remains{renews}"
+        )
+    return BudgetBlock(
+        tenant=charge.tenant, charged_epsilon=charged, period=charge.period, spent_epsilon=charge.spent_epsilon,
+        remaining_epsilon=charge.remaining_epsilon, cap_epsilon=charge.cap_epsilon, renews_at=iso_utc(charge.renews_at),
+        lifetime_epsilon=charge.lifetime_epsilon, budget_warning=warning, repeat=repeat,
+    )
 
 
 def _fingerprint(

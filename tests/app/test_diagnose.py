@@ -15,7 +15,7 @@ BODY = {
 
 
 def test_diagnose_returns_the_documented_fields(client: TestClient) -> None:
-    r = client.post("/v1/diagnose", json={**BODY, "epsilon": 2.0, "mechanism": "laplace", "include_entities": True})
+    r = client.post("/v1/diagnose", json={**BODY, "epsilon": 2.0, "mechanism": "laplace", "sensitivity": "paper", "include_entities": True})
     assert r.status_code == 200, r.text
     body = r.json()
     assert set(body) >= {"student_id", "mastery", "entities", "privacy", "calibration_id", "request_id"}

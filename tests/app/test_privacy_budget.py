@@ -25,12 +25,13 @@ def _body(n: int = 0, student: str = "s1", epsilon: float = 1.0) -> dict:
 
 def test_each_answer_spends_epsilon_per_entity_until_the_cap(tmp_path: Path, fakes) -> None:  # type: ignore[no-untyped-def]
     # Two entities at ε = 1 cost 2 per request; a cap of 5 allows two requests.
-    with make_client(tmp_path, fakes, privacy_cap_epsilon=5.0) as client:
+    with make_client(tmp_path, fakes, privacy_cap_epsilon=5.0, privacy_period="lifetime") as client:
         first = client.post("/v1/diagnose", json=_body(1))
         assert first.status_code == 200
         assert first.json()["budget"] == {
-            "tenant": "default", "charged_epsilon": 2.0, "spent_epsilon": 2.0, "remaining_epsilon": 3.0,
-            "cap_epsilon": 5.0, "repeat": False,
+            "tenant": "default", "charged_epsilon": 2.0, "period": "lifetime", "spent_epsilon": 2.0,
+            "remaining_epsilon": 3.0, "cap_epsilon": 5.0, "renews_at": None, "lifetime_epsilon": 2.0,
+            "budget_warning": None, "repeat": False,
         }
         assert client.post("/v1/diagnose", json=_body(2)).status_code == 200
         refused = client.post("/v1/diagnose", json=_body(3))

@@ -1,0 +1,33 @@
+"""The tenant's privacy policy: budget period and cap, diagnosis defaults, unnoised answers (admin keys)."""
+
+from __future__ import annotations
+
+import asyncio
+
+from fastapi import APIRouter
+
+from app.deps import AdminDep, PolicyStoreDep
+from app.routes.responses import ADMIN_ERRORS
+from app.schemas import PrivacyPolicy, PrivacyPolicyHistory, PrivacyPolicyPublic
+
+router = APIRouter(prefix="/v1/admin/privacy-policy", tags=["admin"])
+
+
+@router.get("", response_model=PrivacyPolicyPublic, responses=ADMIN_ERRORS)
+async def read_privacy_policy(policies: PolicyStoreDep, principal: AdminDep) -> PrivacyPolicyPublic:
+    """The policy in force for the tenant (version 0: the server default, never changed)."""
+    return await asyncio.to_thread(policies.current, principal.tenant)
+
+
+@router.put("", response_model=PrivacyPolicyPublic, responses={**ADMIN_ERRORS, 422: {"description": "invalid policy"}})
+async def update_privacy_policy(body: PrivacyPolicy, policies: PolicyStoreDep, principal: AdminDep) -> PrivacyPolicyPublic:
+    """Set a new version; it applies from the next request on. Spend already recorded stays recorded and
+    counts under the new period's rules (e.g. a shorter window forgets more of it)."""
+    return await asyncio.to_thread(lambda: policies.put(principal.tenant, body, created_by=principal.key_id))
+
+
+@router.get("/history", response_model=PrivacyPolicyHistory, responses=ADMIN_ERRORS)
+async def read_privacy_policy_history(policies: PolicyStoreDep, principal: AdminDep) -> PrivacyPolicyHistory:
+    """Every version the tenant's admins set, oldest first, with who and when."""
+    data = await asyncio.to_thread(policies.history, principal.tenant)
+    return PrivacyPolicyHistory(data=data, count=len(data))
