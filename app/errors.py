@@ -58,7 +58,7 @@ def install_error_handlers(app: FastAPI) -> None:
         return JSONResponse(
             status_code=503,
             content={
-                "detail": "all entities failed; no diagnosis was made",
+                "detail": "no entity answered (each failed or was skipped); no diagnosis was made",
                 "entities": [{"name": o.name, "status": o.status, "error": o.error} for o in exc.outcomes],
             },
         )

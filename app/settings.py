@@ -70,7 +70,9 @@ class Settings(BaseSettings):
     )
     default_calibration_students: int = Field(default=120, ge=10, description="simulated students; a fifth validate")
     default_calibration_method: Literal["paper", "bias", "stacking", "posterior"] = "posterior"
-    local_fed: bool = Field(default=True, description="serve the federated-trained model as entity 'local-fed'")
+    local_fed: bool = Field(
+        default=True, description="serve the federated-trained models (one per Q-matrix) as entity 'local-fed'"
+    )
     train_default_model: bool = Field(
         default=True, description="at first start, train a small local-fed model on SIMULATED data if none exists"
     )
@@ -107,11 +109,14 @@ class Settings(BaseSettings):
     @property
     def entity_specs(self) -> list[EntitySpec]:
         """Declared entities, or the default federation: the embedded LLMs, hosted ones with keys,
-        and ``local-fed`` when a federated-trained model has been published."""
+        and ``local-fed`` whenever ``local_fed`` is on. ``local-fed`` holds one model per Q-matrix
+        and reads the registry on every request, so a model published while the gateway runs is
+        served at once; a request on a Q-matrix with no published model skips it (named in the
+        response with the reason, never charged)."""
         if self.entities is not None:
             return [s for s in self.entities if s.enabled]
         specs = default_entity_specs()
-        if self.local_fed and (self.registry_dir / "active.json").is_file():
+        if self.local_fed:
             specs.append(EntitySpec(
                 name="local-fed", kind="local_fed", model="federated-cdm", model_path=str(self.registry_dir),
                 concurrency=64, temperature=None, structured_output="none",

@@ -118,7 +118,7 @@ def publish_trained(
     the split is re-derived with the same seed and call as both trainers use."""
     started = time.perf_counter()
     registry = registry if isinstance(registry, ModelRegistry) else ModelRegistry(registry)
-    active_version = registry.active_version()
+    active_version = registry.active_version(dataset.qmatrix.id)
     active = registry.load(active_version) if active_version else None
     rng = np.random.default_rng(options.get("seed", 0))
     data = encode_dataset(dataset, text_dim=0)

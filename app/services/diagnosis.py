@@ -17,6 +17,7 @@ from app.schemas import (
     DiagnoseResponse,
     EntityReport,
     PrivacyBlock,
+    SkippedEntity,
     StudentIn,
     _DiagnoseOptions,
 )
@@ -94,6 +95,7 @@ def _to_response(
         missing_concepts=result.missing_concepts,
         entities=[EntityReport(**vars(o)) for o in result.entities] if include_entities else None,
         failed_entities=[o.name for o in result.entities if o.status == "failed"],
+        skipped_entities=[SkippedEntity(name=o.name, reason=o.error or "") for o in result.entities if o.status == "skipped"],
         privacy=PrivacyBlock(**result.privacy, sensitivity_mode=sensitivity_mode),  # type: ignore[arg-type]
         mastery_interval=result.intervals or None,
         interval_level=result.interval_level,
