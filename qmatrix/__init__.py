@@ -4,6 +4,7 @@ from qmatrix.datasets import Dataset, DatasetNotFound, default_data_dir, load_as
 from qmatrix.example import EXAMPLE_QMATRIX_ID, example_qmatrix
 from qmatrix.io import (
     load_qmatrix,
+    qmatrix_fingerprint,
     qmatrix_from_csv_text,
     qmatrix_from_json,
     qmatrix_to_csv_text,
@@ -11,7 +12,15 @@ from qmatrix.io import (
     save_qmatrix,
 )
 from qmatrix.model import Item, QMatrix, QMatrixError
-from qmatrix.responses import Response, StudentResponses, group_by_student, load_responses_csv, score_of
+from qmatrix.responses import (
+    Response,
+    StudentResponses,
+    group_by_student,
+    load_responses_csv,
+    load_responses_wide_csv,
+    read_responses_csv,
+    score_of,
+)
 from qmatrix.simulate import simulate_dina
 from qmatrix.uci import UCI_CONCEPTS, load_uci
 
@@ -31,6 +40,9 @@ __all__ = [
     "load_frcsub",
     "load_qmatrix",
     "load_responses_csv",
+    "load_responses_wide_csv",
+    "read_responses_csv",
+    "qmatrix_fingerprint",
     "qmatrix_from_csv_text",
     "qmatrix_from_json",
     "qmatrix_to_csv_text",
