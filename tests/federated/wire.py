@@ -9,6 +9,7 @@ a test can search for anything that must never leave a node.
 
 from __future__ import annotations
 
+import ssl
 import threading
 import time
 from pathlib import Path
@@ -29,7 +30,7 @@ class RecordingProxy:
     def __init__(self, *, port: int, upstream: int, cert: Path, key: Path, ca: Path) -> None:
         self.port, self.upstream = port, upstream
         self.requests: list[tuple[str, bytes]] = []
-        self._client = httpx.AsyncClient(verify=str(ca), timeout=120.0)
+        self._client = httpx.AsyncClient(verify=ssl.create_default_context(cafile=str(ca)), timeout=120.0)
         app = Starlette(routes=[Route("/{path:path}", self._forward, methods=["GET", "POST", "PUT", "DELETE"])])
         self._server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, ssl_certfile=str(cert),
                                                      ssl_keyfile=str(key), log_level="warning", lifespan="off"))
