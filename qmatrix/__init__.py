@@ -20,6 +20,7 @@ from qmatrix.responses import (
     load_responses_wide_csv,
     read_responses_csv,
     score_of,
+    write_responses_csv,
 )
 from qmatrix.simulate import simulate_dina
 from qmatrix.uci import UCI_CONCEPTS, load_uci
@@ -49,6 +50,7 @@ __all__ = [
     "qmatrix_to_json",
     "save_qmatrix",
     "score_of",
+    "write_responses_csv",
     "simulate_dina",
     "load_uci",
     "UCI_CONCEPTS",

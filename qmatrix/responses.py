@@ -16,6 +16,7 @@ __all__ = [
     "load_responses_wide_csv",
     "read_responses_csv",
     "score_of",
+    "write_responses_csv",
 ]
 
 
@@ -134,3 +135,16 @@ def read_responses_csv(path: str | Path) -> list[StudentResponses]:
     with Path(path).open(newline="", encoding="utf-8") as fh:
         header = [cell.strip() for cell in next(csv.reader(fh), [])]
     return load_responses_csv(path) if "item_id" in header else load_responses_wide_csv(path)
+
+
+def write_responses_csv(path: str | Path, students: Iterable[StudentResponses]) -> None:
+    """Write the long form :func:`load_responses_csv` reads: ``student_id,item_id,correct[,answer]``."""
+    students = list(students)
+    answers = any(r.answer for s in students for r in s.responses)
+    with Path(path).open("w", newline="", encoding="utf-8") as fh:
+        out = csv.writer(fh)
+        out.writerow(["student_id", "item_id", "correct", *(["answer"] if answers else [])])
+        for s in students:
+            for r in s.responses:
+                value = int(r.correct) if isinstance(r.correct, bool) else r.correct
+                out.writerow([s.student_id, r.item_id, value, *([r.answer or ""] if answers else [])])

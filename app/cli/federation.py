@@ -37,6 +37,46 @@ def _fail(message: str, code: int = 2) -> typer.Exit:
     return typer.Exit(code)
 
 
+@federation.command("split")
+def split(
+    out: Annotated[Path, typer.Option("--out", help="folder for the coordinator's and each node's files")],
+    dataset: Annotated[str, typer.Option(help="synthetic | frcsub | assist0910 | a folder")] = "frcsub",
+    nodes: Annotated[int, typer.Option(min=1, help="institutions")] = 3,
+    heldout: Annotated[float, typer.Option(min=0.01, max=0.9, help="share of students the coordinator keeps")] = 0.2,
+    max_students: Annotated[Optional[int], typer.Option(help="subsample the dataset (seeded)")] = None,
+    seed: Annotated[int, typer.Option()] = 0,
+    data_dir: Annotated[Optional[Path], typer.Option(help="folder holding the public datasets")] = None,
+) -> None:
+    """SIMULATED institutions, to try a federation on one machine: a public dataset split into node folders.
+
+    Writes OUT/coordinator/{qmatrix.json,heldout.csv} and OUT/node-<i>/{responses.csv,qmatrix.json}; student
+    ids get their folder's name as prefix, so no two folders share one."""
+    import numpy as np
+
+    from calibration.evaluation.datasets import load_dataset
+    from qmatrix import StudentResponses, save_qmatrix, write_responses_csv
+
+    try:
+        data = load_dataset(dataset, data_dir=data_dir, max_students=max_students, seed=seed)
+    except (ValueError, FileNotFoundError) as exc:
+        raise _fail(str(exc)) from exc
+    order = np.random.default_rng(seed).permutation(len(data.students))
+    cut = max(1, round(heldout * len(order)))
+    if len(order) - cut < nodes:
+        raise _fail(f"{len(order)} students cannot give {nodes} nodes a student each after holding out {cut}")
+    parts = {"coordinator": order[:cut], **{f"node-{i + 1}": order[cut:][i::nodes] for i in range(nodes)}}
+    for name, members in parts.items():
+        folder = out / name
+        folder.mkdir(parents=True, exist_ok=True)
+        students = [StudentResponses(student_id=f"{name}-{data.students[k].student_id}",
+                                     responses=data.students[k].responses) for k in members]
+        write_responses_csv(folder / ("heldout.csv" if name == "coordinator" else "responses.csv"), students)
+        save_qmatrix(data.qmatrix, folder / "qmatrix.json")
+        console.print(f"{folder}: {len(students)} students")
+    console.print(f"SIMULATED institutions from {data.name} ({'SIMULATED' if data.simulated else 'real'} students), "
+                  f"Q-matrix {data.qmatrix.id}")
+
+
 @federation.command("certs")
 def make_certs(
     out: Annotated[Path, typer.Option("--out", help="folder for the CA, the SuperLink certificate and node keys")],

@@ -77,3 +77,17 @@ def test_models_are_listed_and_rolled_back_per_qmatrix(tmp_path: Path) -> None:
     assert ambiguous.exit_code == 1 and "several Q-matrices" in ambiguous.output
     assert rolled.exit_code == 0 and "active version for Q-matrix alpha: v0001" in rolled.output
     assert registry.active_versions() == {"alpha": "v0001", "beta": "v0004"}
+
+
+def test_split_gives_each_institution_its_own_folder(tmp_path: Path) -> None:
+    from qmatrix import load_qmatrix, read_responses_csv
+
+    result = runner.invoke(cli, ["federation", "split", "--out", str(tmp_path), "--dataset", "synthetic",
+                                 "--nodes", "2", "--heldout", "0.25"])
+    assert result.exit_code == 0, result.output
+    held = read_responses_csv(tmp_path / "coordinator" / "heldout.csv")
+    nodes = [read_responses_csv(tmp_path / f"node-{i}" / "responses.csv") for i in (1, 2)]
+    ids = [s.student_id for s in held] + [s.student_id for n in nodes for s in n]
+    assert len(held) == 75 and [len(n) for n in nodes] == [113, 112] and len(set(ids)) == 300
+    assert all(s.student_id.startswith("node-2-") for s in nodes[1])
+    assert load_qmatrix(tmp_path / "node-1" / "qmatrix.json") == load_qmatrix(tmp_path / "coordinator" / "qmatrix.json")

@@ -1,6 +1,7 @@
 """A federation of institutions, end to end, with real processes on loopback (about 2 minutes on 2 cores).
 
-`fedcd federation certs` makes the CA, SuperLink certificate and node keys; the gateway
+`fedcd federation split` makes the institutions' folders (SIMULATED institutions, real FrcSub
+students), `fedcd federation certs` the CA, SuperLink certificate and node keys; the gateway
 starts with `local-fed` (and a SIMULATED second entity) and no model for FrcSub; the
 coordinator starts Flower's SuperLink with TLS and node authentication; three node
 processes, each in its own folder with its own CSV (a third of FrcSub's students), join
@@ -12,7 +13,6 @@ students' ids and responses, and no process or temporary file is left behind.
 
 from __future__ import annotations
 
-import csv
 import json
 import os
 import struct
@@ -28,32 +28,11 @@ import numpy as np
 import pytest
 
 from federated.flower import free_port
-from qmatrix import Dataset, DatasetNotFound, load_frcsub, save_qmatrix, simulate_dina
-from qmatrix.example import example_qmatrix
+from qmatrix import default_data_dir, load_qmatrix, read_responses_csv
 from tests.federated.wire import RecordingProxy
 
 ROOT = Path(__file__).resolve().parents[2]
 NODES = 3
-
-
-def _dataset() -> Dataset:
-    try:
-        return load_frcsub()
-    except DatasetNotFound:  # without the shared data: SIMULATED students, same shape of test
-        return simulate_dina(example_qmatrix(), n_students=540, seed=11)
-
-
-def _write_responses(path: Path, students: list, prefix: str) -> dict[str, list[tuple[str, float]]]:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    written = {}
-    with path.open("w", newline="") as fh:
-        out = csv.writer(fh)
-        out.writerow(["student_id", "item_id", "correct"])
-        for s in students:
-            sid = f"{prefix}-{s.student_id}"  # ids that cannot occur by chance in a binary message
-            written[sid] = [(r.item_id, r.score) for r in s.responses]
-            out.writerows([sid, r.item_id, int(r.score)] for r in s.responses)
-    return written
 
 
 def _marked_processes(marker: str) -> list[int]:
@@ -154,20 +133,15 @@ def _encodings(scores: list[float]) -> list[bytes]:
 
 
 def test_three_institutions_train_publish_and_the_gateway_serves_the_model(cluster: Cluster) -> None:
-    # Prepare: data. The coordinator owns a fifth of the students (held out); each node a third of the rest.
-    tmp, data = cluster.tmp, _dataset()
-    order = np.random.default_rng(0).permutation(len(data.students))
-    heldout = [data.students[i] for i in order[: len(order) // 5]]
-    rest = [data.students[i] for i in order[len(order) // 5:]]
-    q = data.qmatrix
-    (tmp / "coordinator").mkdir()
-    save_qmatrix(q, tmp / "coordinator" / f"{q.id}.json")
-    _write_responses(tmp / "coordinator" / "heldout.csv", heldout, "owned")
-    node_students: dict[str, list[tuple[str, float]]] = {}
-    for n in range(1, NODES + 1):
-        folder = tmp / f"node-{n}"
-        node_students |= _write_responses(folder / "responses.csv", rest[n - 1::NODES], f"inst{n}")
-        save_qmatrix(q, folder / "qmatrix.json")
+    # Prepare: SIMULATED institutions from FrcSub (real students): the coordinator keeps a fifth as its own
+    # held-out students, each node folder a third of the rest.
+    tmp = cluster.tmp
+    cluster.run("federation", "split", "--out", ".", "--nodes", str(NODES),
+                "--dataset", "frcsub" if (default_data_dir() / "frcsub").is_dir() else "synthetic")
+    q = load_qmatrix(tmp / "coordinator" / "qmatrix.json")
+    probe = [(r.item_id, r.score) for r in read_responses_csv(tmp / "coordinator" / "heldout.csv")[0].responses]
+    node_students = {s.student_id: [(r.item_id, r.score) for r in s.responses]
+                     for n in range(1, NODES + 1) for s in read_responses_csv(tmp / f"node-{n}" / "responses.csv")}
 
     # Prepare: credentials; the rogue institution makes its own key, which nobody registers.
     cluster.run("federation", "certs", "--out", "certs", "--nodes", ",".join(f"node-{n}" for n in range(1, NODES + 1)))
@@ -186,15 +160,14 @@ def test_three_institutions_train_publish_and_the_gateway_serves_the_model(clust
                            key=tmp / "certs" / "superlink.key", ca=tmp / "certs" / "ca.pem").start()
     try:
         coordinator = cluster.start(
-            "coordinator", "federation", "coordinator", "--qmatrix", f"coordinator/{q.id}.json",
+            "coordinator", "federation", "coordinator", "--qmatrix", "coordinator/qmatrix.json",
             "--heldout", "coordinator/heldout.csv", "--certs", "certs",
             *[a for n in range(1, NODES + 1) for a in ("--node-key", f"certs/nodes/node-{n}.pub")],
             "--rounds", "3", "--dp", "student", "--epsilon", "8", "--port", str(lport), "--node-wait", "150",
             "--registry", str(tmp / "registry"), "--timeout", "400")
         _wait_http(f"{gateway}/healthz", gw)
-        q_json = json.loads((tmp / "coordinator" / f"{q.id}.json").read_text())
+        q_json = json.loads((tmp / "coordinator" / "qmatrix.json").read_text())
         assert httpx.post(f"{gateway}/v1/qmatrices", json=q_json, timeout=30).status_code == 201
-        probe = [(r.item_id, r.score) for r in heldout[0].responses]
         before = _diagnose(gateway, q.id, "probe-1", probe)  # no node has joined: nothing can be published yet
 
         # Execute: three registered nodes and the rogue one join, once the coordinator has registered the keys.

@@ -184,3 +184,13 @@ def test_wide_csv_errors_name_the_place(tmp_path, text, message):
     path.write_text(text)
     with pytest.raises(ValueError, match=message):
         load_responses_wide_csv(path)
+
+
+def test_written_responses_read_back_unchanged(tmp_path):
+    from qmatrix import StudentResponses, write_responses_csv
+
+    students = [StudentResponses(student_id="s1", responses=(Response(item_id="i1", correct=True),
+                                                             Response(item_id="i2", correct=0.25, answer="3/4"))),
+                StudentResponses(student_id="s2", responses=(Response(item_id="i1", correct=False),))]
+    write_responses_csv(tmp_path / "out.csv", students)
+    assert load_responses_csv(tmp_path / "out.csv") == students
