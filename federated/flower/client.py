@@ -58,19 +58,25 @@ class CDClient(NumPyClient):
         local = fed.local
         if "proximal_mu" in config:  # sent by Flower's FedProx
             local = dataclasses.replace(local, prox_mu=float(config["proximal_mu"]))
-        if "seed" not in config:
-            raise ValueError("fit config carries no 'seed': the server must draw one per client and round")
-        generator = torch.Generator().manual_seed(int(config["seed"]))
-        result = train_local(self.model, self.data, config=local, generator=generator,
+        result = train_local(self.model, self.data, config=local, generator=self.generator(config),
                              dp=fed.student_dp if fed.dp == "student" else None)
         update, norm = result.update, l2_norm(result.update)
         if self.config.secagg and self.config.clips:
             update, norm = clip_update(update, clip_norm=fed.clip_norm)
         return update, 1 if self.config.equal_weights else len(self.data), self.metrics(result, norm)
 
+    def generator(self, config: dict[str, Scalar]) -> torch.Generator:
+        """Randomness for sampling, masking and DP noise: in simulation the seed the server drew for this
+        client and round, so runs reproduce."""
+        if "seed" not in config:
+            raise ValueError("fit config carries no 'seed': the server must draw one per client and round")
+        return torch.Generator().manual_seed(int(config["seed"]))
+
     def metrics(self, result: LocalResult, norm: float) -> dict[str, Scalar]:
         """What the reply reports besides the update: partition id, loss and norms, for logging in simulation."""
-        metrics: dict[str, Scalar] = {"partition_id": self.partition_id, "loss": result.loss, "pre_clip_norm": norm}
+        metrics: dict[str, Scalar] = {"loss": result.loss, "pre_clip_norm": norm}
+        if self.partition_id is not None:
+            metrics["partition_id"] = self.partition_id
         if result.pre_clip_norms:
             metrics["student_norm_median"] = float(np.median(result.pre_clip_norms))
         return metrics

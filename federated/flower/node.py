@@ -15,12 +15,15 @@ and the coordinator is trusted with nothing but noised updates; its ε budget is
 
 What leaves the node, per round it is sampled in: the model update after DP-SGD on its own
 students (clipped per student, Gaussian noise, optionally masked by SecAgg+), with weight 1
-and **no metrics**: no student count, loss or gradient norm. Student ids and responses stay
+and **no metrics**: no student count, loss or gradient norm. The noise (and the sampling of
+students) comes from the node's own OS randomness, never from the seed the server sends,
+which in simulation makes runs reproduce but here would let the coordinator subtract the noise. Student ids and responses stay
 here; ``tests/federated/test_federation.py`` records every request a node sends and checks.
 """
 
 from __future__ import annotations
 
+import secrets
 import shutil
 import tempfile
 import time
@@ -34,6 +37,7 @@ from flwr.app import Context
 from flwr.client import Client
 from flwr.clientapp import ClientApp
 from flwr.common import Scalar
+import torch
 
 from federated.data import ResponseTensors, encode_students
 from federated.flower.client import CDClient, secagg_if_configured
@@ -90,7 +94,13 @@ def check_run(run: ClientSettings, *, fingerprint: str, max_epsilon: float | Non
 
 
 class NodeClient(CDClient):
-    """A :class:`CDClient` that reports nothing but its update (no student count, loss or norms)."""
+    """A :class:`CDClient` that reports nothing but its update (no student count, loss or norms), and
+    draws its randomness itself."""
+
+    def generator(self, config: dict[str, Scalar]) -> torch.Generator:
+        # Never the seed the server sent: whoever knows the seed can regenerate the DP noise and subtract it.
+        # 63 bits from the OS CSPRNG seed torch's generator, out of the coordinator's reach.
+        return torch.Generator().manual_seed(secrets.randbits(63))
 
     def metrics(self, result: LocalResult, norm: float) -> dict[str, Scalar]:
         return {}

@@ -8,15 +8,18 @@ import dataclasses
 from pathlib import Path
 
 import flwr.compat.common.recorddict_compat as compat
+import numpy as np
 import pytest
 import torch
 from flwr.app import Message
 from flwr.common import parameters_to_ndarrays
 
-from federated import CDModel, FedConfig, StudentDP
+from federated import CDModel, FedConfig, StudentDP, get_parameters
 from federated.flower import (
+    CDClient,
     FlowerConfig,
     LocalGrid,
+    NodeClient,
     check_run,
     client_settings,
     make_node_client_app,
@@ -123,6 +126,20 @@ def test_a_node_refuses_another_qmatrix(sim: Prepared, tmp_path: Path) -> None:
                                                           *q.items[1:]))
     reason = _refusal(tmp_path, sim, STUDENT_DP, qmatrix=edited)
     assert "Q-matrix differs" in reason
+
+
+def test_a_node_draws_its_dp_noise_from_its_own_randomness_not_the_server_seed(sim: Prepared) -> None:
+    # Prepare: the same global weights and the same server-drawn seed, twice
+    data, model = institutions(sim, 1)[0], CDModel(sim.dataset.qmatrix.concepts)
+    weights, config = get_parameters(model), FlowerConfig(fed=STUDENT_DP)
+
+    def update(client_type: type[CDClient]) -> list:
+        client = client_type(CDModel(sim.dataset.qmatrix.concepts), data, config=config)
+        return client.fit(weights, {"seed": 7})[0]
+
+    # Execute / Assert: a simulated client reproduces (same seed, same noise); a node does not
+    assert all(np.array_equal(a, b) for a, b in zip(update(CDClient), update(CDClient), strict=True))
+    assert not all(np.array_equal(a, b) for a, b in zip(update(NodeClient), update(NodeClient), strict=True))
 
 
 def test_check_run_accepts_the_run_it_should(sim: Prepared, tmp_path: Path) -> None:
