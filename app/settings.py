@@ -3,9 +3,9 @@
 Sources, highest priority first: constructor arguments (tests), environment variables
 (``FEDCD_*``; nested with ``__``, e.g. ``FEDCD_DEFAULT_EPSILON=2``), a YAML config file
 named by ``FEDCD_CONFIG``, then defaults. Entities are declared under ``entities``; when
-none are declared, the default federation is used: the embedded ``smollm2`` and ``gemma3``
-plus each hosted provider whose API key (``OPENAI_API_KEY``, ``ANTHROPIC_API_KEY``,
-``GROQ_API_KEY``) is set.
+none are declared, the default federation is used: the embedded ``smollm2`` and ``gemma3``,
+each hosted provider whose API key (``OPENAI_API_KEY``, ``ANTHROPIC_API_KEY``,
+``GROQ_API_KEY``) is set, and ``local-fed`` when ``local_fed`` is on.
 """
 
 from __future__ import annotations

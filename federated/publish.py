@@ -88,6 +88,8 @@ def gate_and_publish(
         metrics["true_mastery_mae"] = float(np.mean(errors))
     if not history:
         decision = GateDecision(accepted=False, reasons=(f"no round ran: {stop_reason}",))
+    elif not any(r.sampled_clients for r in history):  # e.g. every node refused the run: the model never moved
+        decision = GateDecision(accepted=False, reasons=("no client contributed an update in any round",))
     else:
         decision = promotion_gate(model, active=active.model if active else None, qmatrix=dataset.qmatrix,
                                   heldout=heldout_students, active_version=active_version, policy=gate, force=force)

@@ -31,7 +31,6 @@ mean more than a checksum), else the public key beside the private key.
 from __future__ import annotations
 
 import base64
-import contextlib
 import hashlib
 import io
 import json
@@ -46,29 +45,17 @@ from typing import Any
 
 import torch
 from cryptography.exceptions import InvalidSignature
-from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from federated.active import ActivePointers, Stamp, atomic_write, utc_now
+from federated.active import ActivePointers, Stamp, utc_now
 from federated.model import CDModel
+from federated.signing import ModelNotFound, RegistryError, SignatureInvalid, SigningKeys, key_id
 
 __all__ = ["FORMAT", "LoadedModel", "ModelNotFound", "ModelRegistry", "RegistryError", "SignatureInvalid"]
 
 FORMAT = "fedcd-model/1"
 _VERSION = re.compile(r"^v(\d{4,})$")
 _WEIGHTS, _MANIFEST, _SIGNATURE = "model.pt", "manifest.json", "manifest.sig"
-
-
-class RegistryError(Exception):
-    """A registry operation failed; the message says which version and why."""
-
-
-class ModelNotFound(RegistryError):
-    """No such version, or no active version yet."""
-
-
-class SignatureInvalid(RegistryError):
-    """A signature, key or hash check failed: the version is refused, not loaded."""
 
 
 @dataclass(frozen=True)
@@ -92,56 +79,22 @@ def jsonable(value: Any) -> Any:
     return value
 
 
-def _key_id(public_key: Ed25519PublicKey) -> str:
-    raw = public_key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
-    return "ed25519:" + hashlib.sha256(raw).hexdigest()[:16]
-
-
 class ModelRegistry:
     def __init__(
         self, root: str | Path, *, key_path: str | Path | None = None, public_key_path: str | Path | None = None
     ) -> None:
         self.root = Path(root)
-        self.key_path = Path(key_path) if key_path else self.root / "keys" / "signing_key.pem"
-        self.public_key_path = (
-            Path(public_key_path) if public_key_path else self.key_path.with_name(self.key_path.stem + ".pub.pem")
-        )
+        self.keys = SigningKeys(Path(key_path) if key_path else self.root / "keys" / "signing_key.pem",
+                                Path(public_key_path) if public_key_path else None)
+        self.key_path, self.public_key_path = self.keys.key_path, self.keys.public_key_path
         self.pointers = ActivePointers(self.root, qmatrix_of=self._qmatrix_of)
 
-    # --- keys ----------------------------------------------------------------------
+    # --- keys (federated.signing) ----------------------------------------------------
     def _private_key(self) -> Ed25519PrivateKey:
-        """Load the signing key, creating it (0600) on first use; refuse one others can read."""
-        if not self.key_path.exists():
-            self.key_path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-            pem = Ed25519PrivateKey.generate().private_bytes(
-                serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
-            fd, tmp = tempfile.mkstemp(dir=self.key_path.parent, prefix=".key.")  # created 0600
-            try:
-                with os.fdopen(fd, "wb") as fh:
-                    fh.write(pem)
-                with contextlib.suppress(FileExistsError):  # link = create-if-absent: concurrent first uses agree
-                    os.link(tmp, self.key_path)
-            finally:
-                Path(tmp).unlink(missing_ok=True)
-        mode = self.key_path.stat().st_mode & 0o777
-        if mode & 0o077:
-            raise RegistryError(f"signing key {self.key_path} has mode {mode:o}; it must be private (chmod 600)")
-        key = serialization.load_pem_private_key(self.key_path.read_bytes(), password=None)
-        if not isinstance(key, Ed25519PrivateKey):
-            raise RegistryError(f"{self.key_path} is not an Ed25519 private key")
-        if not self.public_key_path.exists():
-            self.public_key_path.parent.mkdir(parents=True, exist_ok=True)
-            atomic_write(self.public_key_path, key.public_key().public_bytes(
-                serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
-        return key
+        return self.keys.private_key()
 
     def public_key(self) -> Ed25519PublicKey:
-        if not self.public_key_path.exists():
-            raise SignatureInvalid(f"no public key at {self.public_key_path}: cannot verify any model")
-        key = serialization.load_pem_public_key(self.public_key_path.read_bytes())
-        if not isinstance(key, Ed25519PublicKey):
-            raise SignatureInvalid(f"{self.public_key_path} is not an Ed25519 public key")
-        return key
+        return self.keys.public_key()
 
     # --- reading -------------------------------------------------------------------
     def _dir(self, version: str) -> Path:
@@ -218,7 +171,7 @@ class ModelRegistry:
             public_key.verify(signature, manifest_bytes)
         except InvalidSignature:
             raise SignatureInvalid(
-                f"model {version}: the manifest signature does not verify with key {_key_id(public_key)}; "
+                f"model {version}: the manifest signature does not verify with key {key_id(public_key)}; "
                 "the manifest was modified or signed by another key. Refusing to load it."
             ) from None
         manifest = json.loads(manifest_bytes)
@@ -297,7 +250,7 @@ class ModelRegistry:
                 **manifest, "format": FORMAT, "version": version, "created_at": utc_now(),
                 "concepts": list(model.concepts), "config": {**manifest.get("config", {}), "model": model.config()},
                 "weights": {"file": _WEIGHTS, "sha256": hashlib.sha256(weights).hexdigest(), "bytes": len(weights)},
-                "key_id": _key_id(key.public_key()),
+                "key_id": key_id(key.public_key()),
             })
             body = (json.dumps(full, indent=2, sort_keys=True, ensure_ascii=False, allow_nan=False) + "\n").encode()
             tmp = Path(tempfile.mkdtemp(dir=versions_dir, prefix=".tmp-"))

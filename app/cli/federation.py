@@ -9,6 +9,7 @@ gateway's registry (the gateway serves it at once). README: "Training across ins
 
 from __future__ import annotations
 
+import shutil
 import signal
 import tempfile
 from pathlib import Path
@@ -177,6 +178,8 @@ def coordinator(
         raise _fail("--dp must be student: nodes add the noise themselves (DP-SGD) and refuse any other run")
     if not epsilon > 0:
         raise _fail("--epsilon must be > 0")
+    if len({k.resolve() for k in node_key}) != len(node_key):
+        raise _fail("a --node-key is given twice")
     if min_nodes is not None and min_nodes > len(node_key):
         raise _fail(f"--min-nodes {min_nodes} exceeds the {len(node_key)} registered nodes")
     try:
@@ -196,7 +199,8 @@ def coordinator(
                   f"{len(students)} held-out students of its own, {len(node_key)} registered nodes")
 
     def on_round(r: object) -> None:
-        console.print(f"round {r.round}: {len(r.sampled_clients)} nodes, held-out AUC {r.auc:.4f}, "  # type: ignore[attr-defined]
+        failed = f" ({r.failures} refused or failed)" if r.failures else ""  # type: ignore[attr-defined]
+        console.print(f"round {r.round}: {len(r.sampled_clients)} nodes{failed}, held-out AUC {r.auc:.4f}, "  # type: ignore[attr-defined]
                       f"ε spent {r.epsilon:.3f}, {r.bytes_sent:,} bytes from nodes, {r.seconds:.1f} s",  # type: ignore[attr-defined]
                       soft_wrap=True)
 
@@ -221,8 +225,6 @@ def coordinator(
         raise _fail(str(exc), code=1) from exc
     finally:
         if work is None:
-            import shutil
-
             shutil.rmtree(folder, ignore_errors=True)
     history = published.history
     if published.stop_reason:

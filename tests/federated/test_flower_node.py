@@ -14,7 +14,7 @@ import torch
 from flwr.app import Message
 from flwr.common import parameters_to_ndarrays
 
-from federated import CDModel, FedConfig, StudentDP, get_parameters
+from federated import CDModel, FedConfig, FedResult, StudentDP, get_parameters
 from federated.flower import (
     CDClient,
     FlowerConfig,
@@ -27,6 +27,7 @@ from federated.flower import (
     run_grid,
     write_server_run,
 )
+from federated.publish import publish_federated
 from qmatrix import QMatrix, qmatrix_fingerprint, save_qmatrix
 from tests.federated.conftest import Prepared
 from tests.federated.flower_apps.runs import institutions
@@ -98,7 +99,7 @@ def test_nodes_train_from_their_own_csv_and_reply_with_nothing_but_the_update(si
 
 
 def _refusal(tmp: Path, sim: Prepared, fed: FedConfig, *, qmatrix: QMatrix | None = None,
-             max_epsilon: float | None = None) -> str:
+             max_epsilon: float | None = None) -> tuple[str, FedResult]:
     nodes = _nodes(tmp, sim, n=1, qmatrix=qmatrix)
     if max_epsilon is not None:
         nodes[0]["max-epsilon"] = max_epsilon
@@ -107,16 +108,24 @@ def _refusal(tmp: Path, sim: Prepared, fed: FedConfig, *, qmatrix: QMatrix | Non
     errors = [r.error.reason for r in grid.replies if r.has_error()]
     assert errors and not [r for r in grid.replies if r.has_content()]
     assert all(r.failures == 1 and r.bytes_sent == 0 for r in result.history)
-    return errors[0]
+    return errors[0], result
 
 
-def test_a_node_refuses_a_run_without_student_level_dp(sim: Prepared, tmp_path: Path) -> None:
-    reason = _refusal(tmp_path, sim, FedConfig(rounds=1))
+def test_a_node_refuses_a_run_without_student_level_dp_and_nothing_is_published(sim: Prepared,
+                                                                                tmp_path: Path) -> None:
+    # Execute
+    reason, result = _refusal(tmp_path, sim, FedConfig(rounds=1))
+    heldout = [s for s in sim.dataset.students if s.student_id in set(sim.test_ids)]
+    published = publish_federated(result, qmatrix=sim.dataset.qmatrix, heldout=heldout, registry=tmp_path / "reg",
+                                  options={"dp": "none"}, federation={"nodes": 1})
+
+    # Assert: the untrained model is not published
     assert "only with student-level DP-SGD" in reason
+    assert not published.published and published.decision.reasons == ("no client contributed an update in any round",)
 
 
 def test_a_node_refuses_a_larger_epsilon_than_it_accepts(sim: Prepared, tmp_path: Path) -> None:
-    reason = _refusal(tmp_path, sim, STUDENT_DP, max_epsilon=4.0)
+    reason, _ = _refusal(tmp_path, sim, STUDENT_DP, max_epsilon=4.0)
     assert "ε budget 8.0 exceeds this node's limit 4.0" in reason
 
 
@@ -124,7 +133,7 @@ def test_a_node_refuses_another_qmatrix(sim: Prepared, tmp_path: Path) -> None:
     q = sim.dataset.qmatrix
     edited = QMatrix(id=q.id, concepts=q.concepts, items=(dataclasses.replace(q.items[0], text="changed"),
                                                           *q.items[1:]))
-    reason = _refusal(tmp_path, sim, STUDENT_DP, qmatrix=edited)
+    reason, _ = _refusal(tmp_path, sim, STUDENT_DP, qmatrix=edited)
     assert "Q-matrix differs" in reason
 
 
