@@ -1,54 +1,130 @@
-"""Dependencies, each declared once as an ``Annotated`` alias and used as a type."""
+"""Dependencies, each declared once as an ``Annotated`` alias and used as a type (all async: none waits
+for a threadpool slot).
+
+Every route but ``/healthz`` depends on :data:`PrincipalDep` (any valid key) or
+:data:`AdminDep` (an admin key): a missing or bad key is 401 with ``WWW-Authenticate:
+Bearer``, a client key on an admin route 403.
+"""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Annotated
 
-from fastapi import Depends, Header, Request
+from fastapi import Depends, HTTPException, Request, status
+from fastapi.dependencies.utils import get_flat_dependant
+from fastapi.routing import APIRoute
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
+from app.auth import KeyStore, Principal
+from app.errors import InputError
 from app.federation import Federation
-from privacy import PrivacyLedger
-from app.settings import Settings
+from app.services.calibration import CalibrationService
+from app.services.diagnosis import DiagnosisService
 from app.services.jobs import JobRunner
+from app.settings import Settings
 from app.storage import CalibrationStore, QMatrixStore
+from privacy import PrivacyLedger
 
 __all__ = [
+    "reject_unknown_query",
+    "AdminDep",
+    "CalibrationServiceDep",
     "CalibrationStoreDep",
+    "DiagnosisServiceDep",
     "FederationDep",
     "JobRunnerDep",
+    "KeyStoreDep",
     "LedgerDep",
+    "PrincipalDep",
     "QMatrixStoreDep",
     "SettingsDep",
-    "TenantDep",
 ]
 
+AUTH_DISABLED = Principal(tenant="dev", role="admin", key_id="auth-disabled")
+_bearer = HTTPBearer(auto_error=False, description="an API key: `Authorization: Bearer fcd_...`")
 
-def _settings(request: Request) -> Settings:
+
+async def _settings(request: Request) -> Settings:
     return request.app.state.settings
 
 
-def _federation(request: Request) -> Federation:
+async def _federation(request: Request) -> Federation:
     return request.app.state.federation
 
 
-def _qmatrices(request: Request) -> QMatrixStore:
+async def _qmatrices(request: Request) -> QMatrixStore:
     return request.app.state.qmatrices
 
 
-def _calibrations(request: Request) -> CalibrationStore:
+async def _calibrations(request: Request) -> CalibrationStore:
     return request.app.state.calibrations
 
 
-def _jobs(request: Request) -> JobRunner:
+async def _jobs(request: Request) -> JobRunner:
     return request.app.state.jobs
 
 
-def _ledger(request: Request) -> PrivacyLedger | None:
+async def _keys(request: Request) -> KeyStore:
+    return request.app.state.keys
+
+
+async def _ledger(request: Request) -> PrivacyLedger | None:
     return request.app.state.ledger
 
 
-def _tenant(x_tenant_id: Annotated[str, Header(max_length=128, description="the calling platform")] = "default") -> str:
-    return x_tenant_id.strip() or "default"
+async def _diagnosis(request: Request) -> DiagnosisService:
+    return request.app.state.diagnosis
+
+
+async def _calibration_service(request: Request) -> CalibrationService:
+    return request.app.state.calibration_service
+
+
+def _unauthorized(message: str) -> HTTPException:
+    return HTTPException(status.HTTP_401_UNAUTHORIZED, detail=message, headers={"WWW-Authenticate": "Bearer"})
+
+
+async def _principal(
+    request: Request, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
+) -> Principal:
+    settings: Settings = request.app.state.settings
+    if settings.auth == "disabled":
+        principal = AUTH_DISABLED
+    else:
+        if credentials is None:
+            raise _unauthorized("missing API key: send 'Authorization: Bearer <key>'")
+        keys: KeyStore = request.app.state.keys
+        found = await asyncio.to_thread(keys.authenticate, credentials.credentials)
+        if found is None:
+            raise _unauthorized("invalid, expired or revoked API key")
+        principal = found
+    request.state.principal = principal  # for the access log
+    return principal
+
+
+async def _admin(principal: Annotated[Principal, Depends(_principal)]) -> Principal:
+    if not principal.is_admin:
+        raise HTTPException(status.HTTP_403_FORBIDDEN, detail="this needs an admin key of the tenant")
+    return principal
+
+
+_QUERY_NAMES: dict[int, frozenset[str]] = {}
+
+
+async def reject_unknown_query(request: Request) -> None:
+    """422 for a query parameter the route does not declare (a typo must not be silently ignored)."""
+    if not request.query_params:
+        return
+    route = request.scope.get("route")
+    if not isinstance(route, APIRoute):
+        return
+    names = _QUERY_NAMES.get(id(route))
+    if names is None:
+        names = _QUERY_NAMES[id(route)] = frozenset(p.alias for p in get_flat_dependant(route.dependant).query_params)
+    unknown = sorted(k for k in request.query_params if k not in names)
+    if unknown:
+        raise InputError(("query", unknown[0]), [f"unknown query parameter(s): {', '.join(unknown)}"])
 
 
 SettingsDep = Annotated[Settings, Depends(_settings)]
@@ -56,5 +132,9 @@ FederationDep = Annotated[Federation, Depends(_federation)]
 QMatrixStoreDep = Annotated[QMatrixStore, Depends(_qmatrices)]
 CalibrationStoreDep = Annotated[CalibrationStore, Depends(_calibrations)]
 JobRunnerDep = Annotated[JobRunner, Depends(_jobs)]
+KeyStoreDep = Annotated[KeyStore, Depends(_keys)]
 LedgerDep = Annotated[PrivacyLedger | None, Depends(_ledger)]
-TenantDep = Annotated[str, Depends(_tenant)]
+DiagnosisServiceDep = Annotated[DiagnosisService, Depends(_diagnosis)]
+CalibrationServiceDep = Annotated[CalibrationService, Depends(_calibration_service)]
+PrincipalDep = Annotated[Principal, Depends(_principal)]
+AdminDep = Annotated[Principal, Depends(_admin)]

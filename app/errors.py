@@ -1,26 +1,41 @@
-"""Domain errors → HTTP responses, in one place.
+"""Domain errors → HTTP responses, in one place. Every error body is valid JSON.
 
-* ``InputError`` (bad Q-matrix, unknown item ids, unknown entity…) → 422 (or 404 for an
-  unknown resource id), with FastAPI's ``detail`` shape: a list of ``{loc, msg, type}``
-  whose ``loc`` names the field.
+* ``InputError`` (bad Q-matrix, unknown item ids, unknown entity…) → 422 (or the status it
+  carries: 404 unknown resource, 409 conflict, 403), with FastAPI's ``detail`` shape: a list
+  of ``{loc, msg, type}`` whose ``loc`` names the field.
+* Request validation errors → 422. The echoed input is made encodable (NaN, ±Infinity, lone
+  surrogates, bytes that are not UTF-8) and shortened, so the error itself can never fail.
+* A body that cannot be decoded (not UTF-8, not the declared content type) → 422, not 400.
 * ``AllEntitiesFailed`` → 503 with each entity's reason.
 * ``BudgetExceeded`` → 429 saying the student's privacy budget is spent.
 * ``QMatrixError`` raised below the services → 422.
+* 405 lists, in ``Allow``, every method the path supports.
+* Anything else → 500 with a request-free message (and the exception logged): never a stack
+  trace or input echoed to the caller.
 """
 
 from __future__ import annotations
 
+import logging
+import math
+import re
 from collections.abc import Sequence
 from typing import Any
 
 from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Route, compile_path
 
-from calibration import AllEntitiesFailed
+from diagnosis import AllEntitiesFailed
 from privacy import BudgetExceeded
 from qmatrix import QMatrixError
 
-__all__ = ["InputError", "install_error_handlers"]
+__all__ = ["InputError", "TryLater", "install_error_handlers", "safe_json"]
+
+log = logging.getLogger("fedcd.errors")
+_MAX_ECHO = 200  # characters of an offending input echoed back
 
 
 class InputError(Exception):
@@ -39,26 +54,109 @@ class InputError(Exception):
         return [{"loc": self.loc, "msg": m, "type": "value_error", **self.extra} for m in self.messages]
 
 
+class TryLater(Exception):
+    """503 with ``Retry-After``: the request cannot be answered now, but the same request will be."""
+
+    def __init__(self, message: str, *, retry_after_s: int = 5) -> None:
+        self.retry_after_s = retry_after_s
+        super().__init__(message)
+
+
+def safe_json(value: Any, *, limit: int | None = None) -> Any:
+    """``value`` as JSON-encodable data that ``json.dumps(allow_nan=False)`` and UTF-8 always accept."""
+    if isinstance(value, str):
+        text = value.encode("utf-8", "backslashreplace").decode("utf-8")  # lone surrogates → \\ud800
+        return text if limit is None or len(text) <= limit else text[:limit] + "…"
+    if isinstance(value, bytes):
+        return safe_json(value.decode("utf-8", "backslashreplace"), limit=limit)
+    if isinstance(value, bool) or value is None or isinstance(value, int):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else repr(value)
+    if isinstance(value, dict):
+        return {str(safe_json(k, limit=limit)): safe_json(v, limit=limit) for k, v in value.items()}
+    if isinstance(value, list | tuple | set):
+        return [safe_json(v, limit=limit) for v in value]
+    return safe_json(str(value), limit=limit)
+
+
+def _json(status_code: int, content: Any, headers: dict[str, str] | None = None) -> JSONResponse:
+    return JSONResponse(status_code=status_code, content=safe_json(content), headers=headers)
+
+
+def _validation_detail(errors: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    detail = []
+    for error in errors:
+        item = {"loc": list(error.get("loc", ())), "msg": error.get("msg", ""), "type": error.get("type", "")}
+        if "input" in error:
+            text = repr(error["input"]) if not isinstance(error["input"], str) else error["input"]
+            item["input"] = safe_json(text, limit=_MAX_ECHO)
+        if error.get("ctx"):
+            item["ctx"] = safe_json(error["ctx"], limit=_MAX_ECHO)
+        detail.append(item)
+    return detail
+
+
+class _AllowedMethods:
+    """Every method the API documents on a path (Starlette's 405 names only the first matching route's)."""
+
+    def __init__(self, app: FastAPI) -> None:
+        self.app = app
+        self._table: list[tuple[re.Pattern[str], set[str]]] | None = None
+
+    def __call__(self, path: str) -> list[str]:
+        if self._table is None:  # built on first use, once every route is registered
+            self._table = [
+                (compile_path(template)[0], {m.upper() for m in item})
+                for template, item in self.app.openapi().get("paths", {}).items()
+            ]
+        return sorted({m for regex, methods in self._table if regex.match(path) for m in methods})
+
+
 def install_error_handlers(app: FastAPI) -> None:
+    allowed_methods = _AllowedMethods(app)
+
     @app.exception_handler(InputError)
     async def _input_error(_: Request, exc: InputError) -> JSONResponse:
-        return JSONResponse(status_code=exc.status_code, content={"detail": exc.detail()})
+        return _json(exc.status_code, {"detail": exc.detail()})
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:
+        return _json(422, {"detail": _validation_detail(exc.errors())})
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        if exc.status_code == 400:  # the body could not be parsed (not UTF-8, a broken multipart form…)
+            return _json(422, {"detail": [{"loc": ["body"], "msg": f"the body could not be parsed: {exc.detail}; send "
+                                           "UTF-8 in the declared content type", "type": "value_error"}]})
+        headers = dict(exc.headers or {})
+        if exc.status_code == 405:
+            headers["Allow"] = ", ".join(allowed_methods(request.scope["path"]))
+        return _json(exc.status_code, {"detail": exc.detail}, headers=headers)
 
     @app.exception_handler(QMatrixError)
     async def _qmatrix_error(_: Request, exc: QMatrixError) -> JSONResponse:
         detail = [{"loc": ["body"], "msg": p, "type": "value_error"} for p in exc.problems]
-        return JSONResponse(status_code=422, content={"detail": detail})
+        return _json(422, {"detail": detail})
+
+    @app.exception_handler(TryLater)
+    async def _try_later(_: Request, exc: TryLater) -> JSONResponse:
+        return _json(503, {"detail": str(exc)}, headers={"Retry-After": str(exc.retry_after_s)})
 
     @app.exception_handler(BudgetExceeded)
     async def _budget_spent(_: Request, exc: BudgetExceeded) -> JSONResponse:
-        return JSONResponse(status_code=429, content={"detail": str(exc)})
+        return _json(429, {"detail": str(exc)})
 
     @app.exception_handler(AllEntitiesFailed)
     async def _all_failed(_: Request, exc: AllEntitiesFailed) -> JSONResponse:
-        return JSONResponse(
-            status_code=503,
-            content={
-                "detail": "no entity answered (each failed or was skipped); no diagnosis was made",
-                "entities": [{"name": o.name, "status": o.status, "error": o.error} for o in exc.outcomes],
-            },
-        )
+        return _json(503, {
+            "detail": "no entity answered (each failed or was skipped); no diagnosis was made",
+            "entities": [{"name": o.name, "status": o.status, "error": o.error} for o in exc.outcomes],
+        })
+
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+        route = request.scope.get("route")
+        template = route.path if isinstance(route, Route) else "<unmatched>"
+        log.error("unexpected %s on %s %s", type(exc).__name__, request.method, template, exc_info=exc)
+        return _json(500, {"detail": "internal error; the request was not completed and nothing was charged"})

@@ -6,7 +6,7 @@ import asyncio
 import logging
 from collections.abc import Mapping
 
-from calibration import DiagnosisPipeline
+from diagnosis import DiagnosisPipeline
 from providers import Entity, EntitySpec, build_entity
 
 __all__ = ["Federation"]

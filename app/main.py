@@ -7,15 +7,21 @@ import logging
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 
-from fastapi import FastAPI
+from fastapi import Depends, FastAPI
 
-from app.db import make_sessionmaker
+from app.auth import KeyStore
+from app.bootstrap import ensure_dev_key, train_default_model
+from app.db import Database
+from app.deps import reject_unknown_query
 from app.errors import install_error_handlers
 from app.federation import Federation
-from app.services.calibration import CalibrationService, start_default_calibration
-from app.services.jobs import JobRunner
-from app.routes import calibrate, cohort, diagnose, health, local_model, privacy, qmatrices
+from app.middleware import AccessLog, BodyLimit
+from app.redaction import Redactor
+from app.routes import admin_keys, calibrate, cohort, diagnose, health, local_model, privacy, qmatrices
 from app.routes import entities as entities_routes
+from app.services.calibration import CalibrationService, start_default_calibration
+from app.services.diagnosis import DiagnosisService
+from app.services.jobs import JobRunner
 from app.settings import Settings, get_settings
 from app.storage import CalibrationStore, QMatrixStore
 from app.version import VERSION
@@ -23,23 +29,9 @@ from privacy import PrivacyLedger
 from providers import Entity
 from qmatrix import example_qmatrix
 
-__all__ = ["create_app", "train_default_model"]
+__all__ = ["create_app"]
 
 log = logging.getLogger("fedcd")
-
-
-async def train_default_model(settings: Settings) -> None:
-    """First start: train the small default local-fed model on SIMULATED students if none is published."""
-    import time
-
-    from federated import default_model_if_missing
-
-    start = time.perf_counter()
-    log.info("checking the federated-trained model registry at %s", settings.registry_dir)
-    version = await asyncio.to_thread(default_model_if_missing, settings.registry_dir, key_path=settings.model_signing_key)
-    if version is not None:
-        log.info("first start: trained and published the default local-fed model %s on SIMULATED students in %.1f s",
-                 version, time.perf_counter() - start)
 
 
 def create_app(
@@ -51,49 +43,14 @@ def create_app(
     """The gateway. ``entities`` replaces the configured federation (tests pass fakes here);
     ``on_ready`` runs once the federation is up (the CLI prints a curl example)."""
     settings = settings or get_settings()
-
-    @asynccontextmanager
-    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        if entities is None and settings.local_fed and settings.train_default_model:
-            await train_default_model(settings)
-        federation = Federation(settings.entity_specs, entities=entities, seed=settings.noise_seed)
-        app.state.federation = federation
-        log.info("federation: %s", ", ".join(federation.names) or "(no entities)")
-        jobs = JobRunner(app.state.sessions)
-        app.state.jobs = jobs
-        service = CalibrationService(
-            federation=federation, qmatrices=app.state.qmatrices, calibrations=app.state.calibrations, settings=settings,
-            ledger=app.state.ledger,
-        )
-        jobs.register("calibrate", service.run)
-        if settings.preload_models:
-            await federation.preload()
-        for job_id in jobs.resume_incomplete():
-            log.info("resumed job %s left unfinished by the previous run", job_id)
-        if settings.default_calibration:
-            start_default_calibration(jobs, app.state.calibrations, settings, federation)
-        if on_ready is not None:
-            on_ready()
-        yield
-        await jobs.aclose()
-        await federation.aclose()
-        if app.state.ledger is not None:
-            app.state.ledger.close()
-
-    app = FastAPI(
-        title="fedcd",
-        version=VERSION,
-        summary="Privacy-preserving multi-LLM federated cognitive diagnosis",
-        lifespan=lifespan,
-    )
-    app.state.settings = settings
-    app.state.qmatrices = QMatrixStore(settings.state_dir)
-    app.state.qmatrices.register_builtin(example_qmatrix())
-    app.state.sessions = make_sessionmaker(settings.state_dir)
-    app.state.calibrations = CalibrationStore(app.state.sessions)
-    app.state.ledger = (
+    database = Database(settings.db_url)
+    qmatrix_store = QMatrixStore(database.sessions)
+    qmatrix_store.register_builtin(example_qmatrix())
+    calibrations = CalibrationStore(database.sessions)
+    keys = KeyStore(database.sessions)
+    ledger = (
         PrivacyLedger(
-            app.state.sessions,
+            database.sessions,
             cap_epsilon=settings.privacy_cap_epsilon,
             cap_delta=settings.privacy_cap_delta,
             accountant=settings.privacy_accountant,
@@ -102,8 +59,73 @@ def create_app(
         if settings.privacy_cap_epsilon is not None
         else None
     )
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        if settings.auth == "disabled":
+            log.warning("AUTHENTICATION IS DISABLED (FEDCD_AUTH=disabled): every caller acts as admin of tenant 'dev'; "
+                        "allowed only on a loopback bind, for tests and local demos")
+        else:
+            await asyncio.to_thread(ensure_dev_key, keys, settings.state_dir)
+        if ledger is not None:
+            settled = await asyncio.to_thread(ledger.settle_orphans, live_owners={ledger.owner})
+            if settled:
+                log.warning("refunded %d privacy charges left pending by a process that stopped before answering",
+                            settled)
+        if entities is None and settings.local_fed and settings.train_default_model:
+            await train_default_model(settings)
+        federation = Federation(settings.entity_specs, entities=entities, seed=settings.noise_seed)
+        app.state.federation = federation
+        log.info("federation: %s", ", ".join(federation.names) or "(no entities)")
+        jobs = JobRunner(database.sessions)
+        app.state.jobs = jobs
+        app.state.calibration_service = CalibrationService(
+            federation=federation, qmatrices=qmatrix_store, calibrations=calibrations, jobs=jobs, settings=settings,
+            ledger=ledger,
+        )
+        app.state.diagnosis = DiagnosisService(
+            federation=federation, qmatrices=qmatrix_store, calibrations=calibrations, settings=settings, ledger=ledger,
+            redactor=Redactor.for_state_dir(settings.state_dir),
+        )
+        if settings.preload_models:
+            await federation.preload()
+        for job_id in jobs.resume_incomplete():
+            log.info("resumed job %s left unfinished by the previous run", job_id)
+        if settings.default_calibration:
+            start_default_calibration(jobs, calibrations, settings, federation)
+        if on_ready is not None:
+            on_ready()
+        yield
+        await jobs.aclose()
+        await federation.aclose()
+        if ledger is not None:
+            ledger.close()
+        database.close()
+
+    app = FastAPI(
+        title="fedcd",
+        version=VERSION,
+        summary="Privacy-preserving multi-LLM federated cognitive diagnosis",
+        lifespan=lifespan,
+        dependencies=[Depends(reject_unknown_query)],
+    )
+    app.state.settings = settings
+    app.state.database = database
+    app.state.qmatrices = qmatrix_store
+    app.state.calibrations = calibrations
+    app.state.keys = keys
+    app.state.ledger = ledger
     install_error_handlers(app)
-    for router in (health.router, qmatrices.router, diagnose.router, calibrate.router, cohort.router, privacy.router, local_model.router,
-                   entities_routes.router):
+
+    def body_limit(method: str, path: str) -> int:
+        upload = (method == "POST" and path.rstrip("/") == "/v1/qmatrices") or (
+            method == "PUT" and path.startswith("/v1/qmatrices/")
+        )
+        return settings.max_qmatrix_body_bytes if upload else settings.max_body_bytes
+
+    app.add_middleware(BodyLimit, limit_for=body_limit)
+    app.add_middleware(AccessLog)
+    for router in (health.router, qmatrices.router, qmatrices.extractions, diagnose.router, calibrate.router, cohort.router, privacy.router,
+                   local_model.router, entities_routes.router, admin_keys.router):
         app.include_router(router)
     return app

@@ -2,16 +2,23 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from qmatrix import Response
+from privacy import DELTA_MAX, DELTA_MIN, EPSILON_MAX, EPSILON_MIN
+from qmatrix import Identifier, Response
 
 __all__ = [
     "BatchDiagnoseRequest",
     "BatchDiagnoseResponse",
     "BatchError",
+    "DiagnoseOptions",
+    "KeyCreate",
+    "KeyCreated",
+    "KeyList",
+    "KeyPublic",
+    "StudentLookup",
     "DiagnoseRequest",
     "DiagnoseResponse",
     "EntityInfo",
@@ -28,28 +35,36 @@ __all__ = [
 ]
 
 
-class QMatrixItem(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+# A concept or entity name in a request: non-empty, bounded.
+Name = Annotated[str, Field(min_length=1, max_length=256)]
 
-    id: str = Field(min_length=1)
-    text: str | None = None
-    concepts: list[str]
+
+class QMatrixItem(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)  # a request: no type coercion
+
+    id: Identifier
+    text: str | None = Field(default=None, max_length=20000)
+    concepts: list[Name] = Field(max_length=500)
 
 
 class QMatrixCreate(BaseModel):
     """The JSON form of a Q-matrix."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra={"examples": [{  # a request: no coercion
+        "id": "fractions", "concepts": ["add", "subtract"],
+        "items": [{"id": "i1", "text": "1/2 + 1/3", "concepts": ["add"]}, {"id": "i2", "text": "3/4 - 1/2", "concepts": ["subtract"]}],
+    }]})
 
     id: str = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.-]+$")
-    concepts: list[str] = Field(min_length=1)
+    concepts: list[Name] = Field(min_length=1)
     items: list[QMatrixItem] = Field(min_length=1)
 
 
 class QMatrixPublic(QMatrixCreate):
+    version: int = Field(description="1 at registration; each PUT adds one")
     n_items: int
     n_concepts: int
-    builtin: bool = False
+    builtin: bool = Field(default=False, description="shared read-only with every tenant")
 
 
 class QMatrixList(BaseModel):
@@ -57,17 +72,21 @@ class QMatrixList(BaseModel):
     count: int
 
 
-Epsilon = float | Literal["none"]
+# ε of one release, within the range every mechanism and accountant is total over (privacy/ranges.py).
+EpsilonValue = Annotated[float, Field(ge=EPSILON_MIN, le=EPSILON_MAX, allow_inf_nan=False)]
+Epsilon = EpsilonValue | Literal["none"]
+Delta = Annotated[float, Field(ge=DELTA_MIN, le=DELTA_MAX, allow_inf_nan=False)]
 
 
-class _DiagnoseOptions(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class DiagnoseOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)  # a request: no type coercion
 
     qmatrix_id: str | None = None
     qmatrix: QMatrixCreate | None = Field(default=None, description="an inline Q-matrix instead of qmatrix_id")
     epsilon: Epsilon | None = Field(
         default=None,
-        description="ε of the Laplace noise on each entity's answer; omitted: the server default; \"none\": no noise",
+        description=f"ε of each entity's released answer, in [{EPSILON_MIN:g}, {EPSILON_MAX:g}]; omitted: the server "
+        "default; \"none\": no noise",
     )
     sensitivity: Literal["paper", "assessed"] | None = Field(
         default=None, description="Δ = all K concepts (paper) or the concepts assessed by this request"
@@ -75,39 +94,52 @@ class _DiagnoseOptions(BaseModel):
     mechanism: Literal["laplace", "secure_laplace", "gaussian", "duchi", "piecewise", "hybrid"] | None = Field(
         default=None, description="local DP mechanism on each entity's answer (laplace is the paper's); omitted: the server default"
     )
-    delta: float = Field(default=1e-5, gt=0, lt=1, description="δ, for the gaussian mechanism only")
+    delta: Delta = Field(default=1e-5, description=f"δ in [{DELTA_MIN:g}, {DELTA_MAX:g}], for the gaussian mechanism only")
     aggregation: Literal["auto", "mean", "posterior"] = Field(
         default="auto",
         description="auto: as the calibration record says (posterior when there is none); mean: (residual/stacking) "
         "mean; posterior: Bayes post-processing of the privatized answers (free of privacy cost), with mastery_interval",
     )
     estimate: Literal["mean", "median"] = Field(default="mean", description="posterior mean or median")
-    entities: list[str] | None = Field(default=None, min_length=1, description="entity names; omitted: all")
+    entities: list[Name] | None = Field(default=None, min_length=1, description="entity names; omitted: all")
     calibration_id: str | None = None
     include_entities: bool = False
 
     @model_validator(mode="after")
-    def _one_qmatrix(self) -> _DiagnoseOptions:
+    def _one_qmatrix(self) -> DiagnoseOptions:
         if (self.qmatrix_id is None) == (self.qmatrix is None):
             raise ValueError("give exactly one of 'qmatrix_id' or 'qmatrix'")
-        if isinstance(self.epsilon, float) and not self.epsilon > 0:
-            raise ValueError("epsilon must be > 0, or \"none\" for no noise")
         return self
 
 
-class DiagnoseRequest(_DiagnoseOptions):
-    student_id: str = Field(min_length=1, max_length=256)
+_EXAMPLE_RESPONSES = [{"item_id": "q01", "correct": True}, {"item_id": "q03", "correct": False},
+                      {"item_id": "q10", "correct": 0.5}]
+
+
+class DiagnoseRequest(DiagnoseOptions):
+    model_config = ConfigDict(json_schema_extra={"examples": [
+        {"student_id": "demo-student", "qmatrix_id": "example-prealgebra", "responses": _EXAMPLE_RESPONSES},
+        {"student_id": "demo-student", "qmatrix_id": "example-prealgebra", "responses": _EXAMPLE_RESPONSES,
+         "epsilon": 8.0, "mechanism": "laplace", "sensitivity": "assessed", "include_entities": True},
+    ]})
+
+    student_id: Identifier
     responses: list[Response] = Field(min_length=1)
 
 
 class StudentIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)  # a request: no type coercion
 
-    student_id: str = Field(min_length=1, max_length=256)
+    student_id: Identifier
     responses: list[Response] = Field(min_length=1)
 
 
-class BatchDiagnoseRequest(_DiagnoseOptions):
+class BatchDiagnoseRequest(DiagnoseOptions):
+    model_config = ConfigDict(json_schema_extra={"examples": [{
+        "qmatrix_id": "example-prealgebra",
+        "students": [{"student_id": "s1", "responses": _EXAMPLE_RESPONSES}, {"student_id": "s2", "responses": _EXAMPLE_RESPONSES[:1]}],
+    }]})
+
     students: list[StudentIn] = Field(min_length=1)
 
 
@@ -175,6 +207,11 @@ class DiagnoseResponse(BaseModel):
     interval_level: float | None = None
     aggregation: str = Field(default="mean", description="how the entities' answers were combined")
     calibration_id: str | None
+    calibration_mismatch: dict[str, dict[str, Any]] | None = Field(
+        default=None,
+        description="set when this diagnosis's noise (mechanism, epsilon, sensitivity) differs from the one its "
+        "calibration was fitted at: field -> {calibrated, served}",
+    )
     request_id: str
     latency_ms: float
     budget: BudgetBlock | None = Field(default=None, description="null when no noise was added or the ledger is off")
@@ -219,9 +256,9 @@ class Health(BaseModel):
 class CalibrationRecordIn(BaseModel):
     """One validation student: responses, and the truth when it is known."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)  # a request: no type coercion
 
-    student_id: str = Field(min_length=1, max_length=256)
+    student_id: Identifier
     responses: list[Response] = Field(min_length=1)
     truth: dict[str, float] | None = Field(
         default=None, description="concept -> mastery in [0, 1]; absent: the paper's proportion-correct rule"
@@ -238,24 +275,37 @@ class CalibrationRecordIn(BaseModel):
 class DatasetRef(BaseModel):
     """A validation split of a dataset, drawn with the evaluation harness's seeded split."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)  # a request: no type coercion
 
-    name: str = Field(description="frcsub | assist0910 | synthetic (SIMULATED, known mastery)")
+    # Named datasets only: a request never names a path on the server's disk (the CLI may).
+    name: Literal["frcsub", "assist0910", "uci", "synthetic"] = Field(
+        description="frcsub | assist0910 | uci | synthetic (SIMULATED, known mastery)"
+    )
     part: Literal["train", "validation", "test"] = "validation"
     seed: int = 0
     max_students: int | None = Field(default=None, ge=1, description="subsample the dataset first")
 
 
 class CalibrateRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra={"examples": [  # a request: no coercion
+        {"dataset": {"name": "synthetic", "max_students": 20}, "method": "bias"},
+    ]})
 
     qmatrix_id: str | None = Field(default=None, description="required with inline records")
     records: list[CalibrationRecordIn] | None = Field(default=None, min_length=1)
     dataset: DatasetRef | None = None
-    epsilon: Epsilon | None = Field(default=None, description="noise level to fit at; should match diagnosis")
+    epsilon: Epsilon | None = Field(
+        default=None, description="ε the validation answers are privatized at; omitted: the server default (what diagnoses use)"
+    )
+    mechanism: Literal["laplace", "secure_laplace", "gaussian", "duchi", "piecewise", "hybrid"] | None = Field(
+        default=None, description="mechanism the validation answers are privatized with; omitted: the server default"
+    )
     sensitivity: Literal["paper", "assessed"] | None = None
-    entities: list[str] | None = Field(default=None, min_length=1)
-    method: Literal["paper", "bias", "stacking", "posterior"] = "bias"
+    delta: Delta = Field(default=1e-5, description="δ, for the gaussian mechanism only")
+    entities: list[Name] | None = Field(default=None, min_length=1)
+    method: Literal["paper", "bias", "stacking", "posterior"] | None = Field(
+        default=None, description="omitted: the server default (FEDCD_DEFAULT_CALIBRATION_METHOD)"
+    )
     isotonic: bool = Field(default=False, description="stacking only: map each entity through an isotonic curve first")
     release_epsilon: Epsilon | None = Field(
         default=None,
@@ -269,9 +319,7 @@ class CalibrateRequest(BaseModel):
             raise ValueError("give exactly one of 'records' or 'dataset'")
         if self.records is not None and self.qmatrix_id is None:
             raise ValueError("'qmatrix_id' is required with 'records'")
-        if isinstance(self.epsilon, float) and not self.epsilon > 0:
-            raise ValueError("epsilon must be > 0, or \"none\" for no noise")
-        if self.isotonic and self.method != "stacking":
+        if self.isotonic and self.method not in (None, "stacking"):
             raise ValueError("isotonic applies to method 'stacking' only")
         return self
 
@@ -302,24 +350,25 @@ class CalibrateJob(BaseModel):
 class CalibrationPublic(BaseModel):
     id: str
     qmatrix_id: str
+    qmatrix_version: int = Field(description="the Q-matrix version the calibration was fitted on")
+    shared: bool = Field(default=False, description="the server's shared calibration (read-only, every tenant)")
     version: int
     method: str
-    alpha: float
-    residuals: dict[str, dict[str, float]]
-    weights: dict[str, dict[str, float]]
-    intercepts: dict[str, float]
-    isotonic: dict[str, dict[str, list[list[float]]]] = Field(
-        default_factory=dict, description="stacking: entity -> concept -> [[x knots], [y knots]]"
+    params: dict[str, Any] = Field(
+        description="what the method fitted: paper/bias {alpha, residuals}; stacking {weights, intercepts, isotonic, "
+        "pooled_weights, pooled_intercept}; posterior {priors: concept -> Beta(a, b), entity_error_sd: entity -> τ}"
     )
-    priors: dict[str, list[float]] = Field(default_factory=dict, description="posterior: concept -> Beta(a, b)")
-    entity_error_sd: dict[str, float] = Field(default_factory=dict, description="posterior: entity -> τ")
     entities: list[str]
-    epsilon: float | None
+    epsilon: float | None = Field(description="the noise level diagnoses are expected to use (null: no noise)")
     sensitivity: str
     mechanism: str
+    delta: float
     truth_source: str
     n_students: int
-    metrics: dict[str, float]
+    metrics: dict[str, float] = Field(
+        description="validation_mae is k-fold cross-validated over the validation students; validation_mae_in_sample "
+        "scores the released parameters on the students they were fitted on"
+    )
     notes: list[str]
     created_at: str
 
@@ -330,20 +379,20 @@ class CalibrationList(BaseModel):
 
 
 class ExtractItem(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)  # a request: no type coercion
 
     id: str = Field(min_length=1)
     text: str = Field(min_length=1)
 
 
 class ExtractRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)  # a request: no type coercion
 
     id: str = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.-]+$")
     items: list[ExtractItem] = Field(min_length=1, max_length=500)
-    concepts: list[str] | None = Field(default=None, min_length=1, description="default: fedcd's GSM8K concept set")
+    concepts: list[Name] | None = Field(default=None, min_length=1, description="default: fedcd's GSM8K concept set")
     method: Literal["keyword", "llm", "both"] = "keyword"
-    entities: list[str] | None = Field(default=None, min_length=1, description="LLM taggers; default: all configured")
+    entities: list[Name] | None = Field(default=None, min_length=1, description="LLM taggers; default: all configured")
     save: bool = Field(default=False, description="also register the extracted Q-matrix under 'id'")
 
 
@@ -364,6 +413,14 @@ class ExtractResponse(BaseModel):
     registered: bool = False
 
 
+class StudentLookup(BaseModel):
+    """The student id in the body, so it never appears in a URL (and so in no access log)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)  # a request: no type coercion
+
+    student_id: Identifier
+
+
 class StudentBudget(BaseModel):
     tenant: str
     student_id: str
@@ -378,13 +435,13 @@ class StudentBudget(BaseModel):
 
 
 class CohortReportRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)  # a request: no type coercion
 
     qmatrix_id: str
     students: list[StudentIn] = Field(min_length=1, max_length=5000)
-    epsilon: float = Field(gt=0, description="central-DP ε for the whole report, charged to every student in it")
+    epsilon: EpsilonValue = Field(description="central-DP ε for the whole report, charged to every student in it")
     bins: int = Field(default=5, ge=1, le=20, description="histogram bins over [0, 1]")
-    entities: list[str] | None = Field(default=None, min_length=1)
+    entities: list[Name] | None = Field(default=None, min_length=1)
 
 
 class CohortConcept(BaseModel):
@@ -403,3 +460,37 @@ class CohortReport(BaseModel):
     charged_epsilon_per_student: float
     calibration_id: str | None
     notes: list[str]
+
+
+class KeyCreate(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)  # a request: no type coercion
+
+    tenant: str | None = Field(default=None, description="must be the admin's own tenant (the default)")
+    role: Literal["client", "admin"] = "client"
+    expires_days: float | None = Field(default=None, gt=0, le=36500)
+
+
+class KeyPublic(BaseModel):
+    """A key as listed: never the key itself."""
+
+    key_id: str
+    tenant: str
+    role: Literal["client", "admin"]
+    created_at: float
+    expires_at: float | None
+    revoked: bool
+    last_used_at: float | None
+    created_by: str
+
+
+class KeyCreated(BaseModel):
+    tenant: str
+    role: Literal["client", "admin"]
+    key_id: str
+    api_key: str = Field(description="shown once; only its hash is stored")
+    expires_at: float | None
+
+
+class KeyList(BaseModel):
+    data: list[KeyPublic]
+    count: int

@@ -10,12 +10,13 @@ each hosted provider whose API key (``OPENAI_API_KEY``, ``ANTHROPIC_API_KEY``,
 
 from __future__ import annotations
 
+import ipaddress
 import os
 from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, computed_field
+from pydantic import Field, computed_field, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -23,9 +24,10 @@ from pydantic_settings import (
     YamlConfigSettingsSource,
 )
 
+from privacy import EPSILON_MAX, EPSILON_MIN
 from providers import EntitySpec, default_entity_specs
 
-__all__ = ["Settings", "get_settings"]
+__all__ = ["Settings", "get_settings", "is_loopback"]
 
 
 class Settings(BaseSettings):
@@ -35,11 +37,20 @@ class Settings(BaseSettings):
 
     host: str = "127.0.0.1"
     port: int = Field(default=8000, ge=1, le=65535)
+    auth: Literal["enabled", "disabled"] = Field(
+        default="enabled",
+        description="API keys on every route but /healthz; 'disabled' only with a loopback bind (tests, local demos)",
+    )
+    database_url: str | None = Field(
+        default=None, description="SQLAlchemy URL of the state database; default: SQLite <state_dir>/fedcd.db"
+    )
     # Declared entities; None means the default federation (see module docstring).
     entities: list[EntitySpec] | None = None
     # Defaults chosen from the privacy frontier (docs/results/frontier): below ε ≈ 8–32 per entity answer, with
     # Δ = K, every mechanism's posterior returns the population prior; piecewise is the best from ε = 8 up.
-    default_epsilon: float = Field(default=32.0, gt=0, description="ε per entity answer when a request gives none")
+    default_epsilon: float = Field(
+        default=32.0, ge=EPSILON_MIN, le=EPSILON_MAX, description="ε per entity answer when a request gives none"
+    )
     default_mechanism: Literal["laplace", "secure_laplace", "gaussian", "duchi", "piecewise", "hybrid"] = "piecewise"
     sensitivity: Literal["paper", "assessed"] = "paper"
     alpha: float = Field(default=0.3, ge=0.0, le=1.0)
@@ -59,7 +70,14 @@ class Settings(BaseSettings):
     )
     min_cohort_size: int = Field(default=10, ge=2, description="smallest cohort /v1/cohort-report will describe")
     batch_concurrency: int = Field(default=4, ge=1, description="students diagnosed at once in a batch")
-    max_batch_size: int = Field(default=200, ge=1)
+    # Request limits (README "Limits"): bigger requests are refused with 413 (body) or 422 (counts).
+    max_body_bytes: int = Field(default=1 << 20, ge=1024, description="request body limit, except Q-matrix uploads")
+    max_qmatrix_body_bytes: int = Field(default=16 << 20, ge=1024, description="body limit of POST/PUT /v1/qmatrices")
+    max_batch_size: int = Field(default=200, ge=1, description="students per batch diagnosis")
+    max_responses_per_student: int = Field(default=2000, ge=1, description="responses per student in one request")
+    max_qmatrix_items: int = Field(default=20000, ge=1, description="items per Q-matrix")
+    max_qmatrix_concepts: int = Field(default=500, ge=1, description="concepts per Q-matrix")
+    max_calibration_records: int = Field(default=5000, ge=1, description="validation students per /v1/calibrate")
     preload_models: bool = Field(default=True, description="load embedded models at start-up, not on first request")
     calibration_release_epsilon: float | None = Field(
         default=4.0, gt=0, description="ε for releasing calibration parameters; None: released without noise"
@@ -69,7 +87,11 @@ class Settings(BaseSettings):
         description="at first start, fit a calibration for the example Q-matrix on SIMULATED validation students",
     )
     default_calibration_students: int = Field(default=120, ge=10, description="simulated students; a fifth validate")
-    default_calibration_method: Literal["paper", "bias", "stacking", "posterior"] = "posterior"
+    default_calibration_method: Literal["paper", "bias", "stacking", "posterior"] = Field(
+        default="stacking",
+        description="method of /v1/calibrate when a request names none, and of the first-start calibration: stacking "
+        "weights every entity per concept at the served noise, so a strong member is not dragged down by weak ones",
+    )
     local_fed: bool = Field(
         default=True, description="serve the federated-trained models (one per Q-matrix) as entity 'local-fed'"
     )
@@ -100,6 +122,19 @@ class Settings(BaseSettings):
             sources.append(YamlConfigSettingsSource(settings_cls, yaml_file=config))
         return tuple(sources)
 
+    @model_validator(mode="after")
+    def _auth_needs_loopback(self) -> Settings:
+        if self.auth == "disabled" and not is_loopback(self.host):
+            raise ValueError(
+                f"FEDCD_AUTH=disabled is allowed only with a loopback bind (127.0.0.1, ::1, localhost), not {self.host!r}"
+            )
+        return self
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def db_url(self) -> str:
+        return self.database_url or f"sqlite:///{self.state_dir / 'fedcd.db'}"
+
     @computed_field  # type: ignore[prop-decorator]
     @property
     def registry_dir(self) -> Path:
@@ -122,6 +157,15 @@ class Settings(BaseSettings):
                 concurrency=64, temperature=None, structured_output="none",
             ))
         return specs
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 @lru_cache

@@ -1,74 +1,55 @@
-"""Aggregation of entity predictions, calibrators, metrics, and the diagnosis pipeline."""
+"""Calibration: fitting the aggregation on validation students (one :class:`Calibrator` type per
+method, each producing its typed parameters, which build their own aggregator), the DP release of
+what was fitted (``calibration.release``), and the record a diagnosis applies."""
 
-from calibration.aggregation import (
-    DEFAULT_ALPHA,
-    DEFAULT_ENTITY_ERROR_SD,
-    Aggregation,
-    Aggregator,
-    CalibrationRecord,
-    ResidualAggregator,
-    StackingAggregator,
-    aggregator_for,
-    paper_residuals,
-    residual_aggregate,
-    stacked_aggregate,
+from calibration.calibrators import (
+    DEFAULT_FOLDS,
+    BiasCalibrator,
+    Calibrator,
+    FittedCalibration,
+    PaperCalibrator,
+    PosteriorCalibrator,
+    validation_mae,
 )
-from calibration.calibrators import CALIBRATORS, Calibrator, FittedCalibration, make_calibrator
-from calibration.posterior import (
-    BetaPrior,
-    DegeneratePosteriorError,
-    PosteriorAggregation,
-    PosteriorAggregator,
-    ReportModel,
-    fit_beta_prior,
-    fit_concept_priors,
-    fit_entity_error_sd,
-    posterior_aggregate,
-    posterior_summary,
+from calibration.fitting import ValidationAnswer, answer_validation_student, calibration_record, validation_set
+from calibration.methods import CALIBRATORS, make_calibrator
+from calibration.params import (
+    PARAMS_BY_METHOD,
+    BiasParams,
+    CalibrationParams,
+    PaperParams,
+    PosteriorParams,
+    StackingParams,
+    params_from_json,
 )
-from calibration.pipeline import (
-    AllEntitiesFailed,
-    DiagnosisPipeline,
-    DiagnosisRequest,
-    DiagnosisResult,
-    EntityOutcome,
-    Privatized,
-    UnknownEntities,
-    build_context,
-)
+from calibration.record import AggregationMode, CalibrationRecord, aggregator_for
+from calibration.stacking import StackingCalibrator
+from calibration.validation import ValidationSet
 
 __all__ = [
     "CALIBRATORS",
-    "DEFAULT_ALPHA",
-    "DEFAULT_ENTITY_ERROR_SD",
-    "Aggregation",
-    "Aggregator",
-    "AllEntitiesFailed",
-    "BetaPrior",
-    "DegeneratePosteriorError",
+    "DEFAULT_FOLDS",
+    "PARAMS_BY_METHOD",
+    "AggregationMode",
+    "BiasCalibrator",
+    "BiasParams",
+    "CalibrationParams",
     "CalibrationRecord",
     "Calibrator",
-    "DiagnosisPipeline",
-    "DiagnosisRequest",
-    "DiagnosisResult",
-    "EntityOutcome",
     "FittedCalibration",
-    "PosteriorAggregation",
-    "PosteriorAggregator",
-    "Privatized",
-    "ReportModel",
-    "ResidualAggregator",
-    "StackingAggregator",
-    "UnknownEntities",
+    "PaperCalibrator",
+    "PaperParams",
+    "PosteriorCalibrator",
+    "PosteriorParams",
+    "StackingCalibrator",
+    "StackingParams",
+    "ValidationAnswer",
+    "ValidationSet",
     "aggregator_for",
-    "build_context",
-    "fit_beta_prior",
-    "fit_concept_priors",
-    "fit_entity_error_sd",
+    "answer_validation_student",
+    "calibration_record",
     "make_calibrator",
-    "paper_residuals",
-    "posterior_aggregate",
-    "posterior_summary",
-    "residual_aggregate",
-    "stacked_aggregate",
+    "params_from_json",
+    "validation_mae",
+    "validation_set",
 ]

@@ -19,15 +19,14 @@ values in [−1, 1]: its square gets sensitivity 4 / n.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 from scipy.optimize import minimize
 
-__all__ = ["noisy_posterior", "noisy_residuals", "noisy_stacking"]
+from calibration.validation import Predictions, Truth, stacking_rows
 
-Predictions = Mapping[str, Mapping[str, float]]
-Truth = Mapping[str, float]
+__all__ = ["noisy_posterior", "noisy_residuals", "noisy_stacking"]
 
 
 def noisy_residuals(
@@ -77,6 +76,20 @@ def noisy_posterior(
     return priors, tau
 
 
+def _solve_stack(
+    n: float, sx: np.ndarray, sy: float, sxx: np.ndarray, sxy: np.ndarray, ridge: float
+) -> tuple[np.ndarray, float]:
+    """Non-negative least-squares weights and intercept from (noisy) sufficient statistics."""
+    j = sx.size
+    sxx = (sxx + sxx.T) / 2
+    mx, my = sx / n, sy / n
+    cov = sxx / n - np.outer(mx, mx) + ridge * np.eye(j)
+    cxy = sxy / n - mx * my
+    result = minimize(lambda w: w @ cov @ w - 2 * cxy @ w, x0=np.full(j, 1.0 / j), jac=lambda w: 2 * cov @ w - 2 * cxy,
+                      bounds=[(0, None)] * j, method="L-BFGS-B")
+    return result.x, float(my - mx @ result.x)
+
+
 def noisy_stacking(
     predictions: Sequence[Predictions],
     truths: Sequence[Truth],
@@ -84,37 +97,40 @@ def noisy_stacking(
     epsilon: float,
     rng: np.random.Generator,
     ridge: float = 1e-3,
-    min_students: int = 5,
-) -> tuple[dict[str, dict[str, float]], dict[str, float]]:
-    """Per concept non-negative weights and intercept from noisy sufficient statistics."""
+    min_students: int = 20,
+) -> tuple[dict[str, dict[str, float]], dict[str, float], dict[str, float], float]:
+    """(weights, intercepts, pooled weights, pooled intercept) from noisy sufficient statistics.
+
+    Every concept's statistics are released (values clipped to [0, 1]); a concept whose noisy count
+    reaches ``min_students`` gets its own weights, and the pooled weights are solved from the sums of
+    the noisy per-concept statistics (post-processing: no extra budget).
+    """
     entities = sorted({e for preds in predictions for e in preds})
     concepts = sorted({c for truth in truths for c in truth})
     j = len(entities)
+    rows = stacking_rows(predictions, truths, entities)
     n_stats = len(concepts) * (1 + j + 1 + j * j + j)  # n, Σx, Σy, Σxxᵀ, Σxy
     scale = 1.0 / (epsilon / max(1, n_stats))
     weights: dict[str, dict[str, float]] = {}
     intercepts: dict[str, float] = {}
+    total = [0.0, np.zeros(j), 0.0, np.zeros((j, j)), np.zeros(j)]
     for concept in concepts:
-        rows = [
-            ([float(np.clip(preds[e][concept], 0, 1)) for e in entities], truth[concept])
-            for preds, truth in zip(predictions, truths)
-            if concept in truth and all(e in preds and concept in preds[e] for e in entities)
+        x, y = rows.get(concept, (np.zeros((0, j)), np.zeros(0)))
+        x = np.clip(x, 0, 1)
+        stats = [
+            len(y) + rng.laplace(0, scale),
+            x.sum(axis=0) + rng.laplace(0, scale, size=j),
+            y.sum() + rng.laplace(0, scale),
+            x.T @ x + rng.laplace(0, scale, size=(j, j)),
+            x.T @ y + rng.laplace(0, scale, size=j),
         ]
-        if len(rows) < min_students:
-            continue
-        x = np.array([r[0] for r in rows])
-        y = np.array([r[1] for r in rows])
-        n = max(1.0, len(rows) + rng.laplace(0, scale))
-        sx = x.sum(axis=0) + rng.laplace(0, scale, size=j)
-        sy = y.sum() + rng.laplace(0, scale)
-        sxx = x.T @ x + rng.laplace(0, scale, size=(j, j))
-        sxy = x.T @ y + rng.laplace(0, scale, size=j)
-        sxx = (sxx + sxx.T) / 2
-        mx, my = sx / n, sy / n
-        cov = sxx / n - np.outer(mx, mx) + ridge * np.eye(j)
-        cxy = sxy / n - mx * my
-        result = minimize(lambda w: w @ cov @ w - 2 * cxy @ w, x0=np.full(j, 1.0 / j), jac=lambda w: 2 * (cov + cov.T) / 2 @ w - 2 * cxy, bounds=[(0, None)] * j, method="L-BFGS-B")
-        w = result.x
-        weights[concept] = {e: float(wj) for e, wj in zip(entities, w)}
-        intercepts[concept] = float(my - mx @ w)
-    return weights, intercepts
+        total = [t + s for t, s in zip(total, stats)]
+        if stats[0] >= min_students:
+            w, b = _solve_stack(stats[0], *stats[1:], ridge)  # type: ignore[arg-type]
+            weights[concept] = {e: float(wj) for e, wj in zip(entities, w)}
+            intercepts[concept] = b
+    pooled, pooled_intercept = {}, 0.0
+    if j and total[0] >= 2:
+        w, pooled_intercept = _solve_stack(total[0], *total[1:], ridge)  # type: ignore[arg-type]
+        pooled = {e: float(wj) for e, wj in zip(entities, w)}
+    return weights, intercepts, pooled, pooled_intercept

@@ -22,11 +22,30 @@ from privacy.mechanisms import (
     sensitivity_for,
 )
 from privacy.ledger import BudgetExceeded, Charge, ChargeStateError, LedgerError, PrivacyLedger, UnknownCharge
+from privacy.ranges import (
+    COORDINATE_EPSILON_MIN,
+    DELTA_MAX,
+    DELTA_MIN,
+    DIMENSION_MAX,
+    EPSILON_MAX,
+    EPSILON_MIN,
+    MAX_RELEASE_EPSILON,
+    check_delta,
+    check_dimension,
+    check_epsilon,
+)
 from privacy.registry import DEFAULT_DELTA, MECHANISM_NAMES, MechanismName, charge_parameters, mechanism_for_request
 from privacy.sampling import SecureLaplaceMechanism
 
 __all__ = [
+    "COORDINATE_EPSILON_MIN",
     "DEFAULT_DELTA",
+    "DELTA_MAX",
+    "DELTA_MIN",
+    "DIMENSION_MAX",
+    "EPSILON_MAX",
+    "EPSILON_MIN",
+    "MAX_RELEASE_EPSILON",
     "MECHANISM_NAMES",
     "Accountant",
     "AnalyticGaussianMechanism",
@@ -55,6 +74,9 @@ __all__ = [
     "SecureLaplaceMechanism",
     "SensitivityMode",
     "analytic_gaussian_sigma",
+    "check_delta",
+    "check_dimension",
+    "check_epsilon",
     "laplace_for_request",
     "make_rng",
     "mechanism_for_request",

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import copy
 import math
+from numbers import Real
 from abc import ABC, abstractmethod
 from functools import lru_cache
 from typing import Any, ClassVar
@@ -41,9 +42,11 @@ from typing import Any, ClassVar
 import numpy as np
 
 from privacy.gaussian import analytic_gaussian_sigma
+from privacy.ranges import MAX_RELEASE_EPSILON
 
 __all__ = [
     "DEFAULT_TARGET_DELTA",
+    "NOISE_MULTIPLIER_RANGE",
     "Accountant",
     "BasicCompositionAccountant",
     "RDPAccountant",
@@ -54,25 +57,37 @@ __all__ = [
 ]
 
 DEFAULT_TARGET_DELTA = 1e-5
-GAUSSIAN_MECHANISMS = frozenset({"gaussian"})
+# σ/Δ₂ of a Gaussian release. The analytic calibration gives 0.023 … 5412 over the allowed (ε, δ);
+# the range keeps ρ = 1/(2(σ/Δ₂)²) and every RDP order's α·ρ finite with a wide margin.
+NOISE_MULTIPLIER_RANGE = (1e-6, 1e6)
+# "analytic_gaussian" is what AnalyticGaussianMechanism.describe() (hence charge_parameters) names it.
+GAUSSIAN_MECHANISMS = frozenset({"gaussian", "analytic_gaussian"})
 LAPLACE_MECHANISMS = frozenset({"laplace"})  # exact Laplace only; secure_laplace is charged as generic pure ε-DP
 _EVENT_KEYS = frozenset({"mechanism", "epsilon", "delta", "sigma_over_sensitivity"})
 _STATE_KEYS = frozenset({"accountant", "history"})
+
+
+def _float(value: object, name: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, Real) or not math.isfinite(float(value)):
+        raise ValueError(f"{name} must be a finite number, got {value!r}")
+    return float(value)
 
 
 def _event(*, epsilon: float, delta: float, mechanism: str, sigma_over_sensitivity: float | None) -> dict[str, Any]:
     """One validated release, as the plain dict that ``history`` and ``state_dict`` hold."""
     if not isinstance(mechanism, str) or not mechanism:
         raise ValueError(f"mechanism must be a non-empty name, got {mechanism!r}")
-    epsilon, delta = float(epsilon), float(delta)
-    if not (math.isfinite(epsilon) and epsilon > 0):
-        raise ValueError(f"epsilon must be a finite number > 0, got {epsilon}")
+    epsilon = _float(epsilon, "epsilon")
+    delta = _float(delta, "delta")
+    if not 0 < epsilon <= MAX_RELEASE_EPSILON:
+        raise ValueError(f"epsilon of one release must lie in (0, {MAX_RELEASE_EPSILON:g}], got {epsilon!r}")
     if not (0.0 <= delta < 1.0):
-        raise ValueError(f"delta must lie in [0, 1), got {delta}")
+        raise ValueError(f"delta must lie in [0, 1), got {delta!r}")
     if sigma_over_sensitivity is not None:
-        sigma_over_sensitivity = float(sigma_over_sensitivity)
-        if not (math.isfinite(sigma_over_sensitivity) and sigma_over_sensitivity > 0):
-            raise ValueError(f"sigma_over_sensitivity must be a finite number > 0, got {sigma_over_sensitivity}")
+        sigma_over_sensitivity = _float(sigma_over_sensitivity, "sigma_over_sensitivity")
+        low, high = NOISE_MULTIPLIER_RANGE
+        if not low <= sigma_over_sensitivity <= high:
+            raise ValueError(f"sigma_over_sensitivity must lie in [{low:g}, {high:g}], got {sigma_over_sensitivity!r}")
     return {
         "mechanism": mechanism,
         "epsilon": epsilon,
@@ -213,6 +228,11 @@ def _dp_accounting_rdp(kind: str, parameter: float) -> np.ndarray:
     return curve
 
 
+def _pure_dp_rdp(epsilon: float) -> np.ndarray:
+    """RDP of any pure ε-DP release: min(ε, α·ε²/2) (Mironov 2017, Prop. 3; Bun & Steinke 2016)."""
+    return np.minimum(epsilon, _orders() * epsilon**2 / 2)
+
+
 class RDPAccountant(Accountant):
     """Rényi-DP composition via ``dp_accounting``; ``spent(δ)`` is ε at δ (default ``target_delta``)."""
 
@@ -247,10 +267,12 @@ class RDPAccountant(Accountant):
             raise ValueError(
                 f"Rényi accounting takes Gaussian or pure ε-DP releases; {mechanism!r} with delta={delta} is neither"
             )
+        pure = _pure_dp_rdp(epsilon)
         if mechanism in LAPLACE_MECHANISMS:
-            return _dp_accounting_rdp("laplace", 1.0 / epsilon)
-        orders = _orders()
-        return np.minimum(epsilon, orders * epsilon**2 / 2)
+            # Both curves bound the Laplace mechanism's RDP, so their minimum does. The clip also
+            # removes dp_accounting's round-off at extreme ε (e.g. −1.7e-316 at ε = 1e-300).
+            return np.clip(np.nan_to_num(_dp_accounting_rdp("laplace", 1.0 / epsilon), nan=np.inf), 0.0, pure)
+        return pure
 
     def _compose(self, event: dict[str, Any]) -> None:
         self._curve = self._curve + self._event_curve(event)

@@ -33,6 +33,11 @@ released by a handful of entities, and the aggregator needs every assessed conce
 entity: with sample-k most concepts would get no report at all from a given entity, and the
 reported ones would be scaled by d/k far outside [0, 1]. The split keeps one unbiased report per
 concept per entity.
+
+Ranges: a randomizer takes ε_c in [COORDINATE_EPSILON_MIN, EPSILON_MAX] = [10⁻⁹, 1000] and a
+mechanism 1 ≤ d ≤ DIMENSION_MAX with ε/d in that interval (:mod:`privacy.ranges`). Every closed
+form is written so that it neither overflows nor cancels there: C − 1 = 2/(e^ε − 1) as
+2e^−ε/(1 − e^−ε), so C ≤ 1 + 4·10⁹ and outputs, variances and densities are finite doubles.
 """
 
 from __future__ import annotations
@@ -45,6 +50,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from privacy.mechanisms import Mechanism
+from privacy.ranges import check_coordinate_epsilon, check_dimension, check_split
 from privacy.sampling import RELEASE_GRID, stochastic_round
 
 __all__ = [
@@ -66,9 +72,9 @@ HYBRID_THRESHOLD = math.log(
 )
 
 
-def _check_epsilon(epsilon: float, *, cap: float = math.inf) -> None:
-    if isinstance(epsilon, bool) or not (math.isfinite(epsilon) and 0 < epsilon <= cap):
-        raise ValueError(f"epsilon must be a finite number in (0, {cap}], got {epsilon}")
+def _inverse_expm1(x: float) -> float:
+    """1/(e^x − 1) without overflow: e^−x/(1 − e^−x), accurate for tiny x and 0 (not inf) for huge x."""
+    return math.exp(-x) / -math.expm1(-x)
 
 
 def _signed(t: np.ndarray | float) -> np.ndarray:
@@ -85,7 +91,7 @@ class ScalarRandomizer(ABC):
     epsilon: float
 
     def __post_init__(self) -> None:
-        _check_epsilon(self.epsilon, cap=700.0)  # e^ε must stay a finite double
+        check_coordinate_epsilon(self.epsilon)
 
     @property
     @abstractmethod
@@ -109,7 +115,12 @@ class ScalarRandomizer(ABC):
 class DuchiRandomizer(ScalarRandomizer):
     @property
     def bound(self) -> float:
-        return 1 + 2 / math.expm1(self.epsilon)  # (e^ε+1)/(e^ε−1), accurate for small ε
+        return 1 + self.bound_excess  # (e^ε+1)/(e^ε−1)
+
+    @property
+    def bound_excess(self) -> float:
+        """C − 1 = 2/(e^ε − 1), computed without cancellation or overflow."""
+        return 2 * _inverse_expm1(self.epsilon)
 
     def probability_positive(self, t: np.ndarray | float) -> np.ndarray:
         """P(t̂ = +C | t) = ½ + t·(e^ε−1)/(2(e^ε+1))."""
@@ -127,7 +138,23 @@ class DuchiRandomizer(ScalarRandomizer):
 class PiecewiseRandomizer(ScalarRandomizer):
     @property
     def bound(self) -> float:
-        return 1 + 2 / math.expm1(self.epsilon / 2)  # (s+1)/(s−1)
+        return 1 + self.bound_excess  # (s+1)/(s−1)
+
+    @property
+    def bound_excess(self) -> float:
+        """C − 1 = 2/(s − 1), the length of the high-density piece, without cancellation or overflow."""
+        return 2 * _inverse_expm1(self.epsilon / 2)
+
+    @property
+    def densities(self) -> tuple[float, float]:
+        """(low, high): the output density on [−C, C] outside and inside [l(t), r(t)]; high/low = s² = e^ε.
+
+        low = (s − 1)/(2s(s + 1)) and high = s(s − 1)/(2(s + 1)), written so that neither
+        overflows for ε up to EPSILON_MAX (s·(s − 1) alone would, above ε ≈ 709).
+        """
+        half = self.epsilon / 2
+        one_minus_inverse = -math.expm1(-half)  # 1 − 1/s
+        return one_minus_inverse / (2 * (math.exp(half) + 1)), math.expm1(half) / (2 * (1 + math.exp(-half)))
 
     @property
     def p_center(self) -> float:
@@ -153,8 +180,8 @@ class PiecewiseRandomizer(ScalarRandomizer):
 
     def variance(self, t: np.ndarray | float) -> np.ndarray:
         """Closed form of the continuous PM; the release rounding adds at most RELEASE_GRID²/4 ≈ 2e-13."""
-        s1 = math.expm1(self.epsilon / 2)  # s − 1
-        return _signed(t) ** 2 / s1 + (s1 + 4) / (3 * s1**2)
+        inverse = _inverse_expm1(self.epsilon / 2)  # 1/(s − 1): t²/(s−1) + (s+3)/(3(s−1)²), overflow-free
+        return _signed(t) ** 2 * inverse + inverse / 3 + 4 * inverse**2 / 3
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -195,12 +222,10 @@ class BoundedMechanism(Mechanism):
     name: str = field(default="bounded", init=False)
 
     def __post_init__(self) -> None:
-        _check_epsilon(self.epsilon)
-        if isinstance(self.dimension, bool) or not isinstance(self.dimension, int) or self.dimension < 1:
-            raise ValueError(f"dimension must be an integer >= 1, got {self.dimension!r}")
+        check_dimension(self.dimension)
+        check_split(epsilon=self.epsilon, sensitivity=self.dimension)
         if not isinstance(self.clip_output, bool):
             raise ValueError(f"clip_output must be a bool, got {self.clip_output!r}")
-        self._randomizer(self.epsilon_per_coordinate)  # validates ε/dimension (at most 700)
 
     @abstractmethod
     def _randomizer(self, epsilon: float) -> ScalarRandomizer: ...

@@ -20,7 +20,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["CohortConceptStats", "cohort_statistics"]
+from privacy.ranges import check_dimension, check_epsilon
+
+__all__ = ["MAX_BINS", "CohortConceptStats", "cohort_statistics"]
+
+MAX_BINS = 1_000  # histogram bins per concept: each is a noisy count, and all of them are released
 
 
 @dataclass(frozen=True)
@@ -40,18 +44,21 @@ def cohort_statistics(
     rng: np.random.Generator,
 ) -> tuple[dict[str, CohortConceptStats], float]:
     """(per-concept noisy statistics, ε per statistic). ``mastery``: one dict per student."""
-    if not epsilon > 0:
-        raise ValueError(f"epsilon must be > 0, got {epsilon}")
-    if bins < 1:
-        raise ValueError(f"bins must be >= 1, got {bins}")
+    check_epsilon(epsilon)
+    if isinstance(bins, bool) or not isinstance(bins, int) or not 1 <= bins <= MAX_BINS:
+        raise ValueError(f"bins must be an integer in [1, {MAX_BINS}], got {bins!r}")
     if not concepts:
         raise ValueError("no concept to report")
+    check_dimension(len(concepts), name="number of concepts")
     eps_stat = epsilon / (2 * len(concepts))
     scale = 1.0 / eps_stat
     edges = np.linspace(0.0, 1.0, bins + 1)
     out: dict[str, CohortConceptStats] = {}
     for concept in concepts:
-        values = np.clip(np.array([m[concept] for m in mastery if concept in m], dtype=float), 0.0, 1.0)
+        raw = np.array([m[concept] for m in mastery if concept in m], dtype=float)
+        if not np.all(np.isfinite(raw)):
+            raise ValueError(f"mastery values of concept {concept!r} must be finite")
+        values = np.clip(raw, 0.0, 1.0)
         counts, _ = np.histogram(values, bins=edges)
         noisy_counts = np.maximum(counts + rng.laplace(0.0, scale, size=bins), 0.0)
         noisy_sum = float(values.sum() + rng.laplace(0.0, scale))

@@ -30,18 +30,21 @@ import numpy as np
 from scipy.special import log_ndtr
 
 from privacy.mechanisms import Mechanism
+from privacy.ranges import DIMENSION_MAX, check_delta, check_dimension, check_epsilon
 from privacy.sampling import RELEASE_GRID
 
 __all__ = ["AnalyticGaussianMechanism", "analytic_gaussian_sigma", "classical_gaussian_sigma", "gaussian_delta"]
 
 
-def _check(epsilon: float, delta: float, sensitivity: float) -> None:
-    if not (math.isfinite(epsilon) and epsilon > 0):
-        raise ValueError(f"epsilon must be a finite number > 0, got {epsilon}")
-    if not (0 < delta < 1):
-        raise ValueError(f"delta must lie in (0, 1), got {delta}")
-    if not (math.isfinite(sensitivity) and sensitivity > 0):
-        raise ValueError(f"sensitivity must be a finite number > 0, got {sensitivity}")
+_MAX_BRACKET_STEPS = 2_100  # doublings or halvings of σ: more than the whole exponent range of a double
+_MAX_BISECTIONS = 200  # each halves log(hi/lo) from log 2; 1e-12 needs ~40, float resolution ~60
+
+
+def _check_sensitivity(sensitivity: float) -> None:
+    if isinstance(sensitivity, bool) or not (
+        isinstance(sensitivity, int | float) and math.isfinite(sensitivity) and 0 < sensitivity <= DIMENSION_MAX
+    ):
+        raise ValueError(f"sensitivity must be a number in (0, {DIMENSION_MAX}], got {sensitivity!r}")
 
 
 def _log_delta(epsilon: float, sigma: float, sensitivity: float) -> float:
@@ -49,6 +52,8 @@ def _log_delta(epsilon: float, sigma: float, sensitivity: float) -> float:
     b = -sensitivity / (2 * sigma) - epsilon * sigma / sensitivity
     log_a, log_b = float(log_ndtr(a)), float(log_ndtr(b))
     gap = epsilon + log_b - log_a  # log(e^ε Φ(b) / Φ(a)) < 0
+    if math.isnan(gap):  # cannot happen inside the checked ranges; never let a NaN steer a loop
+        raise ValueError(f"δ(σ) is not computable at epsilon={epsilon}, sigma={sigma}, sensitivity={sensitivity}")
     if gap >= 0:  # only by round-off, when δ(σ) underflows relative to Φ(a)
         return -math.inf
     return log_a + math.log(-math.expm1(gap))
@@ -56,28 +61,51 @@ def _log_delta(epsilon: float, sigma: float, sensitivity: float) -> float:
 
 def gaussian_delta(*, epsilon: float, sigma: float, sensitivity: float) -> float:
     """The exact δ(ε) of the Gaussian mechanism with noise σ and L2 sensitivity Δ."""
-    if not (math.isfinite(sigma) and sigma > 0):
-        raise ValueError(f"sigma must be a finite number > 0, got {sigma}")
-    _check(epsilon, 0.5, sensitivity)
+    if isinstance(sigma, bool) or not (isinstance(sigma, int | float) and math.isfinite(sigma) and sigma > 0):
+        raise ValueError(f"sigma must be a finite number > 0, got {sigma!r}")
+    check_epsilon(epsilon)
+    _check_sensitivity(sensitivity)
     return math.exp(_log_delta(epsilon, sigma, sensitivity))
 
 
 def analytic_gaussian_sigma(*, epsilon: float, delta: float, sensitivity: float, rel_tol: float = 1e-12) -> float:
-    """The smallest σ (within ``rel_tol``, rounded up) with δ(σ) ≤ δ."""
-    _check(epsilon, delta, sensitivity)
+    """The smallest σ (within ``rel_tol``, rounded up) with δ(σ) ≤ δ.
+
+    Total for ε in [EPSILON_MIN, EPSILON_MAX], δ in [DELTA_MIN, DELTA_MAX] and 0 < Δ ≤ DIMENSION_MAX:
+    σ/Δ then lies within a factor 2^13 of 1, so the bracket takes a few dozen steps and the
+    bisection at most ``_MAX_BISECTIONS``. (At ε = 1e308, before the ranges existed, δ(σ) was NaN
+    everywhere and the bracketing loop never ended.)
+    """
+    check_epsilon(epsilon)
+    check_delta(delta)
+    _check_sensitivity(sensitivity)
+    if not (isinstance(rel_tol, int | float) and 0 < rel_tol < 1):
+        raise ValueError(f"rel_tol must lie in (0, 1), got {rel_tol!r}")
     log_target = math.log(delta)
 
     def ok(sigma: float) -> bool:
         return _log_delta(epsilon, sigma, sensitivity) <= log_target
 
-    hi = sensitivity
-    while not ok(hi):
+    hi = float(sensitivity)
+    for _ in range(_MAX_BRACKET_STEPS):
+        if ok(hi):
+            break
         hi *= 2
+    else:
+        raise ValueError(f"no σ up to {hi:g} reaches delta={delta} at epsilon={epsilon}")
     lo = hi / 2
-    while ok(lo):
+    for _ in range(_MAX_BRACKET_STEPS):
+        if not ok(lo):
+            break
         hi, lo = lo, lo / 2
-    while hi / lo - 1 > rel_tol:  # invariant: not ok(lo), ok(hi)
+    else:
+        raise ValueError(f"every σ down to {lo:g} reaches delta={delta} at epsilon={epsilon}")
+    for _ in range(_MAX_BISECTIONS):  # invariant: not ok(lo), ok(hi)
+        if hi / lo - 1 <= rel_tol:
+            break
         mid = math.sqrt(lo * hi)
+        if not lo < mid < hi:  # adjacent doubles: as close as floating point gets
+            break
         if ok(mid):
             hi = mid
         else:
@@ -87,7 +115,9 @@ def analytic_gaussian_sigma(*, epsilon: float, delta: float, sensitivity: float,
 
 def classical_gaussian_sigma(*, epsilon: float, delta: float, sensitivity: float) -> float:
     """Dwork & Roth's σ = Δ·√(2 ln(1.25/δ))/ε (valid only for ε < 1); for comparison."""
-    _check(epsilon, delta, sensitivity)
+    check_epsilon(epsilon)
+    check_delta(delta)
+    _check_sensitivity(sensitivity)
     return sensitivity * math.sqrt(2 * math.log(1.25 / delta)) / epsilon
 
 
@@ -112,8 +142,7 @@ class AnalyticGaussianMechanism(Mechanism):
     @classmethod
     def for_vector(cls, *, epsilon: float, delta: float, dimension: int) -> AnalyticGaussianMechanism:
         """The mechanism for up to ``dimension`` values in [0, 1]: Δ2 = √dimension."""
-        if isinstance(dimension, bool) or not isinstance(dimension, int) or dimension < 1:
-            raise ValueError(f"dimension must be an integer >= 1, got {dimension!r}")
+        check_dimension(dimension)
         return cls(epsilon=epsilon, delta=delta, sensitivity=math.sqrt(dimension))
 
     @property

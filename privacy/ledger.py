@@ -13,8 +13,10 @@ Rules the caller relies on:
   write lock serialises processes sharing the file. So N concurrent requests whose cap allows k
   serve exactly k, in one process or several.
 * **Durable.** WAL journal with ``synchronous=FULL``: a charge whose ``charge`` call returned is
-  on disk and survives ``kill -9``; one interrupted before its commit never happened. A crash
-  after a charge and before the answer went out leaves the charge spent (conservative).
+  on disk and survives ``kill -9``; one interrupted before its commit never happened. A charge
+  is *pending* until its answer is stored (the answer is stored before it is returned): a
+  process killed in between released nothing, and at start-up :meth:`settle_orphans` refunds
+  the pending charges of processes that are gone.
 * **Repeat rule.** A request with the same ``(tenant, student_id, request_fingerprint)`` as a
   charged one, within ``repeat_window_s`` seconds of that first charge, is answered with the
   *stored* noisy answer, not fresh noise, and spends nothing. Repeating a query therefore cannot
@@ -50,7 +52,7 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -114,9 +116,9 @@ class BudgetExceeded(LedgerError):
         if requested_delta > 0:
             used += f", δ={spent_delta:.3g} of {cap_delta:.3g}"
         asked = f"ε={requested:.6g}" + (f", δ={requested_delta:.3g}" if requested_delta > 0 else "")
+        # The message goes back to API callers and into logs: it names no student (the caller knows which).
         super().__init__(
-            f"privacy budget for student {student_id!r} (tenant {tenant!r}) is spent: {used} used; "
-            f"a query with {asked} would exceed the lifetime cap"
+            f"this student's privacy budget is spent: {used} used; a query with {asked} would exceed the lifetime cap"
         )
 
 
@@ -186,6 +188,7 @@ class ChargeRow(_Base):
     answer_json: Mapped[str | None] = mapped_column(Text, nullable=True)
     created_at: Mapped[float] = mapped_column(Float)
     settled_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    owner: Mapped[str | None] = mapped_column(String(64), nullable=True)  # the ledger (process) that made it
 
 
 _students, _charges = StudentBudgetRow.__table__, ChargeRow.__table__
@@ -241,6 +244,7 @@ class PrivacyLedger:
         pending_ttl_s: float = 120.0,
         clock: Callable[[], float] = time.time,
         busy_timeout_s: float = 30.0,
+        owner: str | None = None,
     ) -> None:
         if not (cap_epsilon > 0):  # math.inf means no cap
             raise ValueError(f"cap_epsilon must be > 0, got {cap_epsilon}")
@@ -252,6 +256,8 @@ class PrivacyLedger:
         self.cap_epsilon, self.cap_delta, self.accountant = float(cap_epsilon), float(cap_delta), accountant
         self.repeat_window_s, self.pending_ttl_s = float(repeat_window_s), float(pending_ttl_s)
         self._clock = clock
+        # Charges are stamped with their owner so pending ones of a dead process can be settled (settle_orphans).
+        self.owner = owner or uuid.uuid4().hex
         self.path = _database_path(sessions_or_path)
         self._writer = _engine(self.path, immediate=True, busy_timeout_s=busy_timeout_s)
         self._reader = _engine(self.path, immediate=False, busy_timeout_s=busy_timeout_s)
@@ -308,27 +314,42 @@ class PrivacyLedger:
                 "id": uuid.uuid4().hex, "tenant": tenant, "student_id": student_id,
                 "fingerprint": request_fingerprint, "epsilon": float(epsilon), "delta": float(delta),
                 "mechanism": mechanism, "releases": releases, "status": _CHARGED, "answer_json": None,
-                "created_at": now, "settled_at": None,
+                "created_at": now, "settled_at": None, "owner": self.owner,
                 "sigma_over_sensitivity": None if sigma_over_sensitivity is None else float(sigma_over_sensitivity),
             }
             conn.execute(insert(_charges).values(**row))
             self._save(conn, tenant, student_id, accountant, queries + 1, now)
         return self._charge_of(row, accountant, repeat=False)
 
-    def store_answer(self, charge_id: str, answer_json: str) -> None:
-        """Keep the released answer of a charge (for repeats); after this, no refund is possible."""
+    def store_answer(self, charge_id: str, answer_json: str, *, releases: int | None = None) -> Charge:
+        """Keep the released answer of a charge (for repeats); after this, no refund is possible.
+
+        ``releases`` (at most the number charged) settles the charge at the answers actually
+        released — e.g. entities that failed or answered nothing are given back; the student's
+        totals are recomputed. Returns the settled charge with the student's totals.
+        """
         if not isinstance(answer_json, str):
             raise TypeError("answer_json must be a JSON string")
         with self._lock, self._writer.begin() as conn:
             row = self._get(conn, charge_id)
             if row["status"] == _RELEASED and row["answer_json"] == answer_json:
-                return
+                return self._charge_of(row, self._load(conn, row["tenant"], row["student_id"])[0], repeat=False)
             if row["status"] != _CHARGED:
                 raise ChargeStateError(f"charge {charge_id} is {row['status']}; its answer cannot be stored")
-            conn.execute(
-                update(_charges).where(_charges.c.id == charge_id)
-                .values(status=_RELEASED, answer_json=answer_json, settled_at=float(self._clock()))
-            )
+            if releases is not None and not (isinstance(releases, int) and 1 <= releases <= row["releases"]):
+                raise ValueError(f"releases must be an int in [1, {row['releases']}], got {releases!r}")
+            now = float(self._clock())
+            settled = {"status": _RELEASED, "answer_json": answer_json, "settled_at": now}
+            if releases is not None and releases < row["releases"]:
+                settled["releases"] = releases
+            conn.execute(update(_charges).where(_charges.c.id == charge_id).values(**settled))
+            row.update(settled)
+            if "releases" in settled:
+                accountant, queries = self._rebuild(conn, row["tenant"], row["student_id"])
+                self._save(conn, row["tenant"], row["student_id"], accountant, queries, now)
+            else:
+                accountant = self._load(conn, row["tenant"], row["student_id"])[0]
+        return self._charge_of(row, accountant, repeat=False)
 
     def refund(self, charge_id: str) -> None:
         """Undo a charge whose query released nothing (every entity failed); idempotent."""
@@ -342,6 +363,31 @@ class PrivacyLedger:
             conn.execute(update(_charges).where(_charges.c.id == charge_id).values(status=_REFUNDED, settled_at=now))
             accountant, queries = self._rebuild(conn, row["tenant"], row["student_id"])
             self._save(conn, row["tenant"], row["student_id"], accountant, queries, now)
+
+    def settle_orphans(self, *, live_owners: Collection[str]) -> int:
+        """Refund every pending charge (no answer stored) whose owner is not live; returns how many.
+
+        A process killed between charging and storing its answer released nothing (the answer
+        is stored before it is returned), so its pending charges are refunded — and an identical
+        retry is then a normal new request instead of waiting on a reservation nobody will fill.
+        """
+        live = list(live_owners)
+        now = float(self._clock())
+        with self._lock, self._writer.begin() as conn:
+            orphans = conn.execute(
+                select(_charges.c.id, _charges.c.tenant, _charges.c.student_id).where(
+                    _charges.c.status == _CHARGED, (_charges.c.owner.is_(None)) | (_charges.c.owner.not_in(live))
+                )
+            ).all()
+            if not orphans:
+                return 0
+            conn.execute(
+                update(_charges).where(_charges.c.id.in_([o.id for o in orphans])).values(status=_REFUNDED, settled_at=now)
+            )
+            for tenant, student_id in {(o.tenant, o.student_id) for o in orphans}:
+                accountant, queries = self._rebuild(conn, tenant, student_id)
+                self._save(conn, tenant, student_id, accountant, queries, now)
+        return len(orphans)
 
     # -- reading --------------------------------------------------------------------------------
     def lookup_repeat(self, *, tenant: str, student_id: str, request_fingerprint: str) -> str | None:
@@ -408,8 +454,8 @@ class PrivacyLedger:
     async def acharge(self, **kwargs: Any) -> Charge:
         return await asyncio.to_thread(lambda: self.charge(**kwargs))
 
-    async def astore_answer(self, charge_id: str, answer_json: str) -> None:
-        await asyncio.to_thread(self.store_answer, charge_id, answer_json)
+    async def astore_answer(self, charge_id: str, answer_json: str, *, releases: int | None = None) -> Charge:
+        return await asyncio.to_thread(lambda: self.store_answer(charge_id, answer_json, releases=releases))
 
     async def arefund(self, charge_id: str) -> None:
         await asyncio.to_thread(self.refund, charge_id)

@@ -23,6 +23,8 @@ from typing import Literal
 
 import numpy as np
 
+from privacy.ranges import check_epsilon, check_split
+
 __all__ = [
     "LaplaceMechanism",
     "Mechanism",
@@ -78,7 +80,11 @@ class NoNoise(Mechanism):
 
 @dataclass(frozen=True, kw_only=True)
 class LaplaceMechanism(Mechanism):
-    """ε-LDP Laplace mechanism with L1 sensitivity ``sensitivity``, output clipped to [lower, upper]."""
+    """ε-LDP Laplace mechanism with L1 sensitivity ``sensitivity``, output clipped to [lower, upper].
+
+    Total for ε/Δ in [COORDINATE_EPSILON_MIN, EPSILON_MAX] and 0 < Δ ≤ DIMENSION_MAX
+    (:func:`privacy.ranges.check_split`): the scale Δ/ε is then at most 10⁹.
+    """
 
     epsilon: float
     sensitivity: float
@@ -87,11 +93,8 @@ class LaplaceMechanism(Mechanism):
     name: str = field(default="laplace", init=False)
 
     def __post_init__(self) -> None:
-        if not (math.isfinite(self.epsilon) and self.epsilon > 0):
-            raise ValueError(f"epsilon must be a finite number > 0, got {self.epsilon}")
-        if not (math.isfinite(self.sensitivity) and self.sensitivity > 0):
-            raise ValueError(f"sensitivity must be a finite number > 0, got {self.sensitivity}")
-        if not self.lower < self.upper:
+        check_split(epsilon=self.epsilon, sensitivity=self.sensitivity)
+        if not (math.isfinite(self.lower) and math.isfinite(self.upper) and self.lower < self.upper):
             raise ValueError(f"lower must be < upper, got [{self.lower}, {self.upper}]")
 
     @property
@@ -101,8 +104,10 @@ class LaplaceMechanism(Mechanism):
 
     def privatize(self, values: Mapping[str, float], rng: np.random.Generator) -> dict[str, float]:
         keys = list(values)
-        noise = rng.laplace(0.0, self.scale, size=len(keys))
-        noisy = np.clip(np.array([values[k] for k in keys], dtype=float) + noise, self.lower, self.upper)
+        x = np.array([values[k] for k in keys], dtype=float)
+        if not np.all(np.isfinite(x)):
+            raise ValueError("values must be finite")
+        noisy = np.clip(x + rng.laplace(0.0, self.scale, size=len(keys)), self.lower, self.upper)
         return {k: float(v) for k, v in zip(keys, noisy)}
 
     def describe(self) -> dict[str, object]:
@@ -120,5 +125,6 @@ def laplace_for_request(
     """The paper's mechanism for one request; ``epsilon=None`` means the request asked for no noise."""
     if epsilon is None:
         return NoNoise()
+    check_epsilon(epsilon)
     delta = sensitivity_for(mode, n_concepts_total=n_concepts_total, n_concepts_assessed=n_concepts_assessed)
     return LaplaceMechanism(epsilon=epsilon, sensitivity=delta)

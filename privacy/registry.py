@@ -12,6 +12,7 @@ from typing import Literal
 from privacy.bounded import DuchiMechanism, HybridMechanism, PiecewiseMechanism
 from privacy.gaussian import AnalyticGaussianMechanism
 from privacy.mechanisms import LaplaceMechanism, Mechanism, NoNoise, SensitivityMode, sensitivity_for
+from privacy.ranges import check_delta, check_epsilon
 from privacy.sampling import SecureLaplaceMechanism
 
 __all__ = ["DEFAULT_DELTA", "MECHANISM_NAMES", "MechanismName", "charge_parameters", "mechanism_for_request"]
@@ -36,9 +37,15 @@ def mechanism_for_request(
     (``paper``) or only those the request assesses (``assessed``). For Laplace that is the
     L1 sensitivity Δ; for the Gaussian the L2 sensitivity is √d; the bounded mechanisms
     split ε over the d coordinates.
+
+    ``epsilon`` must lie in [EPSILON_MIN, EPSILON_MAX] and, for the Gaussian, ``delta`` in
+    [DELTA_MIN, DELTA_MAX] (:mod:`privacy.ranges`); anything else is a ``ValueError``.
     """
     if epsilon is None:
         return NoNoise()
+    check_epsilon(epsilon)
+    if name == "gaussian":
+        check_delta(delta)
     d = int(sensitivity_for(mode, n_concepts_total=n_concepts_total, n_concepts_assessed=n_concepts_assessed))
     if name == "laplace":
         return LaplaceMechanism(epsilon=epsilon, sensitivity=float(d))

@@ -50,6 +50,7 @@ from typing import Literal
 import numpy as np
 
 from privacy.mechanisms import Mechanism
+from privacy.ranges import check_split
 
 __all__ = [
     "RELEASE_GRID",
@@ -193,6 +194,9 @@ class SecureLaplaceMechanism(Mechanism):
     Output grid: values are ½ + k·Λ before the final clip, so for λ ≥ ½ (Λ ≥ ½) a concept is
     released as one of {0, ½, 1}. That is the price of a provable guarantee at this noise level.
 
+    Total for ε/Δ in [COORDINATE_EPSILON_MIN, EPSILON_MAX] and 1 ≤ Δ ≤ DIMENSION_MAX
+    (:func:`privacy.ranges.check_split`): then 10⁻³ ≤ λ ≤ 10⁹, so λ < B < 2^46·λ always holds.
+
     ``randomness="os"`` (default) draws from the OS CSPRNG and *ignores* the ``rng`` argument of
     :meth:`privatize`; ``randomness="generator"`` draws from ``rng`` (repeatable; tests only).
     """
@@ -203,10 +207,9 @@ class SecureLaplaceMechanism(Mechanism):
     name: str = field(default="secure_laplace", init=False)
 
     def __post_init__(self) -> None:
-        if not (math.isfinite(self.epsilon) and self.epsilon > 0):
-            raise ValueError(f"epsilon must be a finite number > 0, got {self.epsilon}")
-        if not (math.isfinite(self.sensitivity) and self.sensitivity >= 1):
-            raise ValueError(f"sensitivity must be a finite number >= 1 (values in [0, 1]), got {self.sensitivity}")
+        check_split(epsilon=self.epsilon, sensitivity=self.sensitivity)
+        if not self.sensitivity >= 1:
+            raise ValueError(f"sensitivity must be >= 1 (values in [0, 1]), got {self.sensitivity}")
         if self.randomness not in ("os", "generator"):
             raise ValueError(f"randomness must be 'os' or 'generator', got {self.randomness!r}")
         _check_snapping(self.scale, self.bound)

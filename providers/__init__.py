@@ -13,6 +13,7 @@ from providers.factory import build_adapter, build_entity
 from providers.parsing import ParsedMastery, parse_mastery
 from providers.prompts import SYSTEM_PROMPT, build_messages, mastery_schema, user_prompt
 from providers.types import Entity, EntityPrediction, PromptContext, PromptItem, Repair, TokenUsage
+from providers.untrusted import scrub_untrusted_text
 from providers.wrappers import ConcurrencyLimited, RetryPolicy, Retrying, WithDeadline, build_chain
 
 __all__ = [
@@ -44,5 +45,6 @@ __all__ = [
     "default_entity_specs",
     "mastery_schema",
     "parse_mastery",
+    "scrub_untrusted_text",
     "user_prompt",
 ]

@@ -12,18 +12,25 @@
 
 Each adapter converts its SDK's exceptions into this tree in one context manager, so
 retry policy (``providers.wrappers``) and the HTTP layer (``app``) see only these.
+
+Messages go to logs and API responses and often quote the provider, whose text is untrusted:
+every ``EntityError`` passes its message (and ``EntityParseError`` its excerpt) through
+:func:`providers.untrusted.scrub_untrusted_text`, which redacts anything that looks like a
+credential and bounds the length.
 """
 
 from __future__ import annotations
+
+from providers.untrusted import scrub_untrusted_text
 
 __all__ = ["EntityError", "EntityParseError", "EntityRejected", "EntitySkipped", "EntityTimeout", "EntityUnavailable"]
 
 
 class EntityError(Exception):
-    """Base class. ``entity`` names the entity; the message is safe to show to an API client."""
+    """Base class. ``entity`` names the entity; the message is safe to show to an API client (scrubbed)."""
 
     def __init__(self, message: str, *, entity: str = "") -> None:
-        super().__init__(message)
+        super().__init__(scrub_untrusted_text(message))
         self.entity = entity
 
     @property
@@ -60,7 +67,7 @@ class EntityParseError(EntityError):
     def __init__(self, message: str, *, entity: str = "", raw_excerpt: str = "") -> None:
         super().__init__(message, entity=entity)
         # A short excerpt for debugging; it holds model output, never student identifiers.
-        self.raw_excerpt = raw_excerpt[:200]
+        self.raw_excerpt = scrub_untrusted_text(raw_excerpt, limit=200) if raw_excerpt else ""
 
 
 class EntitySkipped(EntityError):

@@ -2,11 +2,13 @@
 
 ``build_chain`` stacks them in one fixed order::
 
-    ConcurrencyLimited( WithDeadline( Retrying( adapter ) ) )
+    WithDeadline( ConcurrencyLimited( Retrying( adapter ) ) )
 
-so the deadline bounds all attempts together, and the concurrency slot is held for the
-whole call. Adapters build their SDK clients with ``max_retries=0``: retries happen here
-only, and never multiply.
+so the deadline bounds everything a caller waits for: the time queued for one of the entity's
+concurrency slots *and* all attempts together. (With the deadline inside the limiter, 12 calls to
+a hung entity with 4 slots and a 10 s deadline ended after 10, 20 and 30 s.) The slot is held
+for the whole call, retries included, and released when the deadline cancels it. Adapters build
+their SDK clients with ``max_retries=0``: retries happen here only, and never multiply.
 """
 
 from __future__ import annotations
@@ -87,7 +89,7 @@ class Retrying:
 
 
 class WithDeadline:
-    """Bounds the whole call (all retries included) to ``deadline_s`` seconds."""
+    """Bounds the whole call to ``deadline_s`` seconds: whatever it wraps (queueing, retries) included."""
 
     def __init__(self, inner: Entity, deadline_s: float) -> None:
         if deadline_s <= 0:
@@ -161,7 +163,8 @@ class Cached:
 def build_chain(
     adapter: Entity, *, policy: RetryPolicy, deadline_s: float, concurrency: int, sleep: Sleep = asyncio.sleep
 ) -> Entity:
-    return ConcurrencyLimited(WithDeadline(Retrying(adapter, policy, sleep=sleep), deadline_s), concurrency)
+    """The standard chain (module docstring): deadline outside, so time queued for a slot counts against it."""
+    return WithDeadline(ConcurrencyLimited(Retrying(adapter, policy, sleep=sleep), concurrency), deadline_s)
 
 
 def timed() -> Callable[[], float]:

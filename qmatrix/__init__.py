@@ -2,6 +2,7 @@
 
 from qmatrix.datasets import Dataset, DatasetNotFound, default_data_dir, load_assist0910, load_frcsub
 from qmatrix.example import EXAMPLE_QMATRIX_ID, example_qmatrix
+from qmatrix.identifiers import Identifier, check_identifier, identifier_problem
 from qmatrix.io import (
     load_qmatrix,
     qmatrix_fingerprint,
@@ -28,15 +29,18 @@ from qmatrix.uci import UCI_CONCEPTS, load_uci
 __all__ = [
     "EXAMPLE_QMATRIX_ID",
     "Dataset",
+    "Identifier",
     "DatasetNotFound",
     "Item",
     "QMatrix",
     "QMatrixError",
     "Response",
     "StudentResponses",
+    "check_identifier",
     "default_data_dir",
     "example_qmatrix",
     "group_by_student",
+    "identifier_problem",
     "load_assist0910",
     "load_frcsub",
     "load_qmatrix",

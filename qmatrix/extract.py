@@ -1,4 +1,4 @@
-"""Automatic Q-matrix extraction by keyword tagging (the LLM tagger is in ``calibration.extraction``).
+"""Automatic Q-matrix extraction by keyword tagging (the LLM tagger is in ``diagnosis.extraction``).
 
 GSM8K has no Q-matrix. We tag each problem with the concepts below from its question
 text. The keyword rules are deliberately simple and inspectable: a concept applies when

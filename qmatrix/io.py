@@ -30,8 +30,15 @@ __all__ = [
 _FIXED_COLUMNS = ("item_id", "text")
 
 
+_MAX_PROBLEMS = 50  # listed per error; the rest are counted
+
+
 def qmatrix_from_csv_text(text: str, *, id: str) -> QMatrix:
-    rows = list(csv.reader(io.StringIO(text.lstrip("\ufeff"))))
+    # newline="": the csv module itself recognises \r\n, \n and a lone \r (old Mac exports) as row ends.
+    try:
+        rows = list(csv.reader(io.StringIO(text.lstrip("\ufeff"), newline="")))
+    except csv.Error as exc:  # e.g. a field over csv.field_size_limit() characters, a NUL byte
+        raise QMatrixError([f"CSV cannot be read: {exc}"]) from exc
     rows = [row for row in rows if any(cell.strip() for cell in row)]
     if not rows:
         raise QMatrixError(["CSV is empty: expected a header 'item_id,text,<concept>,...'"])
@@ -61,7 +68,8 @@ def qmatrix_from_csv_text(text: str, *, id: str) -> QMatrix:
         texts.append(row[1].strip() or None)
         matrix.append(cells)
     if problems:
-        raise QMatrixError(problems)
+        extra = [f"… and {len(problems) - _MAX_PROBLEMS} more problems"] if len(problems) > _MAX_PROBLEMS else []
+        raise QMatrixError(problems[:_MAX_PROBLEMS] + extra)
     if not item_ids:
         raise QMatrixError(["items: at least one item is required"])
     return QMatrix.from_matrix(id=id, concepts=concepts, item_ids=item_ids, matrix=matrix, texts=texts)

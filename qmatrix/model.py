@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from qmatrix.identifiers import identifier_problem
+
 __all__ = ["Item", "QMatrix", "QMatrixError"]
 
 
@@ -142,8 +144,8 @@ def _validate(qid: str, concepts: Sequence[str], items: Sequence[Item]) -> list[
         problems.append("items: at least one item is required")
     seen_concepts: set[str] = set()
     for k, concept in enumerate(concepts):
-        if not concept or not str(concept).strip():
-            problems.append(f"column {k + 1}: concept name must be non-empty")
+        if (problem := identifier_problem(str(concept), padded_ok=True)) is not None:
+            problems.append(f"column {k + 1}: concept name {problem}")
         elif concept in seen_concepts:
             problems.append(f"column '{concept}': duplicate concept name")
         seen_concepts.add(concept)
@@ -151,8 +153,8 @@ def _validate(qid: str, concepts: Sequence[str], items: Sequence[Item]) -> list[
     used: set[str] = set()
     for r, item in enumerate(items):
         where = f"row {r + 1} (item '{item.id}')"
-        if not item.id or not str(item.id).strip():
-            problems.append(f"row {r + 1}: item id must be non-empty")
+        if (problem := identifier_problem(str(item.id))) is not None:
+            problems.append(f"row {r + 1}: item id {problem}")
         elif item.id in seen_items:
             problems.append(f"{where}: duplicate item id")
         seen_items.add(item.id)

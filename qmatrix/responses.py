@@ -8,6 +8,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from qmatrix.identifiers import Identifier
+
 __all__ = [
     "Response",
     "StudentResponses",
@@ -23,9 +25,9 @@ __all__ = [
 class Response(BaseModel):
     """One response. ``correct`` is a bool or a score in [0, 1] (partial credit)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
 
-    item_id: str = Field(min_length=1)
+    item_id: Identifier
     correct: bool | float = Field(description="true/false, or a score in [0, 1]")
     answer: str | None = Field(default=None, description="the student's free-text answer, if any")
 

@@ -4,6 +4,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import settings as hypothesis_settings
+from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
 from app import Settings, create_app
@@ -11,14 +13,35 @@ from providers import EntityRejected
 from tests.factories import FakeEntity
 
 
-def make_client(tmp_path: Path, entities: dict[str, FakeEntity], **settings: object) -> TestClient:
+# Property tests draw the same examples on every run (a failure on CI reproduces here); a new
+# counterexample comes from widening a strategy, not from luck.
+hypothesis_settings.register_profile("fedcd", derandomize=True, deadline=None)
+hypothesis_settings.load_profile("fedcd")
+
+
+def make_client(
+    tmp_path: Path, entities: dict[str, FakeEntity], *, tenant: str = "default", role: str = "admin", **settings: object
+) -> TestClient:
+    """A test client authenticated with a fresh key of ``tenant`` (admin unless ``role``)."""
     # Most API tests exercise diagnosis, not the budget: unnoised answers allowed, a generous cap.
     values: dict[str, object] = {
         "default_calibration": False, "allow_unnoised": True, "privacy_cap_epsilon": 1e6,
         "calibration_release_epsilon": None, **settings,
     }
     config = Settings(state_dir=tmp_path, entities=[], preload_models=False, noise_seed=1, **values)  # type: ignore[arg-type]
-    return TestClient(create_app(config, entities=entities))
+    app = create_app(config, entities=entities)
+    return TestClient(app, headers=auth_headers(app, tenant=tenant, role=role) if config.auth == "enabled" else {})
+
+
+def auth_headers(app: FastAPI, *, tenant: str = "default", role: str = "admin") -> dict[str, str]:
+    """Headers carrying a new key of ``tenant`` on ``app``'s server."""
+    key = app.state.keys.create(tenant=tenant, role=role)
+    return {"Authorization": f"Bearer {key.api_key}"}
+
+
+def bearer(client: TestClient, *, tenant: str, role: str = "client") -> dict[str, str]:
+    """Headers with a new key of ``tenant`` on the client's server."""
+    return auth_headers(client.app, tenant=tenant, role=role)  # type: ignore[arg-type]
 
 
 @pytest.fixture

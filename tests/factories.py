@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import Callable
+
+from hypothesis import strategies as st
 
 from providers import EntityError, EntityPrediction, PromptContext
 
@@ -19,7 +22,7 @@ class FakeEntity:
         name: str,
         answer: Callable[[PromptContext], dict[str, float]] | dict[str, float] | float = 0.5,
         *,
-        error: EntityError | None = None,
+        error: Exception | None = None,
         delay_s: float = 0.0,
         missing: list[str] | None = None,
     ) -> None:
@@ -63,3 +66,9 @@ class FakeEntity:
 
     async def aclose(self) -> None:
         self.closed = True
+
+
+def log_uniform(low: float, high: float, *, also: tuple[float, ...] = ()) -> st.SearchStrategy[float]:
+    """Floats in [low, high] spread evenly over orders of magnitude, plus the end points and ``also``."""
+    spread = st.floats(math.log(low), math.log(high)).map(lambda x: min(high, max(low, math.exp(x))))
+    return st.one_of(st.sampled_from([low, high, *also]), spread)

@@ -8,18 +8,21 @@ from pathlib import Path
 
 import pytest
 
-PACKAGES = ["qmatrix", "providers", "privacy", "calibration", "federated", "app"]
+PACKAGES = ["qmatrix", "providers", "privacy", "diagnosis", "calibration", "evaluation", "federated", "app"]
 ROOT = Path(__file__).resolve().parents[1]
 
-# Which fedcd packages each package may import (DEVELOPERS.md: app → calibration → privacy, providers → qmatrix).
+# Which fedcd packages each package may import:
+# app → evaluation → calibration → diagnosis → privacy, providers → qmatrix.
 ALLOWED = {
     "qmatrix": set(),
     "privacy": set(),
     "providers": {"federated", "qmatrix"},  # providers serves the federated-trained model
-    "calibration": {"privacy", "providers", "qmatrix"},
+    "diagnosis": {"privacy", "providers", "qmatrix"},
+    "calibration": {"diagnosis", "privacy", "providers", "qmatrix"},
+    "evaluation": {"calibration", "diagnosis", "privacy", "providers", "qmatrix"},
     # federated uses qmatrix/privacy; providers serves its trained model (DEVELOPERS.md).
     "federated": {"privacy", "qmatrix"},
-    "app": {"calibration", "federated", "privacy", "providers", "qmatrix"},
+    "app": {"calibration", "diagnosis", "evaluation", "federated", "privacy", "providers", "qmatrix"},
 }
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from calibration import build_context
+from diagnosis import build_context
 from providers import EntitySpec, build_adapter
 from providers.simulated import SimulatedEntity, simulated_family
 from providers.wrappers import Cached

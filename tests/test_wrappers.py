@@ -348,7 +348,44 @@ async def test_build_chain_stacks_wrappers_in_documented_order():
     prediction = await chain.respond(CONTEXT)
 
     # Assert
-    assert isinstance(chain, ConcurrencyLimited)
-    assert isinstance(chain.inner, WithDeadline)
+    assert isinstance(chain, WithDeadline)
+    assert isinstance(chain.inner, ConcurrencyLimited)
     assert isinstance(chain.inner.inner, Retrying) and chain.inner.inner.inner is inner
     assert chain.name == "m" and prediction.attempts == 2
+
+
+async def test_time_queued_for_a_slot_counts_against_the_deadline():
+    # Prepare: a hung entity (answers after 30 s) with 4 slots and a 0.4 s deadline; 12 callers at once.
+    hung = FakeEntity(delay_s=30.0, name="hung")
+    chain = build_chain(hung, policy=RetryPolicy(max_attempts=1), deadline_s=0.4, concurrency=4)
+    loop = asyncio.get_running_loop()
+
+    async def timed_call() -> tuple[float, BaseException | None]:
+        start = loop.time()
+        try:
+            await chain.respond(CONTEXT)
+        except EntityTimeout as exc:
+            return loop.time() - start, exc
+        return loop.time() - start, None
+
+    # Execute
+    outcomes = await asyncio.gather(*(timed_call() for _ in range(12)))
+
+    # Assert: every caller gets its EntityTimeout at ~0.4 s, not after 0.4/0.8/1.2 s as slots free up.
+    assert all(isinstance(exc, EntityTimeout) for _, exc in outcomes)
+    assert max(elapsed for elapsed, _ in outcomes) < 0.7
+    assert hung.calls == 4 and hung.in_flight == 0  # only 4 ever started; each was cancelled, its slot freed
+
+
+async def test_slots_are_free_again_after_the_deadline_cancelled_everything():
+    # Prepare: a chain whose 2 slots were held by calls cut off by the deadline
+    slow = FakeEntity(delay_s=30.0, name="slow")
+    chain = build_chain(slow, policy=RetryPolicy(max_attempts=1), deadline_s=0.1, concurrency=2)
+    await asyncio.gather(*(chain.respond(CONTEXT) for _ in range(5)), return_exceptions=True)
+    slow.delay_s = 0.0
+
+    # Execute
+    results = await asyncio.gather(*(chain.respond(CONTEXT) for _ in range(3)))
+
+    # Assert
+    assert [r.mastery for r in results] == [{"fractions": 0.5}] * 3

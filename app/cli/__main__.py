@@ -1,4 +1,4 @@
-"""``python -m app.cli``: the ``fedcd`` command without the console script (tests spawn it this way)."""
+"""`python -m app.cli` = the `fedcd` command."""
 
 from app.cli import main
 

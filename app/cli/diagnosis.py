@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import logging
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -16,7 +15,7 @@ from app.cli.common import cli, console, err
 from app.settings import Settings
 from qmatrix import EXAMPLE_QMATRIX_ID, QMatrixError, load_qmatrix, load_responses_csv
 
-_CURL = """curl -s http://{host}:{port}/v1/diagnose -H 'content-type: application/json' -d '{{
+_CURL = """curl -s http://{host}:{port}/v1/diagnose -H "Authorization: Bearer {key}" -H 'content-type: application/json' -d '{{
   "student_id": "demo-student", "qmatrix_id": "{qid}", "include_entities": true,
   "responses": [{{"item_id": "q01", "correct": true}}, {{"item_id": "q03", "correct": false}}, {{"item_id": "q10", "correct": true}}]
 }}'"""
@@ -32,16 +31,29 @@ def serve(
 
     from app.main import create_app
 
-    settings = Settings(host=host, port=port)
-    logging.basicConfig(level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from app.bootstrap import read_dev_key
+    from app.logs import configure_logging
+
+    try:
+        settings = Settings(host=host, port=port)
+    except ValueError as exc:  # e.g. FEDCD_AUTH=disabled on a non-loopback bind
+        err.print(f"[red]error:[/] {exc}")
+        raise typer.Exit(2) from exc
+    configure_logging(settings.log_level)
 
     def announce() -> None:
         console.print(f"[bold green]fedcd is ready[/] on http://{host}:{port} (docs: http://{host}:{port}/docs)")
+        key = "$FEDCD_API_KEY" if settings.auth == "enabled" else "auth-disabled"
+        if settings.auth == "enabled" and (dev_key := read_dev_key(settings.state_dir)) is not None:
+            key = dev_key
+            console.print(f"Admin key of tenant 'dev' (saved in {settings.state_dir / 'dev-api-key'}):")
         # Plain print: rich would re-wrap the command and break it for pasting.
-        print("Try it:\n" + _CURL.format(host=host, port=port, qid=EXAMPLE_QMATRIX_ID), flush=True)
+        print("Try it:\n" + _CURL.format(host=host, port=port, qid=EXAMPLE_QMATRIX_ID, key=key), flush=True)
 
     console.print(f"Starting fedcd; loading entities: {', '.join(s.name for s in settings.entity_specs)} ...")
-    uvicorn.run(create_app(settings, on_ready=announce), host=host, port=port, log_level="info")
+    # access_log off: the gateway writes its own access line, with route templates instead of raw paths
+    # (no student id from a URL ever reaches a log).
+    uvicorn.run(create_app(settings, on_ready=announce), host=host, port=port, log_level="info", access_log=False)
 
 
 @cli.command()
@@ -61,7 +73,7 @@ def diagnose(
 ) -> None:
     """Diagnose every student in RESPONSES with the configured federation, in-process."""
     from app.federation import Federation
-    from calibration import AllEntitiesFailed, DiagnosisRequest, UnknownEntities
+    from diagnosis import AllEntitiesFailed, DiagnosisRequest, UnknownEntities
 
     settings = Settings()
     try:
@@ -90,7 +102,7 @@ def diagnose(
         from calibration import aggregator_for
 
         federation = Federation(settings.entity_specs, seed=seed if seed is not None else settings.noise_seed)
-        aggregator = aggregator_for(None, alpha=settings.alpha, aggregation=aggregation, entities=federation.names)
+        aggregator = aggregator_for(None, alpha=settings.alpha, aggregation=aggregation)
         results: list[object] = []
         try:
             federation.pipeline.select(names)
@@ -131,7 +143,7 @@ def diagnose(
 def _print(results: list[object], *, as_json: bool, show_entities: bool) -> None:
     from dataclasses import asdict
 
-    from calibration import AllEntitiesFailed
+    from diagnosis import AllEntitiesFailed
 
     if as_json:
         out = [

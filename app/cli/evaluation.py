@@ -48,10 +48,10 @@ def evaluate(
     import shlex
 
     from app.federation import Federation
-    from calibration.evaluation.datasets import load_dataset
-    from calibration.evaluation.protocols import PROTOCOLS, evaluate as run_evaluation
-    from calibration.evaluation.report import write_report
-    from calibration.evaluation.splits import split_students
+    from evaluation.datasets import load_dataset
+    from evaluation.protocols import PROTOCOLS, evaluate as run_evaluation
+    from evaluation.report import write_report
+    from evaluation.splits import split_students
     from providers.simulated import simulated_family
 
     if dataset == "gsm8k":
@@ -115,7 +115,7 @@ def evaluate(
 def _frontier(datasets: str, entities: str, epsilons: str, mechanisms: str | None, seed: int, sensitivity: str,  # noqa: PLR0913
               max_students: int | None, max_items: int | None, n_simulated: int, repeats: int, data_dir: Path | None, out: Path) -> None:
     """The privacy–utility frontier (SIMULATED hosted entities unless configured ones are named)."""
-    from calibration.evaluation.frontier import DEFAULT_EPSILONS, frontier_command, frontier_datasets, progress_total, run_privacy_frontier
+    from evaluation.frontier import DEFAULT_EPSILONS, frontier_command, frontier_datasets, progress_total, run_privacy_frontier
     from privacy import MECHANISM_NAMES
     from providers.simulated import simulated_family
 
@@ -159,7 +159,7 @@ def _evaluate_extraction(entities: str, n_problems: int, data_dir: Path | None, 
     from dataclasses import asdict
 
     from app.federation import Federation
-    from calibration.extraction import extract_qmatrix
+    from diagnosis.extraction import extract_qmatrix
     from qmatrix.extract import GSM8K_CONCEPTS, load_gsm8k_problems
 
     names = [n.strip() for n in entities.split(",") if n.strip() and not n.strip().startswith("sim:")]

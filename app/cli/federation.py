@@ -54,7 +54,7 @@ def split(
     ids get their folder's name as prefix, so no two folders share one."""
     import numpy as np
 
-    from calibration.evaluation.datasets import load_dataset
+    from evaluation.datasets import load_dataset
     from qmatrix import StudentResponses, save_qmatrix, write_responses_csv
 
     try:

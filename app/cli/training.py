@@ -42,7 +42,7 @@ def train(
     """SIMULATION: train local-fed across institutions partitioned from one dataset, and publish it, signed.
 
     For experiments. Real institutions, each keeping its own data, use `fedcd federation`."""
-    from calibration.evaluation.datasets import load_dataset
+    from evaluation.datasets import load_dataset
     from federated import train_federated
 
     aggregation = {"trimmed": "trimmed_mean"}.get(aggregation, aggregation)
@@ -141,7 +141,7 @@ def bench_federated(
     out: Annotated[Path, typer.Option("--out")] = Path("reports/federated"),
 ) -> None:
     """Centralized vs federated vs federated with student-level DP: held-out AUC, bytes and seconds per round."""
-    from calibration.evaluation.datasets import load_dataset
+    from evaluation.datasets import load_dataset
     from federated.benchmark import compare_training, write_comparison
 
     eps = parse_epsilons(epsilons)

@@ -1,63 +1,44 @@
-"""Calibration jobs (``/v1/calibrate``) and the calibration records they produce (``/v1/calibrations``)."""
+"""Calibration jobs (``/v1/calibrate``, admin keys) and the calibration records they produce
+(``/v1/calibrations``, any key of the tenant)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
-from dataclasses import asdict
-from pathlib import Path
 
 from fastapi import APIRouter, status
 
-from app.deps import CalibrationStoreDep, FederationDep, JobRunnerDep, QMatrixStoreDep, TenantDep
+from app.deps import AdminDep, CalibrationServiceDep, CalibrationStoreDep, JobRunnerDep, PrincipalDep
 from app.errors import InputError
+from app.routes.responses import ADMIN_ERRORS, AUTH_ERRORS
 from app.schemas import CalibrateJob, CalibrateRequest, CalibrationList, CalibrationPublic, JobAccepted, JobProgress
-from calibration import UnknownEntities
-from calibration.evaluation.datasets import DATASET_NAMES
+from app.storage import StoredCalibration
 
 router = APIRouter(tags=["calibration"])
 
 
-def _check(body: CalibrateRequest, qmatrices: QMatrixStoreDep, federation: FederationDep) -> None:
-    """Refuse bad input now (422 naming the field), not minutes later inside the job."""
-    if body.entities is not None:
-        try:
-            federation.pipeline.select(body.entities)
-        except UnknownEntities as exc:
-            raise InputError(("body", "entities"), [str(exc)]) from exc
-    if body.records is not None:
-        q = qmatrices.get(body.qmatrix_id or "")
-        if q is None:
-            raise InputError(("body", "qmatrix_id"), [f"unknown Q-matrix id '{body.qmatrix_id}'"])
-        for n, record in enumerate(body.records):
-            unknown = q.unknown_items(r.item_id for r in record.responses)
-            if unknown:
-                raise InputError(
-                    ("body", "records", n, "responses"),
-                    [f"unknown item ids for Q-matrix '{q.id}': {', '.join(unknown)}"],
-                    extra={"unknown_item_ids": unknown},
-                )
-            bad = [c for c in (record.truth or {}) if c not in q.concepts]
-            if bad:
-                raise InputError(("body", "records", n, "truth"), [f"unknown concepts: {', '.join(bad)}"])
-    elif body.dataset is not None and body.dataset.name not in DATASET_NAMES and not Path(body.dataset.name).is_dir():
-        raise InputError(("body", "dataset", "name"), [f"unknown dataset '{body.dataset.name}' (use {', '.join(DATASET_NAMES)} or a folder)"])
+def _public(stored: StoredCalibration) -> CalibrationPublic:
+    return CalibrationPublic.model_validate(
+        {**stored.record.to_json(), "qmatrix_version": stored.qmatrix_version, "shared": stored.shared}
+    )
 
 
-@router.post("/v1/calibrate", status_code=status.HTTP_202_ACCEPTED, response_model=JobAccepted)
-async def create_calibration_job(
-    body: CalibrateRequest, jobs: JobRunnerDep, qmatrices: QMatrixStoreDep, federation: FederationDep, tenant: TenantDep
-) -> JobAccepted:
+@router.post("/v1/calibrate", status_code=status.HTTP_202_ACCEPTED, response_model=JobAccepted, responses={
+    **ADMIN_ERRORS, 404: {"description": "unknown qmatrix_id"}, 422: {"description": "bad input"},
+})
+async def create_calibration_job(body: CalibrateRequest, service: CalibrationServiceDep, principal: AdminDep) -> JobAccepted:
     """Start fitting the aggregation on a validation split; poll ``GET /v1/calibrate/{job_id}``.
 
     The fitted parameters are released with ``release_epsilon`` (charged to each validation student).
     """
-    _check(body, qmatrices, federation)
-    return JobAccepted(job_id=jobs.submit("calibrate", {**body.model_dump(mode="json"), "tenant": tenant}))
+    return JobAccepted(job_id=await service.submit(body, principal.tenant))
 
 
-@router.get("/v1/calibrate/{job_id}", response_model=CalibrateJob, responses={404: {"description": "unknown job"}})
-async def read_calibration_job(job_id: str, jobs: JobRunnerDep) -> CalibrateJob:
-    row = jobs.get(job_id)
+@router.get("/v1/calibrate/{job_id}", response_model=CalibrateJob, responses={
+    **ADMIN_ERRORS, 404: {"description": "unknown job (another tenant's is unknown too)"},
+})
+async def read_calibration_job(job_id: str, jobs: JobRunnerDep, principal: AdminDep) -> CalibrateJob:
+    row = await asyncio.to_thread(jobs.get, job_id, tenant=principal.tenant)
     if row is None or row.kind != "calibrate":
         raise InputError(("path", "job_id"), [f"unknown job id '{job_id}'"], status_code=404)
     return CalibrateJob(
@@ -74,15 +55,21 @@ async def read_calibration_job(job_id: str, jobs: JobRunnerDep) -> CalibrateJob:
     )
 
 
-@router.get("/v1/calibrations", response_model=CalibrationList)
-async def read_calibrations(calibrations: CalibrationStoreDep, qmatrix_id: str | None = None) -> CalibrationList:
-    data = [CalibrationPublic(**asdict(r)) for r in calibrations.list(qmatrix_id)]
+@router.get("/v1/calibrations", response_model=CalibrationList, responses=AUTH_ERRORS)
+async def read_calibrations(
+    calibrations: CalibrationStoreDep, principal: PrincipalDep, qmatrix_id: str | None = None
+) -> CalibrationList:
+    """The tenant's calibration records and the shared ones."""
+    stored = await asyncio.to_thread(calibrations.list, principal.tenant, qmatrix_id)
+    data = [_public(s) for s in stored]
     return CalibrationList(data=data, count=len(data))
 
 
-@router.get("/v1/calibrations/{calibration_id}", response_model=CalibrationPublic, responses={404: {"description": "unknown id"}})
-async def read_calibration(calibration_id: str, calibrations: CalibrationStoreDep) -> CalibrationPublic:
-    record = calibrations.get(calibration_id)
-    if record is None:
+@router.get("/v1/calibrations/{calibration_id}", response_model=CalibrationPublic, responses={
+    **AUTH_ERRORS, 404: {"description": "unknown id (another tenant's is unknown too)"},
+})
+async def read_calibration(calibration_id: str, calibrations: CalibrationStoreDep, principal: PrincipalDep) -> CalibrationPublic:
+    stored = await asyncio.to_thread(calibrations.get, principal.tenant, calibration_id)
+    if stored is None:
         raise InputError(("path", "calibration_id"), [f"unknown calibration id '{calibration_id}'"], status_code=404)
-    return CalibrationPublic(**asdict(record))
+    return _public(stored)

@@ -2,53 +2,34 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from app.deps import CalibrationStoreDep, FederationDep, LedgerDep, QMatrixStoreDep, SettingsDep, TenantDep
+from app.deps import DiagnosisServiceDep, PrincipalDep
+from app.routes.responses import AUTH_ERRORS
 from app.schemas import BatchDiagnoseRequest, BatchDiagnoseResponse, DiagnoseRequest, DiagnoseResponse
-from app.services.diagnosis import diagnose_batch, diagnose_one
 
 router = APIRouter(prefix="/v1/diagnose", tags=["diagnose"])
 
 _ERRORS = {
-    404: {"description": "unknown qmatrix_id"},
+    **AUTH_ERRORS,
+    404: {"description": "unknown qmatrix_id or calibration_id (another tenant's is unknown too)"},
     422: {"description": "bad input; `detail[].loc` names the field, unknown item ids are listed"},
-    429: {"description": "the student's lifetime privacy budget is spent"},
+    429: {"description": "the student's privacy budget is spent"},
     503: {"description": "every entity failed; each entity's reason is listed"},
 }
 
 
 @router.post("", response_model=DiagnoseResponse, responses=_ERRORS)
-async def create_diagnosis(
-    body: DiagnoseRequest,
-    federation: FederationDep,
-    qmatrices: QMatrixStoreDep,
-    calibrations: CalibrationStoreDep,
-    settings: SettingsDep,
-    ledger: LedgerDep,
-    tenant: TenantDep,
-) -> DiagnoseResponse:
+async def create_diagnosis(body: DiagnoseRequest, service: DiagnosisServiceDep, principal: PrincipalDep) -> DiagnoseResponse:
     """Diagnose one student: fan out to the entities, privatize each answer, aggregate.
 
-    Each answered request spends ε per entity answer from the student's lifetime budget
-    (per ``X-Tenant-ID``); an identical request within the repeat window gets the same answer free.
+    Each answered request spends ε per entity answer from the student's budget (per tenant of
+    the API key); an identical request within the repeat window gets the same answer free.
     """
-    return await diagnose_one(
-        body, pipeline=federation.pipeline, qmatrices=qmatrices, calibrations=calibrations, settings=settings,
-        ledger=ledger, tenant=tenant,
-    )
+    return await service.diagnose(body, principal)
 
 
 @router.post("/batch", response_model=BatchDiagnoseResponse, responses=_ERRORS)
 async def create_diagnosis_batch(
-    body: BatchDiagnoseRequest,
-    federation: FederationDep,
-    qmatrices: QMatrixStoreDep,
-    calibrations: CalibrationStoreDep,
-    settings: SettingsDep,
-    ledger: LedgerDep,
-    tenant: TenantDep,
+    body: BatchDiagnoseRequest, service: DiagnosisServiceDep, principal: PrincipalDep
 ) -> BatchDiagnoseResponse:
     """Diagnose many students with one Q-matrix, a bounded number at a time."""
-    return await diagnose_batch(
-        body, pipeline=federation.pipeline, qmatrices=qmatrices, calibrations=calibrations, settings=settings,
-        ledger=ledger, tenant=tenant,
-    )
+    return await service.diagnose_batch(body, principal)

@@ -2,14 +2,16 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from app.deps import FederationDep
+from app.deps import FederationDep, PrincipalDep
+from app.routes.responses import AUTH_ERRORS
 from app.schemas import EntityInfo, EntityList
 
 router = APIRouter(prefix="/v1/entities", tags=["entities"])
 
 
-@router.get("", response_model=EntityList)
-async def read_entities(federation: FederationDep) -> EntityList:
+@router.get("", response_model=EntityList, responses=AUTH_ERRORS)
+async def read_entities(federation: FederationDep, principal: PrincipalDep) -> EntityList:
+    """The federation's members; their endpoints (``base_url``) only to admin keys."""
     data = []
     for name in federation.names:
         spec = federation.specs.get(name)
@@ -25,7 +27,7 @@ async def read_entities(federation: FederationDep) -> EntityList:
                 structured_output=spec.structured_output if spec else "",
                 concurrency=spec.concurrency if spec else 0,
                 deadline_s=spec.deadline_s if spec else 0.0,
-                base_url=spec.base_url if spec else None,
+                base_url=spec.base_url if (spec and principal.is_admin) else None,
             )
         )
     return EntityList(data=data, count=len(data))

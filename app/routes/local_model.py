@@ -7,17 +7,19 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Query
 
-from app.deps import FederationDep
+from app.deps import FederationDep, PrincipalDep
 from app.errors import InputError
 
 router = APIRouter(prefix="/v1/local-model", tags=["local-model"])
 
 
-@router.get("", responses={404: {"description": "no local-fed entity or no published model"},
+@router.get("", responses={401: {"description": "missing or bad API key"},
+                           404: {"description": "no local-fed entity or no published model"},
                            409: {"description": "signature check failed"},
                            422: {"description": "several Q-matrices have a model: name one"}})
 async def read_local_model(
     federation: FederationDep,
+    principal: PrincipalDep,
     qmatrix_id: Annotated[str | None, Query(max_length=128, description="the Q-matrix whose model to describe "
                                             "(optional when only one Q-matrix has a model)")] = None,
 ) -> dict[str, Any]:

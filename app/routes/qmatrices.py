@@ -1,23 +1,34 @@
-"""Q-matrices: register (JSON form, or CSV as an upload or a text/csv body) and read back."""
+"""Q-matrices of the caller's tenant: register (JSON form, or CSV as an upload or a text/csv body),
+replace (a new version), delete, read back. Writing needs an admin key; another tenant's
+Q-matrix is 404; the built-in example is shared read-only."""
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import asdict
 from pathlib import PurePath
 
-from fastapi import APIRouter, Request, status
+from typing import Annotated
+
+from fastapi import APIRouter, Query, Request, Response, status
 from fastapi.exceptions import RequestValidationError
 from pydantic import ValidationError
+from python_multipart.exceptions import MultipartParseError
 
-from app.deps import FederationDep, QMatrixStoreDep
+from app.deps import AdminDep, FederationDep, PrincipalDep, QMatrixStoreDep, SettingsDep
 from app.errors import InputError
+from app.limits import check_qmatrix_size
+from app.routes.responses import ADMIN_ERRORS, AUTH_ERRORS
 from app.schemas import AgreementPublic, ExtractRequest, ExtractResponse, QMatrixCreate, QMatrixList, QMatrixPublic
-from calibration import UnknownEntities
-from calibration.extraction import extract_qmatrix
+from app.storage import QMatrixExists, StoredQMatrix
+from diagnosis import UnknownEntities
+from diagnosis.extraction import extract_qmatrix
 from qmatrix.extract import GSM8K_CONCEPTS
 from qmatrix import QMatrix, QMatrixError, qmatrix_from_csv_text, qmatrix_from_json, qmatrix_to_json
 
 router = APIRouter(prefix="/v1/qmatrices", tags=["qmatrices"])
+# Its own path: under /v1/qmatrices/ it would shadow (and be shadowed by) a Q-matrix named "extract".
+extractions = APIRouter(prefix="/v1/qmatrix-extractions", tags=["qmatrices"])
 
 _BODIES = {
     "requestBody": {
@@ -40,28 +51,40 @@ _BODIES = {
 }
 
 
-def _public(q: QMatrix, *, builtin: bool = False) -> QMatrixPublic:
-    return QMatrixPublic(**qmatrix_to_json(q), n_items=len(q.items), n_concepts=len(q.concepts), builtin=builtin)
+def _public(stored: StoredQMatrix) -> QMatrixPublic:
+    q = stored.qmatrix
+    return QMatrixPublic(
+        **qmatrix_to_json(q), version=stored.version, n_items=len(q.items), n_concepts=len(q.concepts),
+        builtin=stored.builtin,
+    )
 
 
-async def _parse_body(request: Request) -> QMatrix:
+async def _parse_body(request: Request, *, path_id: str | None = None) -> QMatrix:
+    """The Q-matrix in the body; parsing and validation run in a worker thread (large bodies)."""
     content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if content_type == "multipart/form-data":
-        form = await request.form()
+        try:
+            form = await request.form()
+        except (MultipartParseError, ValueError) as exc:  # e.g. a CR inside a part's headers
+            raise InputError(("body",), [f"the multipart form cannot be read: {exc}"]) from exc
         upload = form.get("file")
         if upload is None or isinstance(upload, str):
             raise InputError(("body", "file"), ["upload the CSV as the form field 'file'"])
         raw_id = form.get("id")
-        qid = raw_id if isinstance(raw_id, str) and raw_id else PurePath(upload.filename or "qmatrix").stem
-        text = (await upload.read()).decode("utf-8-sig", errors="replace")
-        return _from_csv(text, qid, ("body", "file"))
+        qid = path_id or (raw_id if isinstance(raw_id, str) and raw_id else PurePath(upload.filename or "qmatrix").stem)
+        data = await upload.read()
+        return await asyncio.to_thread(_from_csv, data, qid, ("body", "file"))
     if content_type == "text/csv":
-        qid = request.query_params.get("id")
+        qid = path_id or request.query_params.get("id")
         if not qid:
             raise InputError(("query", "id"), ["give the Q-matrix id as ?id=... for a text/csv body"])
-        return _from_csv((await request.body()).decode("utf-8-sig", errors="replace"), qid, ("body",))
+        return await asyncio.to_thread(_from_csv, await request.body(), qid, ("body",))
+    return await asyncio.to_thread(_from_json, await request.body())
+
+
+def _from_json(raw: bytes) -> QMatrix:
     try:
-        body = QMatrixCreate.model_validate_json(await request.body())
+        body = QMatrixCreate.model_validate_json(raw)
     except ValidationError as exc:
         raise RequestValidationError([{**e, "loc": ("body", *e["loc"])} for e in exc.errors()]) from exc
     try:
@@ -70,27 +93,97 @@ async def _parse_body(request: Request) -> QMatrix:
         raise InputError(("body",), exc.problems) from exc
 
 
-def _from_csv(text: str, qid: str, loc: tuple[str, ...]) -> QMatrix:
+def _from_csv(data: bytes, qid: str, loc: tuple[str, ...]) -> QMatrix:
+    text = data.decode("utf-8-sig", errors="replace")
     try:
         return qmatrix_from_csv_text(text, id=qid)
     except QMatrixError as exc:
         raise InputError(loc, exc.problems) from exc
 
 
-@router.post("", status_code=status.HTTP_201_CREATED, response_model=QMatrixPublic, openapi_extra=_BODIES)
-async def create_qmatrix(request: Request, store: QMatrixStoreDep) -> QMatrixPublic:
-    """Register a Q-matrix (replaces a stored one with the same id; built-ins cannot be replaced)."""
-    q = await _parse_body(request)
+async def _checked(request: Request, store: QMatrixStoreDep, settings: SettingsDep, *, path_id: str | None = None) -> QMatrix:
+    q = await _parse_body(request, path_id=path_id)
     if not store.valid_id(q.id):
         raise InputError(("body", "id"), [f"id {q.id!r}: use 1-128 letters, digits, '.', '_' or '-'"])
-    if store.is_builtin(q.id):
-        raise InputError(("body", "id"), [f"id {q.id!r} is a built-in Q-matrix and cannot be replaced"], status_code=409)
-    store.save(q)
-    return _public(q)
+    if path_id is not None and q.id != path_id:
+        raise InputError(("body", "id"), [f"the body's id '{q.id}' is not the path's '{path_id}'"])
+    check_qmatrix_size(q, settings, ("body",))
+    return q
 
 
-@router.post("/extract", response_model=ExtractResponse)
-async def create_qmatrix_extraction(body: ExtractRequest, store: QMatrixStoreDep, federation: FederationDep) -> ExtractResponse:
+@router.post("", status_code=status.HTTP_201_CREATED, response_model=QMatrixPublic, openapi_extra=_BODIES, responses={
+    **ADMIN_ERRORS, 409: {"description": "the id is taken (replace it with PUT) or built in"}, 413: {"description": "body too large"},
+    422: {"description": "invalid Q-matrix; every problem is listed"},
+})
+async def create_qmatrix(
+    request: Request, store: QMatrixStoreDep, settings: SettingsDep, principal: AdminDep,
+    id: Annotated[str | None, Query(max_length=128, description="the id, for a text/csv body")] = None,
+) -> QMatrixPublic:
+    """Register a Q-matrix for the tenant (version 1). An id in use is 409: replace it with ``PUT``."""
+    q = await _checked(request, store, settings)
+    try:
+        return _public(await asyncio.to_thread(store.create, principal.tenant, q))
+    except QMatrixExists as exc:
+        raise InputError(("body", "id"), [str(exc)], status_code=409) from exc
+
+
+@router.put("/{qmatrix_id}", response_model=QMatrixPublic, openapi_extra=_BODIES, responses={
+    **ADMIN_ERRORS, 404: {"description": "the tenant has no Q-matrix with this id"},
+    409: {"description": "a built-in Q-matrix"}, 413: {"description": "body too large"},
+    422: {"description": "invalid Q-matrix; every problem is listed"},
+})
+async def update_qmatrix(
+    qmatrix_id: str, request: Request, store: QMatrixStoreDep, settings: SettingsDep, principal: AdminDep
+) -> QMatrixPublic:
+    """Replace the rows: a new version. Calibrations fitted on the old version no longer apply to it."""
+    if store.is_builtin(qmatrix_id):
+        raise InputError(("path", "qmatrix_id"), [f"'{qmatrix_id}' is a built-in Q-matrix"], status_code=409)
+    q = await _checked(request, store, settings, path_id=qmatrix_id)
+    stored = await asyncio.to_thread(store.replace, principal.tenant, q)
+    if stored is None:
+        raise InputError(("path", "qmatrix_id"), [f"unknown Q-matrix id '{qmatrix_id}'"], status_code=404)
+    return _public(stored)
+
+
+@router.delete("/{qmatrix_id}", status_code=status.HTTP_204_NO_CONTENT, responses={
+    **ADMIN_ERRORS, 404: {"description": "the tenant has no Q-matrix with this id"},
+    409: {"description": "a built-in Q-matrix"},
+})
+async def delete_qmatrix(qmatrix_id: str, store: QMatrixStoreDep, principal: AdminDep) -> Response:
+    """Delete every version (its calibrations stay readable; new diagnoses cannot name it)."""
+    if store.is_builtin(qmatrix_id):
+        raise InputError(("path", "qmatrix_id"), [f"'{qmatrix_id}' is a built-in Q-matrix"], status_code=409)
+    if not await asyncio.to_thread(store.delete, principal.tenant, qmatrix_id):
+        raise InputError(("path", "qmatrix_id"), [f"unknown Q-matrix id '{qmatrix_id}'"], status_code=404)
+    return Response(status_code=status.HTTP_204_NO_CONTENT)
+
+
+@router.get("", response_model=QMatrixList, responses=AUTH_ERRORS)
+async def read_qmatrices(store: QMatrixStoreDep, principal: PrincipalDep) -> QMatrixList:
+    """The ids of the tenant's Q-matrices and the built-in ones."""
+    ids = await asyncio.to_thread(store.ids, principal.tenant)
+    return QMatrixList(data=ids, count=len(ids))
+
+
+@router.get("/{qmatrix_id}", response_model=QMatrixPublic, responses={
+    **AUTH_ERRORS, 404: {"description": "unknown id (another tenant's is unknown too)"},
+})
+async def read_qmatrix(
+    qmatrix_id: str, store: QMatrixStoreDep, principal: PrincipalDep, version: int | None = None
+) -> QMatrixPublic:
+    """The current version (or ``?version=N``)."""
+    stored = await asyncio.to_thread(store.get, principal.tenant, qmatrix_id, version)
+    if stored is None:
+        raise InputError(("path", "qmatrix_id"), [f"unknown Q-matrix id '{qmatrix_id}'"], status_code=404)
+    return _public(stored)
+
+
+@extractions.post("", response_model=ExtractResponse, responses={
+    **ADMIN_ERRORS, 409: {"description": "save: the id is taken or built in"},
+})
+async def create_qmatrix_extraction(
+    body: ExtractRequest, store: QMatrixStoreDep, federation: FederationDep, principal: AdminDep
+) -> ExtractResponse:
     """Tag items with concepts (keyword rules, LLM entities, or both with their agreement)."""
     concepts = body.concepts or list(GSM8K_CONCEPTS)
     if len(set(concepts)) != len(concepts):
@@ -108,9 +201,10 @@ async def create_qmatrix_extraction(body: ExtractRequest, store: QMatrixStoreDep
     )
     registered = False
     if body.save and extraction.qmatrix is not None:
-        if store.is_builtin(body.id):
-            raise InputError(("body", "id"), [f"id {body.id!r} is a built-in Q-matrix"], status_code=409)
-        store.save(extraction.qmatrix)
+        try:
+            await asyncio.to_thread(store.create, principal.tenant, extraction.qmatrix)
+        except QMatrixExists as exc:
+            raise InputError(("body", "id"), [str(exc)], status_code=409) from exc
         registered = True
     return ExtractResponse(
         qmatrix=QMatrixCreate(**qmatrix_to_json(extraction.qmatrix)) if extraction.qmatrix else None,
@@ -122,17 +216,3 @@ async def create_qmatrix_extraction(body: ExtractRequest, store: QMatrixStoreDep
         failures=extraction.failures,
         registered=registered,
     )
-
-
-@router.get("", response_model=QMatrixList)
-async def read_qmatrices(store: QMatrixStoreDep) -> QMatrixList:
-    ids = store.ids()
-    return QMatrixList(data=ids, count=len(ids))
-
-
-@router.get("/{qmatrix_id}", response_model=QMatrixPublic, responses={404: {"description": "unknown id"}})
-async def read_qmatrix(qmatrix_id: str, store: QMatrixStoreDep) -> QMatrixPublic:
-    q = store.get(qmatrix_id)
-    if q is None:
-        raise InputError(("path", "qmatrix_id"), [f"unknown Q-matrix id '{qmatrix_id}'"], status_code=404)
-    return _public(q, builtin=store.is_builtin(q.id))

@@ -1,8 +1,9 @@
 """``/v1/calibrate`` jobs: run the diagnosis pipeline over a validation split, then fit a calibrator.
 
-The validation students go through the same pipeline as a diagnosis, at the same noise
-level (ε, sensitivity), so the calibration is fitted on the kind of answers it will
-correct. Entity answers are cached within the job (beneath the privacy wrapper, so each
+The validation students go through the same pipeline as a diagnosis, at the noise level
+diagnoses use (mechanism, ε, sensitivity: the request's, else the server defaults), so the
+calibration is fitted on the kind of answers it will correct, and the record stores that level
+(``calibration.fitting``: the evaluation's ``served`` row fits through the same functions). Entity answers are cached within the job (beneath the privacy wrapper, so each
 reuse is privatized afresh). Each finished student is stored at once; a job cut off by a
 restart resumes where it stopped.
 """
@@ -15,17 +16,22 @@ import time
 import uuid
 from typing import Any
 
+from app.db import SHARED_TENANT
+from app.errors import InputError
+from app.limits import check_responses
 from app.schemas import CalibrateRequest, DatasetRef
 from app.settings import Settings
-from app.storage import CalibrationStore, QMatrixStore
+from app.storage import CalibrationStore, QMatrixStore, StoredQMatrix
 from app.federation import Federation
 from app.services.jobs import JobContext, JobRunner
-from calibration import AllEntitiesFailed, CalibrationRecord, DiagnosisPipeline, DiagnosisRequest, make_calibrator
-from calibration.evaluation import proportion_correct_truth, split_students
-from calibration.evaluation.datasets import load_dataset
+from calibration import make_calibrator
+from calibration.fitting import ValidationAnswer, answer_validation_student, calibration_record, validation_set
+from diagnosis import DiagnosisPipeline, NoiseLevel, UnknownEntities
+from evaluation import proportion_correct_truth, split_students
+from evaluation.datasets import load_dataset
 from privacy import PrivacyLedger, make_rng
 from providers.wrappers import Cached
-from qmatrix import EXAMPLE_QMATRIX_ID, QMatrix, Response
+from qmatrix import EXAMPLE_QMATRIX_ID, Response
 
 __all__ = ["CalibrationService", "start_default_calibration"]
 
@@ -39,17 +45,44 @@ class CalibrationService:
         federation: Federation,
         qmatrices: QMatrixStore,
         calibrations: CalibrationStore,
+        jobs: JobRunner,
         settings: Settings,
         ledger: PrivacyLedger | None = None,
     ) -> None:
         self.federation, self.qmatrices, self.calibrations, self.settings = federation, qmatrices, calibrations, settings
-        self.ledger = ledger
+        self.jobs, self.ledger = jobs, ledger
+        jobs.register("calibrate", self.run)
 
-    def _students(self, request: CalibrateRequest) -> tuple[QMatrix, list[dict[str, Any]], str]:
-        """(Q-matrix, [{student_id, responses, truth|None}], truth source)."""
+    def check(self, body: CalibrateRequest, tenant: str) -> None:
+        """Refuse bad input now (422 naming the field, 404 for an unknown Q-matrix), not minutes later in the job."""
+        if body.entities is not None:
+            try:
+                self.federation.pipeline.select(body.entities)
+            except UnknownEntities as exc:
+                raise InputError(("body", "entities"), [str(exc)]) from exc
+        if body.records is None:
+            return
+        if len(body.records) > self.settings.max_calibration_records:
+            raise InputError(("body", "records"), [f"at most {self.settings.max_calibration_records} records"])
+        stored = self.qmatrices.get(tenant, body.qmatrix_id or "")
+        if stored is None:
+            raise InputError(("body", "qmatrix_id"), [f"unknown Q-matrix id '{body.qmatrix_id}'"], status_code=404)
+        q = stored.qmatrix
+        for n, record in enumerate(body.records):
+            check_responses(q, record.responses, self.settings, ("body", "records", n))
+            bad = [c for c in (record.truth or {}) if c not in q.concepts]
+            if bad:
+                raise InputError(("body", "records", n, "truth"), [f"unknown concepts: {', '.join(bad)}"])
+
+    async def submit(self, body: CalibrateRequest, tenant: str) -> str:
+        await asyncio.to_thread(self.check, body, tenant)
+        return self.jobs.submit("calibrate", body.model_dump(mode="json"), tenant=tenant)
+
+    def _students(self, request: CalibrateRequest, tenant: str) -> tuple[StoredQMatrix, list[dict[str, Any]], str]:
+        """(Q-matrix version, [{student_id, responses, truth|None}], truth source)."""
         if request.records is not None:
-            q = self.qmatrices.get(request.qmatrix_id or "")
-            if q is None:
+            stored = self.qmatrices.get(tenant, request.qmatrix_id or "")
+            if stored is None:
                 raise ValueError(f"unknown Q-matrix id '{request.qmatrix_id}'")
             rows = [
                 {"student_id": r.student_id, "responses": r.responses, "truth": r.truth} for r in request.records
@@ -57,7 +90,7 @@ class CalibrationService:
             source = "provided" if all(r.truth is not None for r in request.records) else (
                 "proportion-correct" if all(r.truth is None for r in request.records) else "mixed"
             )
-            return q, rows, source
+            return stored, rows, source
         assert request.dataset is not None
         ref = request.dataset
         dataset = load_dataset(
@@ -65,33 +98,44 @@ class CalibrationService:
         )
         if request.qmatrix_id is not None and request.qmatrix_id != dataset.qmatrix.id:
             raise ValueError(f"dataset '{ref.name}' uses Q-matrix '{dataset.qmatrix.id}', not '{request.qmatrix_id}'")
-        if self.qmatrices.get(dataset.qmatrix.id) is None:
-            self.qmatrices.save(dataset.qmatrix)  # so diagnoses can name it
+        if self.qmatrices.is_builtin(dataset.qmatrix.id):
+            stored = self.qmatrices.get(tenant, dataset.qmatrix.id)
+            assert stored is not None
+        else:
+            stored = self.qmatrices.ensure(tenant, dataset.qmatrix)  # so the tenant's diagnoses can name it
         part = split_students(dataset.students, seed=ref.seed).part(ref.part)
         rows = [
             {"student_id": s.student_id, "responses": s.responses, "truth": dataset.true_mastery.get(s.student_id)}
             for s in part
         ]
-        return dataset.qmatrix, rows, ("simulated-true-mastery" if dataset.simulated else "proportion-correct")
+        return stored, rows, ("simulated-true-mastery" if dataset.simulated else "proportion-correct")
 
-    async def run(self, raw_request: dict[str, Any], job: JobContext) -> dict[str, Any]:
-        start = time.perf_counter()
-        raw_request = dict(raw_request)
-        tenant = str(raw_request.pop("tenant", "default"))
-        request = CalibrateRequest.model_validate(raw_request)
-        q, rows, truth_source = self._students(request)
-        job.set_total(len(rows))
+    def _noise(self, request: CalibrateRequest) -> NoiseLevel:
+        """The noise the validation answers are privatized at: the request's, else what diagnoses use by default."""
         epsilon = None if request.epsilon == "none" else (
             float(request.epsilon) if request.epsilon is not None else self.settings.default_epsilon
         )
-        sensitivity = request.sensitivity or self.settings.sensitivity
-        if request.method == "posterior":
-            # The posterior models the mechanism's noise exactly; it is fitted on clean answers (inside the job).
-            epsilon = None
+        return NoiseLevel(
+            mechanism=request.mechanism or self.settings.default_mechanism, epsilon=epsilon,
+            sensitivity=request.sensitivity or self.settings.sensitivity, delta=request.delta,
+        )
+
+    async def run(self, raw_request: dict[str, Any], job: JobContext) -> dict[str, Any]:
+        start = time.perf_counter()
+        tenant = job.tenant
+        request = CalibrateRequest.model_validate(raw_request)
+        stored, rows, truth_source = await asyncio.to_thread(self._students, request, tenant)
+        q = stored.qmatrix
+        job.set_total(len(rows))
+        noise = self._noise(request)
+        calibrator = make_calibrator(
+            request.method or self.settings.default_calibration_method, **({"isotonic": True} if request.isotonic else {})
+        )
         selected = self.federation.pipeline.select(request.entities)
         # Cached beneath Privatized: repeated identical prompts are answered once per job.
         pipeline = DiagnosisPipeline({n: Cached(e) for n, e in selected.items()}, seed=self.settings.noise_seed)
-        finished = job.finished_items()
+        # Items stored in another form (by an earlier version) are answered again rather than misread.
+        finished = {i: v for i, v in job.finished_items().items() if "answers" in v}
         failures: dict[str, int] = {}
         for item in finished.values():
             for name in item.get("failed", []):
@@ -101,29 +145,23 @@ class CalibrationService:
         async def one(idx: int, row: dict[str, Any]) -> None:
             async with gate:
                 responses: list[Response] = list(row["responses"])
-                truth = row["truth"] or proportion_correct_truth(q, responses)
-                diag = DiagnosisRequest(
-                    student_id=row["student_id"], qmatrix=q, responses=responses, epsilon=epsilon, sensitivity=sensitivity
+                answer = await answer_validation_student(
+                    pipeline, qmatrix=q, student_id=row["student_id"], responses=responses,
+                    truth=row["truth"] or proportion_correct_truth(q, responses), noise=noise,
+                    keep_clean=calibrator.fits_clean_answers,
                 )
-                try:
-                    result = await pipeline.diagnose(diag)
-                    outcomes = result.entities
-                except AllEntitiesFailed as exc:
-                    outcomes = exc.outcomes
-                failed = [o.name for o in outcomes if o.status == "failed"]
-                for name in failed:
+                for name in answer.failed:
                     failures[name] = failures.get(name, 0) + 1
-                predictions = {o.name: o.mastery for o in outcomes if o.mastery is not None}
-                truth = {c: v for c, v in truth.items() if c in q.concepts_for([r.item_id for r in responses])}
-                job.record_item(
-                    idx, {"predictions": predictions, "truth": truth, "failed": failed}, failed_entities=failures
-                )
-                finished[idx] = {"predictions": predictions, "truth": truth, "failed": failed}
+                job.record_item(idx, answer.to_json(), failed_entities=failures)
+                finished[idx] = answer.to_json()
 
         await asyncio.gather(*(one(i, row) for i, row in enumerate(rows) if i not in finished))
-        usable = [finished[i] for i in sorted(finished) if finished[i]["predictions"] and finished[i]["truth"]]
-        if not usable:
-            raise RuntimeError(f"no validation student got an answer from any entity (failures: {failures})")
+        try:
+            data = validation_set(
+                [ValidationAnswer.from_json(finished[i]) for i in sorted(finished)], keep_clean=calibrator.fits_clean_answers
+            )
+        except ValueError as exc:
+            raise RuntimeError(f"{exc} (failures: {failures})") from exc
         release = None if request.release_epsilon == "none" else (
             float(request.release_epsilon) if request.release_epsilon is not None else self.settings.calibration_release_epsilon
         )
@@ -134,45 +172,23 @@ class CalibrationService:
                 tenant=tenant, student_ids=[r.student_id for r in request.records], epsilon=release, mechanism="laplace"
             )
         try:
-            options = {"isotonic": True} if request.isotonic else {}
-            fitted = make_calibrator(request.method, **options).fit(
-                [u["predictions"] for u in usable], [u["truth"] for u in usable],
-                release_epsilon=release, rng=make_rng(self.settings.noise_seed),
-            )
+            fitted = calibrator.fit(data, release_epsilon=release, rng=make_rng(self.settings.noise_seed))
         except Exception:
             if charges:
                 await self.ledger.asettle_all(charges, released=None)  # type: ignore[union-attr]  # nothing released
             raise
-        notes = list(fitted.notes)
-        if truth_source == "proportion-correct":
-            notes.append("truth: the paper's rule, per-concept proportion correct over each record's responses")
-        record = CalibrationRecord(
-            id=f"cal-{uuid.uuid4().hex[:12]}",
-            qmatrix_id=q.id,
-            method=fitted.method,
-            alpha=fitted.alpha,
-            residuals=fitted.residuals,
-            weights=fitted.weights,
-            intercepts=fitted.intercepts,
-            isotonic=fitted.isotonic,
-            priors=fitted.priors,
-            entity_error_sd=fitted.entity_error_sd,
-            entities=sorted(selected),
-            epsilon=epsilon,
-            sensitivity=sensitivity,
-            mechanism="laplace" if epsilon is not None else "none",
-            truth_source=truth_source,
-            n_students=len(usable),
-            version=self.calibrations.next_version(q.id),
-            metrics=fitted.metrics,
-            notes=notes,
+        record = calibration_record(
+            fitted, record_id=f"cal-{uuid.uuid4().hex[:12]}", qmatrix_id=q.id, entities=selected, noise=noise,
+            truth_source=truth_source, n_students=len(data), version=self.calibrations.next_version(tenant, q.id),
+            notes=["truth: the paper's rule, per-concept proportion correct over each record's responses"]
+            if truth_source == "proportion-correct" else [],
         )
-        self.calibrations.save(record)
+        self.calibrations.save(record, tenant=tenant, qmatrix_version=stored.version)
         if charges:
             await self.ledger.asettle_all(charges, released=f"calibration {record.id}")  # type: ignore[union-attr]
         seconds = time.perf_counter() - start
-        log.info("calibration %s (%s, %d students) fitted in %.1f s", record.id, record.method, len(usable), seconds)
-        return {"calibration_id": record.id, "metrics": {**fitted.metrics, "seconds": seconds}, "notes": notes}
+        log.info("calibration %s (%s, %d students) fitted in %.1f s", record.id, record.method, len(data), seconds)
+        return {"calibration_id": record.id, "metrics": {**record.metrics, "seconds": seconds}, "notes": record.notes}
 
 
 def start_default_calibration(
@@ -183,7 +199,7 @@ def start_default_calibration(
     Later starts reuse the stored calibration (or the job a restart resumed). The server
     answers meanwhile, uncalibrated (``calibration_id`` null) until the job finishes.
     """
-    if calibrations.latest_for(EXAMPLE_QMATRIX_ID) is not None or jobs.has_active("calibrate"):
+    if calibrations.latest_for(SHARED_TENANT, EXAMPLE_QMATRIX_ID, 1) is not None or jobs.has_active("calibrate"):
         return None
     request = CalibrateRequest(
         qmatrix_id=EXAMPLE_QMATRIX_ID,
@@ -191,7 +207,7 @@ def start_default_calibration(
         method=settings.default_calibration_method,
         release_epsilon="none",  # SIMULATED students: there is no one to protect, so no noise
     )
-    job_id = jobs.submit("calibrate", request.model_dump(mode="json"))
+    job_id = jobs.submit("calibrate", request.model_dump(mode="json"), tenant=SHARED_TENANT)
     n_validation = round(settings.default_calibration_students * 0.2)
     log.info(
         "first start: fitting the default '%s' calibration for %s on %d SIMULATED validation students with %s "

@@ -9,72 +9,46 @@ from __future__ import annotations
 
 import asyncio
 
+from app.auth import Principal
 from app.errors import InputError
-from app.schemas import CohortConcept, CohortReport, CohortReportRequest
-from app.settings import Settings
-from app.storage import CalibrationStore, QMatrixStore
-from calibration import AllEntitiesFailed, DiagnosisPipeline, DiagnosisRequest, UnknownEntities, aggregator_for
-from privacy import BudgetExceeded, PrivacyLedger, cohort_statistics, make_rng
+from app.schemas import CohortConcept, CohortReport, CohortReportRequest, StudentIn
+from app.services.diagnosis import DiagnosisService
+from calibration import aggregator_for
+from diagnosis import AllEntitiesFailed, DiagnosisRequest
+from privacy import BudgetExceeded, CohortConceptStats, cohort_statistics, make_rng
+from qmatrix import QMatrix
 
 __all__ = ["cohort_report"]
 
 
-async def cohort_report(
-    body: CohortReportRequest,
-    *,
-    pipeline: DiagnosisPipeline,
-    qmatrices: QMatrixStore,
-    calibrations: CalibrationStore,
-    settings: Settings,
-    ledger: PrivacyLedger | None,
-    tenant: str,
-) -> CohortReport:
-    q = qmatrices.get(body.qmatrix_id)
-    if q is None:
+async def cohort_report(body: CohortReportRequest, *, service: DiagnosisService, principal: Principal) -> CohortReport:
+    settings, ledger, pipeline, tenant = service.settings, service.ledger, service.pipeline, principal.tenant
+    stored = await asyncio.to_thread(service.qmatrices.get, tenant, body.qmatrix_id)
+    if stored is None:
         raise InputError(("body", "qmatrix_id"), [f"unknown Q-matrix id '{body.qmatrix_id}'"], status_code=404)
+    q = stored.qmatrix
     ids = [s.student_id for s in body.students]
     if len(set(ids)) != len(ids):
         raise InputError(("body", "students"), ["each student may appear once (contributions are bounded per student)"])
     if len(ids) < settings.min_cohort_size:
         raise InputError(("body", "students"), [f"a cohort needs at least {settings.min_cohort_size} students, got {len(ids)}"])
     for n, student in enumerate(body.students):
-        unknown = q.unknown_items(r.item_id for r in student.responses)
-        if unknown:
-            raise InputError(("body", "students", n, "responses"), [f"unknown item ids: {', '.join(unknown)}"])
-    try:
-        pipeline.select(body.entities)
-    except UnknownEntities as exc:
-        raise InputError(("body", "entities"), [str(exc)]) from exc
+        service.check_responses(q, student.responses, ("body", "students", n))
+    service.select(body.entities)  # unknown names are a 422 before anyone is charged
     charges = []
     if ledger is not None:  # everyone pays before anything is released, or nobody does
         try:
             charges = await ledger.acharge_all(tenant=tenant, student_ids=ids, epsilon=body.epsilon, mechanism="central_laplace")
         except BudgetExceeded as exc:
             raise InputError(("body", "students"), [f"{exc}; no report was released and nobody was charged"], status_code=429) from exc
-    # The same aggregation a diagnosis would use (auto: the record's, or Bayes post-processing).
-    aggregator = aggregator_for(
-        calibrations.latest_for(q.id), alpha=settings.alpha, aggregation="auto", entities=list(pipeline.select(body.entities))
-    )
-    gate = asyncio.Semaphore(settings.batch_concurrency)
-
-    async def one(student) -> dict[str, float] | None:  # type: ignore[no-untyped-def]
-        async with gate:
-            request = DiagnosisRequest(student_id=student.student_id, qmatrix=q, responses=student.responses, epsilon=None, entities=body.entities)
-            try:
-                return (await pipeline.diagnose(request, aggregator)).mastery
-            except AllEntitiesFailed:
-                return None
-
-    mastery = await asyncio.gather(*(one(s) for s in body.students))
-    diagnosed = [m for m in mastery if m is not None]
-    concepts = [c for c in q.concepts if any(c in m for m in diagnosed)]
-    if not concepts:
-        if ledger is not None:
-            await ledger.asettle_all(charges, released=None)
-        raise InputError(("body", "students"), ["no student could be diagnosed; nothing released, nothing charged"], status_code=503)
-    stats, eps_stat = cohort_statistics(diagnosed, concepts, epsilon=body.epsilon, bins=body.bins, rng=make_rng(settings.noise_seed))
-    if ledger is not None:
-        await ledger.asettle_all(charges, released="cohort-report")
+    try:
+        diagnosed, stats, eps_stat, calibration_id = await _release(body, service, q, stored.version, tenant)
+    except BaseException:
+        if charges:
+            await asyncio.shield(ledger.asettle_all(charges, released=None))  # type: ignore[union-attr]  # nothing released
+        raise
+    if charges:
+        await ledger.asettle_all(charges, released="cohort-report")  # type: ignore[union-attr]
     notes = [
         "each student's diagnosis is made inside the gateway without per-entity noise and never released; "
         "only the noisy sums and histograms are",
@@ -91,6 +65,38 @@ async def cohort_report(
         epsilon_per_statistic=eps_stat,
         min_cohort_size=settings.min_cohort_size,
         charged_epsilon_per_student=body.epsilon if ledger is not None else 0.0,
-        calibration_id=aggregator.calibration_id,
+        calibration_id=calibration_id,
         notes=notes,
     )
+
+
+async def _release(
+    body: CohortReportRequest, service: DiagnosisService, q: QMatrix, version: int, tenant: str
+) -> tuple[list[dict[str, float]], dict[str, CohortConceptStats], float, str | None]:
+    """Diagnose every student without per-entity noise, then the noisy statistics (the only thing released)."""
+    settings, pipeline = service.settings, service.pipeline
+    # The same aggregation a diagnosis would use (auto: the record's, or Bayes post-processing).
+    latest = await asyncio.to_thread(service.calibrations.latest_for, tenant, q.id, version)
+    aggregator = aggregator_for(latest.record if latest else None, alpha=settings.alpha, aggregation="auto")
+    gate = asyncio.Semaphore(settings.batch_concurrency)
+
+    async def one(student: StudentIn) -> dict[str, float] | None:
+        async with gate:
+            request = DiagnosisRequest(
+                student_id=student.student_id, qmatrix=q, responses=student.responses, epsilon=None,
+                entities=body.entities,
+            )
+            try:
+                return (await pipeline.diagnose(request, aggregator)).mastery
+            except AllEntitiesFailed:
+                return None
+
+    mastery = await asyncio.gather(*(one(s) for s in body.students))
+    diagnosed = [m for m in mastery if m is not None]
+    concepts = [c for c in q.concepts if any(c in m for m in diagnosed)]
+    if not concepts:
+        raise InputError(("body", "students"), ["no student could be diagnosed; nothing released, nothing charged"], status_code=503)
+    stats, eps_stat = cohort_statistics(
+        diagnosed, concepts, epsilon=body.epsilon, bins=body.bins, rng=make_rng(settings.noise_seed)
+    )
+    return diagnosed, stats, eps_stat, aggregator.calibration_id

@@ -1,13 +1,29 @@
-"""Turning API requests into pipeline requests and pipeline results into API responses."""
+"""Diagnoses for authenticated tenants: resolve the Q-matrix and calibration the tenant may use,
+charge the student's privacy budget, run the pipeline, store the released answer.
+
+Charging rules (README, Privacy model):
+
+* the ledger is charged *before* any answer is released, one release per entity asked;
+* after the pipeline ran, the charge is cut to the entities that actually released at least
+  one concept — an entity that failed, was skipped, or answered no concept costs nothing;
+* if anything goes wrong after the charge (every entity failed, a bug, a cancelled request),
+  the charge is refunded: nothing was released, so nothing is spent.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
 import json
+import logging
 from collections.abc import Sequence
+from dataclasses import dataclass
 
-from app.errors import InputError
+from app.auth import Principal
+from app.errors import InputError, TryLater
+from app.federation import Federation
+from app.limits import check_qmatrix_size, check_responses
+from app.redaction import Redactor
 from app.schemas import (
     BatchDiagnoseRequest,
     BatchDiagnoseResponse,
@@ -15,107 +31,265 @@ from app.schemas import (
     BudgetBlock,
     DiagnoseRequest,
     DiagnoseResponse,
+    DiagnoseOptions,
     EntityReport,
     PrivacyBlock,
     SkippedEntity,
     StudentIn,
-    _DiagnoseOptions,
 )
 from app.settings import Settings
 from app.storage import CalibrationStore, QMatrixStore
-from calibration import (
+from calibration import CalibrationRecord, aggregator_for
+from diagnosis import (
     Aggregator,
-    CalibrationRecord,
     AllEntitiesFailed,
     DiagnosisPipeline,
     DiagnosisRequest,
     DiagnosisResult,
     UnknownEntities,
-    aggregator_for,
 )
-from calibration.posterior import DegeneratePosteriorError, PosteriorAggregator
-from privacy import BudgetExceeded, PrivacyLedger, charge_parameters
+from diagnosis.posterior import DegeneratePosteriorError
+from privacy import BudgetExceeded, Charge, PrivacyLedger, charge_parameters
 from qmatrix import QMatrix, QMatrixError, Response, qmatrix_from_json, qmatrix_to_json
 
-__all__ = ["diagnose_batch", "diagnose_one", "resolve_qmatrix"]
+__all__ = ["DiagnosisService", "ResolvedQMatrix"]
+
+log = logging.getLogger("fedcd.diagnosis")
 
 
-def resolve_qmatrix(options: _DiagnoseOptions, store: QMatrixStore) -> QMatrix:
-    if options.qmatrix is not None:
+@dataclass(frozen=True)
+class ResolvedQMatrix:
+    """The Q-matrix a request uses; ``version`` is None for an inline one (never calibrated)."""
+
+    qmatrix: QMatrix
+    version: int | None
+    key: str  # what identifies these exact rows in a request fingerprint
+
+
+class DiagnosisService:
+    """One object holding what a diagnosis needs; routes and the cohort service call it."""
+
+    def __init__(
+        self,
+        *,
+        federation: Federation,
+        qmatrices: QMatrixStore,
+        calibrations: CalibrationStore,
+        settings: Settings,
+        ledger: PrivacyLedger | None,
+        redactor: Redactor,
+    ) -> None:
+        self.federation, self.qmatrices, self.calibrations = federation, qmatrices, calibrations
+        self.settings, self.ledger, self.redactor = settings, ledger, redactor
+
+    @property
+    def pipeline(self) -> DiagnosisPipeline:
+        return self.federation.pipeline
+
+    # -- resolution ---------------------------------------------------------------------------
+    async def resolve_qmatrix(self, options: DiagnoseOptions, tenant: str) -> ResolvedQMatrix:
+        if options.qmatrix is not None:
+            try:
+                q = qmatrix_from_json(options.qmatrix.model_dump())
+            except QMatrixError as exc:
+                raise InputError(("body", "qmatrix"), exc.problems) from exc
+            check_qmatrix_size(q, self.settings, ("body", "qmatrix"))
+            digest = hashlib.sha256(json.dumps(qmatrix_to_json(q), sort_keys=True).encode()).hexdigest()
+            return ResolvedQMatrix(q, None, f"inline:{digest}")
+        assert options.qmatrix_id is not None
+        stored = await asyncio.to_thread(self.qmatrices.get, tenant, options.qmatrix_id)
+        if stored is None:
+            raise InputError(("body", "qmatrix_id"), [f"unknown Q-matrix id '{options.qmatrix_id}'"], status_code=404)
+        return ResolvedQMatrix(stored.qmatrix, stored.version, f"{stored.tenant}:{stored.id}:v{stored.version}")
+
+    def check_responses(self, q: QMatrix, responses: Sequence[Response], loc: tuple[str | int, ...]) -> None:
+        check_responses(q, responses, self.settings, loc)
+
+    async def calibration(self, options: DiagnoseOptions, resolved: ResolvedQMatrix, tenant: str) -> CalibrationRecord | None:
+        """The record a request names, else the tenant's newest for these exact Q-matrix rows (or a shared one)."""
+        if options.calibration_id is not None:
+            stored = await asyncio.to_thread(self.calibrations.get, tenant, options.calibration_id)
+            if stored is None:
+                raise InputError(
+                    ("body", "calibration_id"), [f"unknown calibration id '{options.calibration_id}'"], status_code=404
+                )
+            if stored.record.qmatrix_id != resolved.qmatrix.id or stored.qmatrix_version != resolved.version:
+                raise InputError(
+                    ("body", "calibration_id"),
+                    [f"calibration '{stored.record.id}' was fitted on Q-matrix '{stored.record.qmatrix_id}' version "
+                     f"{stored.qmatrix_version}, not on the rows this request uses"],
+                )
+            return stored.record
+        if resolved.version is None:
+            return None  # inline rows: no calibration can have been fitted on them
+        latest = await asyncio.to_thread(self.calibrations.latest_for, tenant, resolved.qmatrix.id, resolved.version)
+        return latest.record if latest is not None else None
+
+    def aggregator(self, options: DiagnoseOptions, record: CalibrationRecord | None) -> Aggregator:
+        return aggregator_for(record, alpha=self.settings.alpha, aggregation=options.aggregation, estimate=options.estimate)
+
+    def select(self, names: Sequence[str] | None) -> dict[str, object]:
         try:
-            return qmatrix_from_json(options.qmatrix.model_dump())
-        except QMatrixError as exc:
-            raise InputError(("body", "qmatrix"), exc.problems) from exc
-    assert options.qmatrix_id is not None
-    q = store.get(options.qmatrix_id)
-    if q is None:
-        raise InputError(("body", "qmatrix_id"), [f"unknown Q-matrix id '{options.qmatrix_id}'"], status_code=404)
-    return q
+            return dict(self.pipeline.select(names))
+        except UnknownEntities as exc:
+            raise InputError(("body", "entities"), [str(exc)]) from exc
 
+    # -- requests ---------------------------------------------------------------------------
+    async def diagnose(self, body: DiagnoseRequest, principal: Principal) -> DiagnoseResponse:
+        resolved = await self.resolve_qmatrix(body, principal.tenant)
+        self.check_responses(resolved.qmatrix, body.responses, ("body",))
+        aggregator = self.aggregator(body, await self.calibration(body, resolved, principal.tenant))
+        return await self._run(body, resolved, body, aggregator, principal.tenant)
 
-def _check_items(q: QMatrix, responses: Sequence[Response], loc: tuple[str | int, ...]) -> None:
-    unknown = q.unknown_items(r.item_id for r in responses)
-    if unknown:
-        raise InputError(
-            (*loc, "responses"),
-            [f"unknown item ids for Q-matrix '{q.id}': {', '.join(unknown)}"],
-            extra={"unknown_item_ids": unknown},
+    async def diagnose_batch(self, body: BatchDiagnoseRequest, principal: Principal) -> BatchDiagnoseResponse:
+        if len(body.students) > self.settings.max_batch_size:
+            raise InputError(("body", "students"), [f"at most {self.settings.max_batch_size} students per batch"])
+        resolved = await self.resolve_qmatrix(body, principal.tenant)
+        for n, student in enumerate(body.students):
+            self.check_responses(resolved.qmatrix, student.responses, ("body", "students", n))
+        self.select(body.entities)
+        self._check_unnoised(body)
+        aggregator = self.aggregator(body, await self.calibration(body, resolved, principal.tenant))
+        gate = asyncio.Semaphore(self.settings.batch_concurrency)
+
+        async def one(student: StudentIn) -> DiagnoseResponse | BatchError:
+            async with gate:
+                try:
+                    return await self._run(body, resolved, student, aggregator, principal.tenant)
+                except AllEntitiesFailed as exc:
+                    detail = {"message": str(exc), "entities": [{"name": o.name, "error": o.error} for o in exc.outcomes]}
+                    return BatchError(student_id=student.student_id, status_code=503, detail=detail)
+                except BudgetExceeded as exc:
+                    return BatchError(student_id=student.student_id, status_code=429, detail=str(exc))
+
+        outcomes = await asyncio.gather(*(one(s) for s in body.students))
+        results = [o for o in outcomes if isinstance(o, DiagnoseResponse)]
+        errors = [o for o in outcomes if isinstance(o, BatchError)]
+        return BatchDiagnoseResponse(results=results, errors=errors, count=len(results))
+
+    # -- internals --------------------------------------------------------------------------
+    def _check_unnoised(self, options: DiagnoseOptions) -> None:
+        if options.epsilon == "none" and not self.settings.allow_unnoised:
+            raise InputError(
+                ("body", "epsilon"),
+                ['"none" would release raw answers with unbounded privacy cost; this server refuses it '
+                 "(FEDCD_ALLOW_UNNOISED=true allows it)"],
+            )
+
+    def _request(self, options: DiagnoseOptions, student: StudentIn | DiagnoseRequest, q: QMatrix) -> DiagnosisRequest:
+        epsilon = None if options.epsilon == "none" else (
+            float(options.epsilon) if options.epsilon is not None else self.settings.default_epsilon
+        )
+        return DiagnosisRequest(
+            student_id=student.student_id,
+            qmatrix=q,
+            responses=student.responses,
+            epsilon=epsilon,
+            sensitivity=options.sensitivity or self.settings.sensitivity,
+            mechanism=options.mechanism or self.settings.default_mechanism,
+            delta=options.delta,
+            entities=options.entities,
+            include_answers=self.settings.send_answer_text,
+        )
+
+    async def _run(
+        self,
+        options: DiagnoseOptions,
+        resolved: ResolvedQMatrix,
+        student: StudentIn | DiagnoseRequest,
+        aggregator: Aggregator,
+        tenant: str,
+    ) -> DiagnoseResponse:
+        request = self._request(options, student, resolved.qmatrix)
+        selected = self.select(options.entities)
+        self._check_unnoised(options)
+        if request.epsilon is None or self.ledger is None:
+            return self._response(await self._diagnose(request, aggregator), request, options, aggregator)
+        ledger = self.ledger
+        cost = charge_parameters(self.pipeline.mechanism_for(request))
+        fingerprint = _fingerprint(request, options, resolved, aggregator.calibration_id)
+        for _ in range(2):  # a second pass only when an identical in-flight request was refunded
+            charge = await ledger.acharge(
+                tenant=tenant, student_id=request.student_id, epsilon=cost["epsilon"], delta=cost["delta"],
+                mechanism=cost["mechanism"], request_fingerprint=fingerprint, releases=len(selected),
+                sigma_over_sensitivity=cost["sigma_over_sensitivity"],
+            )
+            if not charge.repeat:
+                break
+            try:
+                stored = charge.answer_json if not charge.pending else await ledger.await_answer(charge.id)
+            except TimeoutError as exc:
+                raise TryLater("an identical request for this student is still being answered; retry shortly") from exc
+            if stored is not None:
+                earlier = DiagnoseResponse.model_validate_json(stored)
+                return earlier.model_copy(update={"budget": self._budget(charge, tenant, charged=0.0, repeat=True)})
+        try:
+            result = await self._diagnose(request, aggregator)
+            response = self._response(result, request, options, aggregator)
+            released = sum(1 for o in result.entities if o.mastery)  # entities that released ≥ 1 concept
+            if released == 0:
+                await ledger.arefund(charge.id)
+                return response
+            settled = await ledger.astore_answer(charge.id, response.model_dump_json(), releases=released)
+        except BaseException:
+            # Nothing was released (or the answer never left): give the student's budget back.
+            await asyncio.shield(self._refund_quietly(charge, tenant))
+            raise
+        response.budget = self._budget(settled, tenant, charged=settled.epsilon * settled.releases, repeat=False)
+        return response
+
+    async def _refund_quietly(self, charge: Charge, tenant: str) -> None:
+        try:
+            await self.ledger.arefund(charge.id)  # type: ignore[union-attr]
+        except Exception:  # the original error matters more; the refund failure is logged without the student id
+            log.exception("refund of charge %s for %s failed", charge.id, self.redactor.student(tenant, charge.student_id))
+
+    def _budget(self, charge: Charge, tenant: str, *, charged: float, repeat: bool) -> BudgetBlock:
+        assert self.ledger is not None
+        return BudgetBlock(
+            tenant=tenant, charged_epsilon=charged, spent_epsilon=charge.spent_epsilon,
+            remaining_epsilon=charge.remaining_epsilon, cap_epsilon=self.ledger.cap_epsilon, repeat=repeat,
+        )
+
+    async def _diagnose(self, request: DiagnosisRequest, aggregator: Aggregator) -> DiagnosisResult:
+        try:
+            return await self.pipeline.diagnose(request, aggregator)
+        except DegeneratePosteriorError as exc:
+            raise InputError(("body", "aggregation"), [f"posterior aggregation impossible: {exc}"]) from exc
+
+    @staticmethod
+    def _response(
+        result: DiagnosisResult, request: DiagnosisRequest, options: DiagnoseOptions, aggregator: Aggregator
+    ) -> DiagnoseResponse:
+        return DiagnoseResponse(
+            student_id=result.student_id,
+            mastery=result.mastery,
+            missing_concepts=result.missing_concepts,
+            entities=[EntityReport(**vars(o)) for o in result.entities] if options.include_entities else None,
+            failed_entities=[o.name for o in result.entities if o.status == "failed"],
+            skipped_entities=[SkippedEntity(name=o.name, reason=o.error or "")
+                              for o in result.entities if o.status == "skipped"],
+            privacy=PrivacyBlock(**result.privacy, sensitivity_mode=request.sensitivity),  # type: ignore[arg-type]
+            mastery_interval=result.intervals or None,
+            interval_level=result.interval_level,
+            aggregation=result.aggregation,
+            calibration_id=result.calibration_id,
+            calibration_mismatch=result.calibration_mismatch,
+            request_id=result.request_id,
+            latency_ms=result.latency_ms,
         )
 
 
-def _aggregator(
-    options: _DiagnoseOptions, q: QMatrix, calibrations: CalibrationStore, settings: Settings, entities: Sequence[str]
-) -> Aggregator:
-    return aggregator_for(
-        _record(options, q, calibrations), alpha=settings.alpha, aggregation=options.aggregation,
-        estimate=options.estimate, entities=entities,
-    )
+def _fingerprint(
+    request: DiagnosisRequest, options: DiagnoseOptions, resolved: ResolvedQMatrix, calibration_id: str | None
+) -> str:
+    """The canonical content of a request: equal fingerprints get the same answer within the repeat window.
 
-
-def _record(options: _DiagnoseOptions, q: QMatrix, calibrations: CalibrationStore) -> CalibrationRecord | None:
-    if options.calibration_id is not None:
-        record = calibrations.get(options.calibration_id)
-        if record is None:
-            raise InputError(("body", "calibration_id"), [f"unknown calibration id '{options.calibration_id}'"])
-        if record.qmatrix_id != q.id:
-            raise InputError(
-                ("body", "calibration_id"),
-                [f"calibration '{record.id}' was fitted for Q-matrix '{record.qmatrix_id}', not '{q.id}'"],
-            )
-        return record
-    return calibrations.latest_for(q.id)
-
-
-def _to_response(
-    result: DiagnosisResult, *, include_entities: bool, sensitivity_mode: str, aggregation: str
-) -> DiagnoseResponse:
-    return DiagnoseResponse(
-        student_id=result.student_id,
-        mastery=result.mastery,
-        missing_concepts=result.missing_concepts,
-        entities=[EntityReport(**vars(o)) for o in result.entities] if include_entities else None,
-        failed_entities=[o.name for o in result.entities if o.status == "failed"],
-        skipped_entities=[SkippedEntity(name=o.name, reason=o.error or "") for o in result.entities if o.status == "skipped"],
-        privacy=PrivacyBlock(**result.privacy, sensitivity_mode=sensitivity_mode),  # type: ignore[arg-type]
-        mastery_interval=result.intervals or None,
-        interval_level=result.interval_level,
-        aggregation=aggregation,
-        calibration_id=result.calibration_id,
-        request_id=result.request_id,
-        latency_ms=result.latency_ms,
-    )
-
-
-def _epsilon(options: _DiagnoseOptions, settings: Settings) -> float | None:
-    if options.epsilon == "none":
-        return None
-    return float(options.epsilon) if options.epsilon is not None else settings.default_epsilon
-
-
-def _fingerprint(request: DiagnosisRequest, options: _DiagnoseOptions, calibration_id: str | None) -> str:
-    """The canonical content of a request: equal fingerprints get the same answer within the repeat window."""
+    The Q-matrix enters as its (tenant, id, version) — or the hash of inline rows — so the work
+    does not grow with the size of the Q-matrix.
+    """
     content = {
-        "qmatrix": qmatrix_to_json(request.qmatrix),
+        "qmatrix": resolved.key,
         "responses": [r.model_dump(mode="json") for r in request.responses],
         "epsilon": request.epsilon,
         "delta": request.delta,
@@ -128,150 +302,3 @@ def _fingerprint(request: DiagnosisRequest, options: _DiagnoseOptions, calibrati
         "estimate": options.estimate,
     }
     return hashlib.sha256(json.dumps(content, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
-
-
-async def _run(
-    pipeline: DiagnosisPipeline,
-    options: _DiagnoseOptions,
-    q: QMatrix,
-    student: StudentIn | DiagnoseRequest,
-    aggregator: Aggregator,
-    settings: Settings,
-    ledger: PrivacyLedger | None = None,
-    tenant: str = "default",
-) -> DiagnoseResponse:
-    """Charge the student's privacy budget, diagnose, store the released answer (or refund if none)."""
-    request = _request(options, student, q, settings)
-    try:
-        selected = pipeline.select(options.entities)
-    except UnknownEntities as exc:
-        raise InputError(("body", "entities"), [str(exc)]) from exc
-    if request.epsilon is None:
-        if not settings.allow_unnoised:
-            raise InputError(
-                ("body", "epsilon"),
-                ['"none" would release raw answers with unbounded privacy cost; this server refuses it '
-                 "(FEDCD_ALLOW_UNNOISED=true allows it)"],
-            )
-        return await _diagnose(pipeline, request, aggregator, options)
-    if ledger is None:
-        return await _diagnose(pipeline, request, aggregator, options)
-    cost = charge_parameters(pipeline.mechanism_for(request))
-    fingerprint = _fingerprint(request, options, aggregator.calibration_id)
-    for _ in range(2):  # a second pass only when an identical in-flight request was refunded
-        charge = await ledger.acharge(
-            tenant=tenant,
-            student_id=request.student_id,
-            epsilon=cost["epsilon"],
-            delta=cost["delta"],
-            mechanism=cost["mechanism"],
-            request_fingerprint=fingerprint,
-            releases=len(selected),
-            sigma_over_sensitivity=cost["sigma_over_sensitivity"],
-        )
-        if not charge.repeat:
-            break
-        stored = charge.answer_json if not charge.pending else await ledger.await_answer(charge.id)
-        if stored is not None:
-            earlier = DiagnoseResponse.model_validate_json(stored)
-            budget = BudgetBlock(
-                tenant=tenant, charged_epsilon=0.0, spent_epsilon=charge.spent_epsilon,
-                remaining_epsilon=charge.remaining_epsilon, cap_epsilon=ledger.cap_epsilon, repeat=True,
-            )
-            return earlier.model_copy(update={"budget": budget})
-    try:
-        response = await _diagnose(pipeline, request, aggregator, options)
-    except AllEntitiesFailed:
-        await ledger.arefund(charge.id)  # nothing was released, so nothing is spent
-        raise
-    response.budget = BudgetBlock(
-        tenant=tenant, charged_epsilon=charge.epsilon * charge.releases, spent_epsilon=charge.spent_epsilon,
-        remaining_epsilon=charge.remaining_epsilon, cap_epsilon=ledger.cap_epsilon, repeat=False,
-    )
-    await ledger.astore_answer(charge.id, response.model_dump_json())
-    return response
-
-
-async def _diagnose(
-    pipeline: DiagnosisPipeline, request: DiagnosisRequest, aggregator: Aggregator, options: _DiagnoseOptions
-) -> DiagnoseResponse:
-    try:
-        result = await pipeline.diagnose(request, aggregator)
-    except DegeneratePosteriorError as exc:
-        raise InputError(("body", "aggregation"), [f"posterior aggregation impossible: {exc}"]) from exc
-    name = "posterior" if isinstance(aggregator, PosteriorAggregator) else "mean"
-    return _to_response(result, include_entities=options.include_entities, sensitivity_mode=request.sensitivity, aggregation=name)
-
-
-def _request(
-    options: _DiagnoseOptions, student: StudentIn | DiagnoseRequest, q: QMatrix, settings: Settings
-) -> DiagnosisRequest:
-    mode = options.sensitivity or settings.sensitivity
-    return DiagnosisRequest(
-        student_id=student.student_id,
-        qmatrix=q,
-        responses=student.responses,
-        epsilon=_epsilon(options, settings),
-        sensitivity=mode,
-        mechanism=options.mechanism or settings.default_mechanism,
-        delta=options.delta,
-        entities=options.entities,
-        include_answers=settings.send_answer_text,
-    )
-
-
-async def diagnose_one(
-    body: DiagnoseRequest,
-    *,
-    pipeline: DiagnosisPipeline,
-    qmatrices: QMatrixStore,
-    calibrations: CalibrationStore,
-    settings: Settings,
-    ledger: PrivacyLedger | None = None,
-    tenant: str = "default",
-) -> DiagnoseResponse:
-    q = resolve_qmatrix(body, qmatrices)
-    _check_items(q, body.responses, ("body",))
-    aggregator = _aggregator(body, q, calibrations, settings, list(body.entities or pipeline.entities))
-    return await _run(pipeline, body, q, body, aggregator, settings, ledger, tenant)
-
-
-async def diagnose_batch(
-    body: BatchDiagnoseRequest,
-    *,
-    pipeline: DiagnosisPipeline,
-    qmatrices: QMatrixStore,
-    calibrations: CalibrationStore,
-    settings: Settings,
-    ledger: PrivacyLedger | None = None,
-    tenant: str = "default",
-) -> BatchDiagnoseResponse:
-    if len(body.students) > settings.max_batch_size:
-        raise InputError(("body", "students"), [f"at most {settings.max_batch_size} students per batch"])
-    q = resolve_qmatrix(body, qmatrices)
-    for n, student in enumerate(body.students):
-        _check_items(q, student.responses, ("body", "students", n))
-    aggregator = _aggregator(body, q, calibrations, settings, list(body.entities or pipeline.entities))
-    if body.entities is not None:
-        try:
-            pipeline.select(body.entities)
-        except UnknownEntities as exc:
-            raise InputError(("body", "entities"), [str(exc)]) from exc
-    if body.epsilon == "none" and not settings.allow_unnoised:
-        raise InputError(("body", "epsilon"), ['"none" would release raw answers; this server refuses it'])
-    gate = asyncio.Semaphore(settings.batch_concurrency)
-
-    async def one(student: StudentIn) -> DiagnoseResponse | BatchError:
-        async with gate:
-            try:
-                return await _run(pipeline, body, q, student, aggregator, settings, ledger, tenant)
-            except AllEntitiesFailed as exc:
-                detail = {"message": str(exc), "entities": [{"name": o.name, "error": o.error} for o in exc.outcomes]}
-                return BatchError(student_id=student.student_id, status_code=503, detail=detail)
-            except BudgetExceeded as exc:
-                return BatchError(student_id=student.student_id, status_code=429, detail=str(exc))
-
-    outcomes = await asyncio.gather(*(one(s) for s in body.students))
-    results = [o for o in outcomes if isinstance(o, DiagnoseResponse)]
-    errors = [o for o in outcomes if isinstance(o, BatchError)]
-    return BatchDiagnoseResponse(results=results, errors=errors, count=len(results))

@@ -28,8 +28,8 @@ log = logging.getLogger("fedcd.jobs")
 class JobContext:
     """What a running job can do: read its finished units, record new ones, report progress."""
 
-    def __init__(self, sessions: sessionmaker, job_id: str) -> None:
-        self.sessions, self.job_id = sessions, job_id
+    def __init__(self, sessions: sessionmaker, job_id: str, tenant: str) -> None:
+        self.sessions, self.job_id, self.tenant = sessions, job_id, tenant
 
     def finished_items(self) -> dict[int, Any]:
         with self.sessions() as session:
@@ -69,11 +69,11 @@ class JobRunner:
     def register(self, kind: str, handler: JobHandler) -> None:
         self.handlers[kind] = handler
 
-    def submit(self, kind: str, request: dict[str, Any]) -> str:
+    def submit(self, kind: str, request: dict[str, Any], *, tenant: str) -> str:
         job_id = uuid.uuid4().hex
         with self.sessions.begin() as session:
-            session.add(JobRow(id=job_id, kind=kind, status="queued", request_json=json.dumps(request)))
-        self._start(job_id, kind, request)
+            session.add(JobRow(id=job_id, tenant=tenant, kind=kind, status="queued", request_json=json.dumps(request)))
+        self._start(job_id, kind, request, tenant)
         return job_id
 
     def has_active(self, kind: str) -> bool:
@@ -82,15 +82,17 @@ class JobRunner:
                 select(JobRow.id).where(JobRow.kind == kind, JobRow.status.in_(("queued", "running"))).limit(1)
             ) is not None
 
-    def get(self, job_id: str) -> JobRow | None:
+    def get(self, job_id: str, *, tenant: str) -> JobRow | None:
+        """The tenant's job; another tenant's job is not found."""
         with self.sessions() as session:
-            return session.get(JobRow, job_id)
+            row = session.get(JobRow, job_id)
+        return row if row is not None and row.tenant == tenant else None
 
-    def _start(self, job_id: str, kind: str, request: dict[str, Any]) -> None:
-        self._tasks[job_id] = asyncio.create_task(self._run(job_id, kind, request), name=f"job-{job_id}")
+    def _start(self, job_id: str, kind: str, request: dict[str, Any], tenant: str) -> None:
+        self._tasks[job_id] = asyncio.create_task(self._run(job_id, kind, request, tenant), name=f"job-{job_id}")
 
-    async def _run(self, job_id: str, kind: str, request: dict[str, Any]) -> None:
-        context = JobContext(self.sessions, job_id)
+    async def _run(self, job_id: str, kind: str, request: dict[str, Any], tenant: str) -> None:
+        context = JobContext(self.sessions, job_id, tenant)
         context._update(status="running")
         try:
             outcome = await self.handlers[kind](request, context)
@@ -119,13 +121,13 @@ class JobRunner:
             if row.id in self._tasks:
                 continue
             if row.kind not in self.handlers:
-                JobContext(self.sessions, row.id)._update(
+                JobContext(self.sessions, row.id, row.tenant)._update(
                     status="failed", error=f"cut off by a restart; job kind '{row.kind}' is no longer available"
                 )
                 continue
-            JobContext(self.sessions, row.id)._update(resumed=row.resumed + 1)
+            JobContext(self.sessions, row.id, row.tenant)._update(resumed=row.resumed + 1)
             log.info("resuming job %s (%s) after a restart: %d/%d done", row.id, row.kind, row.done, row.total)
-            self._start(row.id, row.kind, json.loads(row.request_json))
+            self._start(row.id, row.kind, json.loads(row.request_json), row.tenant)
             resumed.append(row.id)
         return resumed
 

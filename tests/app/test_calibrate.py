@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from app.db import JobRow, make_sessionmaker
+from app.db import Database, JobRow
 from providers import PromptContext
 from providers.simulated import observed_proportions
 from tests.app.conftest import make_client
@@ -62,7 +62,7 @@ def test_calibrate_then_diagnose_uses_the_calibration(tmp_path: Path) -> None:
         assert any("proportion correct" in n for n in job["notes"])  # truth absent: the paper's rule, said so
         record = client.get(f"/v1/calibrations/{cal_id}").json()
         assert record["method"] == "bias" and record["version"] == 1 and record["truth_source"] == "proportion-correct"
-        assert record["residuals"]["over"]["Add and subtract fractions"] > 0.1
+        assert record["params"]["residuals"]["over"]["Add and subtract fractions"] > 0.1
         # Assert: a diagnosis now uses the latest calibration, echoes its id, and is closer to the truth.
         body = {"student_id": "t", "qmatrix_id": Q_ID, "epsilon": "none",
                 "responses": [{"item_id": "q01", "correct": True}, {"item_id": "q02", "correct": False}]}
@@ -77,7 +77,7 @@ def test_stacking_calibration_weights_entities(tmp_path: Path) -> None:
         r = client.post("/v1/calibrate", json={"qmatrix_id": Q_ID, "records": _records(25), "epsilon": "none", "method": "stacking"})
         job = _wait(client, r.json()["job_id"])
         record = client.get(f"/v1/calibrations/{job['calibration_id']}").json()
-    weights = record["weights"]["Add and subtract fractions"]
+    weights = record["params"]["weights"]["Add and subtract fractions"]
     assert weights["good"] > 0.9 and weights["flat"] == 0.0
 
 
@@ -107,12 +107,13 @@ def test_calibrate_on_a_simulated_dataset_split(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     "body,field",
     [
-        ({"qmatrix_id": "nope", "records": _records(1)}, "qmatrix_id"),
         ({"records": _records(1)}, "qmatrix_id"),
         ({"qmatrix_id": Q_ID, "records": [{"student_id": "a", "responses": [{"item_id": "zz", "correct": True}]}]}, "responses"),
         ({"qmatrix_id": Q_ID, "records": _records(1), "entities": ["ghost"]}, "entities"),
         ({"qmatrix_id": Q_ID, "records": _records(1), "method": "magic"}, "method"),
         ({"dataset": {"name": "no-such-dataset"}}, "name"),
+        ({"dataset": {"name": "/etc"}}, "name"),  # never a path from a request
+        ({"dataset": {"name": "../shared/data/frcsub"}}, "name"),
         ({"qmatrix_id": Q_ID, "records": [{**_records(1)[0], "truth": {"Add and subtract fractions": 2}}]}, "truth"),
     ],
 )
@@ -120,6 +121,11 @@ def test_bad_calibrate_input_is_422_naming_the_field(client: TestClient, body: d
     r = client.post("/v1/calibrate", json=body)
     assert r.status_code == 422, r.text
     assert field in r.text
+
+
+def test_an_unknown_qmatrix_is_404(client: TestClient) -> None:
+    r = client.post("/v1/calibrate", json={"qmatrix_id": "nope", "records": _records(1)})
+    assert r.status_code == 404 and r.json()["detail"][0]["loc"] == ["body", "qmatrix_id"]
 
 
 def test_unknown_job_and_calibration_are_404(client: TestClient) -> None:
@@ -135,7 +141,7 @@ def test_a_job_cut_off_by_a_restart_resumes_where_it_stopped(tmp_path: Path) -> 
         deadline = time.monotonic() + 10
         while client.get(f"/v1/calibrate/{job_id}").json()["progress"]["done"] < 6 and time.monotonic() < deadline:
             time.sleep(0.01)
-    sessions = make_sessionmaker(tmp_path)
+    sessions = Database(f"sqlite:///{tmp_path / 'fedcd.db'}").sessions
     with sessions() as session:
         row = session.get(JobRow, job_id)
         assert row is not None and row.status == "running" and 6 <= row.done < 40
@@ -153,11 +159,11 @@ def test_a_job_cut_off_by_a_restart_resumes_where_it_stopped(tmp_path: Path) -> 
 
 
 def test_a_job_that_cannot_resume_is_failed_with_a_reason(tmp_path: Path, fakes: dict[str, FakeEntity]) -> None:
-    sessions = make_sessionmaker(tmp_path)
+    sessions = Database(f"sqlite:///{tmp_path / 'fedcd.db'}").sessions
     with sessions.begin() as session:
-        session.add(JobRow(id="old", kind="retired-kind", status="running", request_json="{}"))
+        session.add(JobRow(id="old", tenant="default", kind="retired-kind", status="running", request_json="{}"))
     with make_client(tmp_path, fakes) as client:
-        row = client.app.state.jobs.get("old")  # type: ignore[attr-defined]
+        row = client.app.state.jobs.get("old", tenant="default")  # type: ignore[attr-defined]
     assert row.status == "failed" and "restart" in row.error
 
 
@@ -170,9 +176,9 @@ def test_first_start_fits_a_default_calibration_and_later_starts_reuse_it(tmp_pa
             time.sleep(0.05)
             listing = client.get(f"/v1/calibrations?qmatrix_id={Q_ID}").json()
         record = listing["data"][0]
-        assert record["method"] == "posterior" and record["truth_source"] == "simulated-true-mastery"
-        assert record["priors"] and record["entity_error_sd"]["good"] < record["entity_error_sd"]["flat"]
-        assert record["n_students"] == 8
+        assert record["method"] == "stacking" and record["truth_source"] == "simulated-true-mastery"
+        assert record["params"]["pooled_weights"]["good"] > record["params"]["pooled_weights"]["flat"]
+        assert record["n_students"] == 8 and record["mechanism"] == "piecewise" and record["epsilon"] == 32.0
     with make_client(tmp_path, entities, default_calibration=True, default_calibration_students=40) as client:
         time.sleep(0.2)
         assert client.get(f"/v1/calibrations?qmatrix_id={Q_ID}").json()["count"] == 1
@@ -180,15 +186,15 @@ def test_first_start_fits_a_default_calibration_and_later_starts_reuse_it(tmp_pa
 
 def test_calibration_parameters_are_released_with_dp_and_charged(tmp_path: Path) -> None:
     entities = {"over": FakeEntity("over", biased(0.2))}
-    with make_client(tmp_path, entities, privacy_cap_epsilon=10.0) as client:
+    with make_client(tmp_path, entities, privacy_cap_epsilon=10.0, tenant="school") as client:
         body = {"qmatrix_id": Q_ID, "records": _records(30), "epsilon": "none", "method": "bias", "release_epsilon": 4.0}
-        job = _wait(client, client.post("/v1/calibrate", json=body, headers={"X-Tenant-ID": "school"}).json()["job_id"])
+        job = _wait(client, client.post("/v1/calibrate", json=body).json()["job_id"])
         assert job["status"] == "succeeded", job
         assert any("differential privacy" in n for n in job["notes"])
         assert not any("Released without noise" in n for n in job["notes"])
-        assert client.get("/v1/privacy/students/v3", headers={"X-Tenant-ID": "school"}).json()["spent_epsilon"] == 4.0
+        assert client.get("/v1/privacy/students/v3").json()["spent_epsilon"] == 4.0
         # the residual is noisy but still near the true bias (30 students, ε = 4 over 6 statistics)
-        residual = client.get(f"/v1/calibrations/{job['calibration_id']}").json()["residuals"]["over"]["Add and subtract fractions"]
+        residual = client.get(f"/v1/calibrations/{job['calibration_id']}").json()["params"]["residuals"]["over"]["Add and subtract fractions"]
         assert -1.0 <= residual <= 1.0
 
 
@@ -208,6 +214,6 @@ def test_isotonic_stacking_through_the_api(tmp_path: Path) -> None:
         job = _wait(client, client.post("/v1/calibrate", json=body).json()["job_id"])
         assert job["status"] == "succeeded", job
         record = client.get(f"/v1/calibrations/{job['calibration_id']}").json()
-        assert record["isotonic"]["good"] and any("isotonic" in n for n in record["notes"])
+        assert record["params"]["isotonic"]["good"] and any("isotonic" in n for n in record["notes"])
         r = client.post("/v1/calibrate", json={**body, "method": "bias"})
         assert r.status_code == 422 and "isotonic" in r.text

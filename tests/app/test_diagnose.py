@@ -105,11 +105,11 @@ def test_unknown_qmatrix_is_404_and_both_or_neither_is_422(client: TestClient) -
     assert r.status_code == 422 and "qmatrix" in r.text
 
 
-def test_unknown_entity_and_calibration_are_422(client: TestClient) -> None:
+def test_unknown_entity_is_422_and_unknown_calibration_404(client: TestClient) -> None:
     r = client.post("/v1/diagnose", json={**BODY, "entities": ["ghost"]})
     assert r.status_code == 422 and "ghost" in r.text and r.json()["detail"][0]["loc"] == ["body", "entities"]
     r = client.post("/v1/diagnose", json={**BODY, "calibration_id": "cal-x"})
-    assert r.status_code == 422 and "calibration_id" in r.text
+    assert r.status_code == 404 and r.json()["detail"][0]["loc"] == ["body", "calibration_id"]
 
 
 def test_all_entities_failed_is_503_with_reasons(failing_client: TestClient) -> None:

@@ -11,6 +11,7 @@ from fastapi.testclient import TestClient
 from app import Settings, create_app
 from federated import ModelRegistry, default_model_if_missing, train_federated
 from qmatrix import QMatrix, simulate_dina
+from tests.conftest import auth_headers
 
 SIM = {"name": "sim:confident", "kind": "simulated", "simulated_style": "confident", "seed": 1}
 OTHER = QMatrix.from_matrix(id="other-q", concepts=["x", "y"], item_ids=["o1", "o2", "o3"],
@@ -27,7 +28,8 @@ def registry(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def _client(tmp_path: Path, registry: Path, *extra: dict[str, object]) -> TestClient:
     entity = {"name": "local-fed", "kind": "local_fed", "model": "federated-cdm", "model_path": str(registry)}
     settings = Settings(state_dir=tmp_path, entities=[entity, *extra], preload_models=True, default_calibration=False, privacy_cap_epsilon=1e6)  # type: ignore[list-item]
-    return TestClient(create_app(settings))
+    app = create_app(settings)
+    return TestClient(app, headers=auth_headers(app))
 
 
 def _body(qmatrix_id: str, items: tuple[str, ...], student: str = "s") -> dict[str, object]:
@@ -114,7 +116,7 @@ def test_no_local_model_is_404(client: TestClient) -> None:
 
 def test_first_start_trains_the_default_model_once(tmp_path: Path) -> None:
     settings = Settings(state_dir=tmp_path, entities=None, default_calibration=False, preload_models=False)
-    from app.main import train_default_model
+    from app.bootstrap import train_default_model
     import asyncio
 
     asyncio.run(train_default_model(settings))

@@ -8,6 +8,7 @@ from pathlib import Path
 from fastapi.testclient import TestClient
 
 from app import Settings, create_app
+from tests.conftest import auth_headers
 from tests.providers.wire_servers import WireServer, success
 
 STUDENT = "alice-liddell-4411"
@@ -17,7 +18,8 @@ ANSWER = "My name is Alice Liddell and I think it is 11/15"
 def _client(tmp_path: Path, server: WireServer, **settings: object) -> TestClient:
     entity = {"name": "stub", "kind": "openai_compatible", "base_url": f"{server.url}/v1", "model": "stub-model", "max_attempts": 1}
     config = Settings(state_dir=tmp_path, entities=[entity], preload_models=False, default_calibration=False, allow_unnoised=True, **settings)  # type: ignore[arg-type]
-    return TestClient(create_app(config))
+    app = create_app(config)
+    return TestClient(app, headers=auth_headers(app))
 
 
 def _diagnose(client: TestClient) -> None:

@@ -41,13 +41,20 @@ def test_posterior_calibration_is_fitted_on_clean_answers_and_used_automatically
         job = _wait(client, client.post("/v1/calibrate", json={"qmatrix_id": Q_ID, "records": _records(30), "method": "posterior", "epsilon": 2.0}).json()["job_id"])
         assert job["status"] == "succeeded", job
         record = client.get(f"/v1/calibrations/{job['calibration_id']}").json()
-        assert record["method"] == "posterior" and record["epsilon"] is None
-        assert record["entity_error_sd"]["good"] < record["entity_error_sd"]["off"]
-        assert set(record["priors"]) <= {"Add and subtract fractions", "Multiply and divide fractions", "Integer arithmetic with negatives",
+        # the record keeps the noise diagnoses will use (the server's default mechanism at the requested ε) ...
+        assert record["method"] == "posterior" and record["epsilon"] == 2.0 and record["mechanism"] == "piecewise"
+        # ... while τ is fitted on the clean answers (the off entity is 0.3 off, with no noise in between)
+        params = record["params"]
+        assert params["entity_error_sd"]["good"] < 0.05 < 0.2 < params["entity_error_sd"]["off"]
+        assert set(params["priors"]) <= {"Add and subtract fractions", "Multiply and divide fractions", "Integer arithmetic with negatives",
                                           "Order of operations", "Solve one-step linear equations", "Solve two-step linear equations"}
         time.sleep(0.01)
         body = client.post("/v1/diagnose", json=BODY).json()
         assert body["aggregation"] == "posterior" and body["calibration_id"] == record["id"]
-        assert body["mastery_interval"] is not None
+        assert body["mastery_interval"] is not None and body["calibration_mismatch"] is None
+        other = client.post("/v1/diagnose", json={**BODY, "student_id": "s3", "mechanism": "laplace", "epsilon": 4.0}).json()
+        assert other["calibration_mismatch"] == {
+            "mechanism": {"calibrated": "piecewise", "served": "laplace"}, "epsilon": {"calibrated": 2.0, "served": 4.0}
+        }
         plain = client.post("/v1/diagnose", json={**BODY, "aggregation": "mean", "student_id": "s2"}).json()
         assert plain["aggregation"] == "mean" and plain["calibration_id"] is None

@@ -9,8 +9,9 @@ import httpx
 import pytest
 
 from app import Settings, create_app
+from tests.conftest import auth_headers
 from providers import EntityRejected
-from tests.conftest import make_client
+from tests.conftest import bearer, make_client
 from tests.factories import FakeEntity
 
 Q = "example-prealgebra"
@@ -51,12 +52,21 @@ def test_an_identical_request_in_the_window_gets_the_same_answer_for_free(tmp_pa
         assert c["budget"]["repeat"] is False  # outside the window: a new query with fresh noise, charged
 
 
-def test_tenants_have_separate_budgets(tmp_path: Path, fakes) -> None:  # type: ignore[no-untyped-def]
+def test_tenants_come_from_keys_and_no_header_resets_a_budget(tmp_path: Path, fakes) -> None:  # type: ignore[no-untyped-def]
     with make_client(tmp_path, fakes, privacy_cap_epsilon=2.0) as client:
-        assert client.post("/v1/diagnose", json=_body(1), headers={"X-Tenant-ID": "school-a"}).status_code == 200
-        assert client.post("/v1/diagnose", json=_body(2), headers={"X-Tenant-ID": "school-a"}).status_code == 429
-        assert client.post("/v1/diagnose", json=_body(2), headers={"X-Tenant-ID": "school-b"}).status_code == 200
-        assert client.get("/v1/privacy/students/s1", headers={"X-Tenant-ID": "school-b"}).json()["spent_epsilon"] == 2.0
+        school_a = bearer(client, tenant="school-a")
+        school_b = bearer(client, tenant="school-b")
+        assert client.post("/v1/diagnose", json=_body(1), headers=school_a).status_code == 200
+        # The old tenant header (or any other) changes nothing: the key's tenant pays.
+        for header in ({"X-Tenant-ID": "school-b"}, {"X-Tenant-ID": "fresh"}, {"X-Tenant": "x"}):
+            r = client.post("/v1/diagnose", json=_body(2), headers={**school_a, **header})
+            assert r.status_code == 429, r.text
+            assert "s1" not in r.json()["detail"]  # the refusal names no student
+        # Tenant B's student s1 is another person: its own budget, and B cannot see A's ledger.
+        assert client.post("/v1/diagnose", json=_body(2), headers=school_b).status_code == 200
+        assert client.get("/v1/privacy/students/s1", headers=school_b).json()["spent_epsilon"] == 2.0
+        a = client.post("/v1/privacy/lookup", json={"student_id": "s1"}, headers=school_a).json()
+        assert a["tenant"] == "school-a" and a["spent_epsilon"] == 2.0 and a["queries"] == 1
 
 
 def test_nothing_is_spent_when_every_entity_failed(tmp_path: Path) -> None:
@@ -88,7 +98,7 @@ async def test_concurrent_requests_never_overspend(tmp_path: Path) -> None:
     app = create_app(settings, entities={"a": FakeEntity("a", 0.5, delay_s=0.001)})
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+        async with httpx.AsyncClient(transport=transport, base_url="http://test", headers=auth_headers(app)) as client:
             replies = await asyncio.gather(*(client.post("/v1/diagnose", json=_body(n)) for n in range(200)))
             status = (await client.get("/v1/privacy/students/s1")).json()
     codes = [r.status_code for r in replies]

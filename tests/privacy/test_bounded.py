@@ -207,7 +207,9 @@ def test_same_seed_same_release() -> None:
         {"epsilon": 1.0, "dimension": 1.5},
         {"epsilon": 1.0, "dimension": True},
         {"epsilon": 1.0, "dimension": 1, "clip_output": "yes"},
-        {"epsilon": 1000.0, "dimension": 1},  # e^ε overflows
+        {"epsilon": 1000.5, "dimension": 1},  # ε per concept above EPSILON_MAX
+        {"epsilon": 1e-3, "dimension": 2_000_000},  # above DIMENSION_MAX
+        {"epsilon": 1e-300, "dimension": 1},  # ε per concept below COORDINATE_EPSILON_MIN
     ],
 )
 def test_invalid_parameters_are_refused(kwargs: dict) -> None:

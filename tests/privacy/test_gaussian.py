@@ -16,6 +16,7 @@ from privacy.gaussian import (
 )
 from privacy.mechanisms import make_rng
 from privacy.sampling import RELEASE_GRID
+from privacy.ranges import DELTA_MAX, EPSILON_MAX
 
 
 def _phi(x: float) -> float:
@@ -60,7 +61,7 @@ def test_sigma_matches_independent_algorithm(epsilon: float, delta: float) -> No
     assert ours == pytest.approx(_balle_wang_algorithm_1(epsilon, delta, 1.0), rel=1e-7)
 
 
-@pytest.mark.parametrize("epsilon,delta", [(0.1, 1e-5), (1.0, 1e-6), (4.0, 1e-9), (0.01, 0.2)])
+@pytest.mark.parametrize("epsilon,delta", [(0.1, 1e-5), (1.0, 1e-6), (4.0, 1e-9), (0.01, DELTA_MAX)])
 def test_condition_holds_with_equality(epsilon: float, delta: float) -> None:
     sigma = analytic_gaussian_sigma(epsilon=epsilon, delta=delta, sensitivity=2.5)
     assert gaussian_delta(epsilon=epsilon, sigma=sigma, sensitivity=2.5) <= delta
@@ -100,7 +101,7 @@ def test_for_vector_uses_sqrt_d_and_describes_itself() -> None:
 def test_release_law_clipping_masses_and_grid() -> None:
     # Prepare: n values at ½ with Δ2 = √n; ε chosen so σ is moderate.
     n = 20_000
-    mechanism = AnalyticGaussianMechanism.for_vector(epsilon=2000.0, delta=1e-5, dimension=n)
+    mechanism = AnalyticGaussianMechanism.for_vector(epsilon=EPSILON_MAX, delta=1e-5, dimension=n)
     sigma = mechanism.sigma
     assert 0.1 < sigma < 10
     # Execute

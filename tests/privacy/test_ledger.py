@@ -53,7 +53,7 @@ def test_cap_refuses_the_query_that_would_exceed_it_with_a_clear_message(db: Pat
 
     error = info.value
     assert (error.tenant, error.student_id, error.spent, error.cap, error.requested) == (T, S, 2.5, 2.5, 0.5)
-    assert str(error).startswith(f"privacy budget for student {S!r} (tenant {T!r}) is spent: ε=2.5 of 2.5 used")
+    assert str(error).startswith("this student's privacy budget is spent: ε=2.5 of 2.5 used") and S not in str(error)
     assert ledger.status(T, S) == {
         "tenant": T, "student_id": S, "accountant": "basic", "spent_epsilon": 2.5, "spent_delta": 0.0,
         "cap_epsilon": 2.5, "cap_delta": 0.0, "remaining_epsilon": 0.0, "remaining_delta": 0.0, "queries": 5,
@@ -413,3 +413,20 @@ def test_charge_all_is_all_or_nothing(db: Path) -> None:
     ledger.settle_all(charges, released=None)  # nothing released: refunded
     assert ledger.status(T, "a")["spent_epsilon"] == 0.0
     ledger.close()
+
+
+def test_pending_charges_of_dead_owners_are_refunded_and_live_ones_kept(tmp_path: Path) -> None:
+    dead = PrivacyLedger(tmp_path, cap_epsilon=10.0, owner="dead-process")
+    pending = dead.charge(tenant=T, student_id=S, epsilon=1.0, mechanism="laplace", request_fingerprint="fp")
+    answered = dead.charge(tenant=T, student_id=S, epsilon=1.0, mechanism="laplace")
+    dead.store_answer(answered.id, '{"a": 1}')
+    live = PrivacyLedger(tmp_path, cap_epsilon=10.0, owner="live-process")
+    mine = live.charge(tenant=T, student_id=S, epsilon=1.0, mechanism="laplace")
+    assert live.settle_orphans(live_owners={live.owner}) == 1
+    assert live.get_charge(pending.id).status == "refunded"
+    assert live.get_charge(answered.id).status == "released" and live.get_charge(mine.id).status == "charged"
+    assert live.status(T, S)["spent_epsilon"] == 2.0
+    # the identical request is a new query now, not a wait on a reservation nobody will fill
+    again = live.charge(tenant=T, student_id=S, epsilon=1.0, mechanism="laplace", request_fingerprint="fp")
+    assert again.repeat is False
+    assert live.settle_orphans(live_owners={live.owner}) == 0

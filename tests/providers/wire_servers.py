@@ -18,6 +18,8 @@ milliseconds and cannot leak an event loop into the async tests that use it.
 from __future__ import annotations
 
 import json
+import socket
+import struct
 import threading
 import uuid
 from collections import deque
@@ -31,9 +33,12 @@ __all__ = [
     "GROQ_PATH",
     "OPENAI_PATH",
     "Behaviour",
+    "CutOff",
     "Delay",
+    "EchoCredentials",
     "RawBody",
     "RecordedRequest",
+    "Reset",
     "Status",
     "Success",
     "WireServer",
@@ -94,7 +99,31 @@ class Delay:
     then: Behaviour
 
 
-Behaviour = Success | Status | RawBody | Delay
+@dataclass(frozen=True)
+class Reset:
+    """Read the request, then abort the connection with a TCP reset: no reply at all."""
+
+
+@dataclass(frozen=True)
+class CutOff:
+    """Start a well-formed 200 reply carrying ``content``, then close the socket, as a crashing server does.
+
+    ``body_bytes=0`` closes right after the headers; otherwise after that many bytes of the body
+    (the headers promise the whole body's Content-Length).
+    """
+
+    content: str = "{}"
+    body_bytes: int = 0
+
+
+@dataclass(frozen=True)
+class EchoCredentials:
+    """An HTTP error whose message quotes the request's credential headers, as a misconfigured proxy might."""
+
+    code: int = 401
+
+
+Behaviour = Success | Status | RawBody | Delay | Reset | CutOff | EchoCredentials
 
 
 def success(content: str | dict[str, Any]) -> Success:
@@ -244,8 +273,31 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_json(200, _success_body(protocol, behaviour, model))
         elif isinstance(behaviour, Status):
             self._send_json(behaviour.code, _error_body(protocol, behaviour), extra=behaviour.headers)
-        else:
+        elif isinstance(behaviour, RawBody):
             self._send(behaviour.code, behaviour.body, behaviour.content_type)
+        elif isinstance(behaviour, EchoCredentials):
+            echoed = {k: v for k, v in self.headers.items() if k.lower() in ("authorization", "x-api-key")}
+            status = Status(behaviour.code, f"invalid credentials; request headers were {echoed}")
+            self._send_json(behaviour.code, _error_body(protocol, status))
+        elif isinstance(behaviour, Reset):
+            # SO_LINGER with a zero timeout turns close() into an RST instead of an orderly FIN.
+            self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            self.connection.close()
+            self.close_connection = True
+        else:
+            self._cut_off(behaviour, protocol, model)
+
+    def _cut_off(self, behaviour: CutOff, protocol: WireProtocol, model: str) -> None:
+        body = json.dumps(_success_body(protocol, Success(behaviour.content), model)).encode()
+        try:
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body[: min(behaviour.body_bytes, len(body) - 1)])
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+        self.close_connection = True  # the server closes the socket with the body incomplete
 
     def _send_json(self, code: int, payload: Any, *, extra: tuple[tuple[str, str], ...] = ()) -> None:
         self._send(code, json.dumps(payload).encode(), "application/json", extra=extra)

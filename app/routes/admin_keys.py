@@ -1,0 +1,43 @@
+"""API keys of the caller's tenant, for admin keys (the operator's CLI, ``fedcd keys``, manages any tenant)."""
+
+from __future__ import annotations
+
+import asyncio
+
+from fastapi import APIRouter, Response, status
+
+from app.deps import AdminDep, KeyStoreDep
+from app.errors import InputError
+from app.routes.responses import ADMIN_ERRORS
+from app.schemas import KeyCreate, KeyCreated, KeyList, KeyPublic
+
+router = APIRouter(prefix="/v1/admin/keys", tags=["admin"])
+
+
+@router.post("", status_code=status.HTTP_201_CREATED, response_model=KeyCreated, responses=ADMIN_ERRORS)
+async def create_key(body: KeyCreate, keys: KeyStoreDep, principal: AdminDep) -> KeyCreated:
+    """A new key for the admin's own tenant; the key is in this response only."""
+    if body.tenant is not None and body.tenant != principal.tenant:
+        raise InputError(("body", "tenant"), ["an admin key manages its own tenant's keys only"], status_code=403)
+    new = await asyncio.to_thread(
+        lambda: keys.create(tenant=principal.tenant, role=body.role, expires_days=body.expires_days,
+                            created_by=principal.key_id)
+    )
+    return KeyCreated(tenant=new.tenant, role=new.role, key_id=new.key_id, api_key=new.api_key, expires_at=new.expires_at)
+
+
+@router.get("", response_model=KeyList, responses=ADMIN_ERRORS)
+async def read_keys(keys: KeyStoreDep, principal: AdminDep) -> KeyList:
+    """The tenant's keys (ids, roles, dates; never the keys)."""
+    data = [KeyPublic(**vars(k)) for k in await asyncio.to_thread(keys.list, principal.tenant)]
+    return KeyList(data=data, count=len(data))
+
+
+@router.delete("/{key_id}", status_code=status.HTTP_204_NO_CONTENT, responses={
+    **ADMIN_ERRORS, 404: {"description": "no such key in the tenant"},
+})
+async def delete_key(key_id: str, keys: KeyStoreDep, principal: AdminDep) -> Response:
+    """Revoke a key; it fails from the next request on."""
+    if not await asyncio.to_thread(keys.revoke, key_id, tenant=principal.tenant):
+        raise InputError(("path", "key_id"), [f"unknown key id '{key_id}'"], status_code=404)
+    return Response(status_code=status.HTTP_204_NO_CONTENT)

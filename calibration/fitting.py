@@ -1,0 +1,144 @@
+"""The one way a calibration is fitted: ``/v1/calibrate`` jobs and the evaluation's ``served`` row both
+run their validation students through these functions.
+
+1. :func:`answer_validation_student` runs one student through the diagnosis pipeline at exactly the
+   noise level diagnoses will use (mechanism, ε, sensitivity), and — for methods that fit on clean
+   answers (the posterior's τ) — once more without noise. The pipeline's entities should be wrapped
+   in ``providers.wrappers.Cached`` *beneath* the privacy wrapper, so the entity answers once and
+   each release is privatized afresh.
+2. :func:`validation_set` gathers the answered students into a :class:`ValidationSet`.
+3. ``Calibrator.fit`` fits it (optionally with a DP release), and :func:`calibration_record` writes
+   the record, which stores the noise level it was fitted for.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from calibration.calibrators import FittedCalibration
+from calibration.record import CalibrationRecord
+from calibration.validation import Predictions, Truth, ValidationSet
+from diagnosis import (
+    AllEntitiesFailed,
+    DiagnosisPipeline,
+    DiagnosisRequest,
+    EntityOutcome,
+    MechanismDescription,
+    NoiseLevel,
+)
+from qmatrix import QMatrix, Response
+
+__all__ = ["ValidationAnswer", "answer_validation_student", "calibration_record", "validation_set"]
+
+
+@dataclass
+class ValidationAnswer:
+    """One validation student's entity answers, released at the calibration's noise level."""
+
+    answers: dict[str, dict[str, float]]
+    mechanism: dict[str, object]  # the public description of the noise the answers went through
+    truth: dict[str, float]
+    clean: dict[str, dict[str, float]] | None = None  # only for methods that fit on clean answers
+    failed: list[str] = field(default_factory=list)  # entities that failed for this student
+
+    def to_json(self) -> dict[str, Any]:
+        return {"answers": self.answers, "mechanism": self.mechanism, "truth": self.truth, "clean": self.clean,
+                "failed": self.failed}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> ValidationAnswer:
+        return cls(answers=data["answers"], mechanism=data["mechanism"], truth=data["truth"], clean=data.get("clean"),
+                   failed=list(data.get("failed", [])))
+
+
+async def _answers(pipeline: DiagnosisPipeline, request: DiagnosisRequest) -> list[EntityOutcome]:
+    try:
+        return (await pipeline.diagnose(request)).entities
+    except AllEntitiesFailed as exc:
+        return exc.outcomes
+
+
+async def answer_validation_student(
+    pipeline: DiagnosisPipeline,
+    *,
+    qmatrix: QMatrix,
+    student_id: str,
+    responses: Sequence[Response],
+    truth: Mapping[str, float],
+    noise: NoiseLevel,
+    keep_clean: bool,
+    entities: Sequence[str] | None = None,
+) -> ValidationAnswer:
+    """The entities' answers for one validation student at ``noise`` (and clean, with ``keep_clean``);
+    ``truth`` is kept for the concepts the responses assess."""
+
+    def request(level: NoiseLevel) -> DiagnosisRequest:
+        return DiagnosisRequest(
+            student_id=student_id, qmatrix=qmatrix, responses=responses, epsilon=level.epsilon,
+            mechanism=level.mechanism, sensitivity=level.sensitivity,  # type: ignore[arg-type]
+            delta=level.delta, entities=entities,
+        )
+
+    served = request(noise)
+    outcomes = await _answers(pipeline, served)
+    clean = None
+    if keep_clean:
+        clean_outcomes = outcomes if noise.noiseless else await _answers(pipeline, request(NoiseLevel(sensitivity=noise.sensitivity)))
+        clean = {o.name: o.mastery for o in clean_outcomes if o.mastery is not None}
+    assessed = set(qmatrix.concepts_for([r.item_id for r in responses]))
+    return ValidationAnswer(
+        answers={o.name: o.mastery for o in outcomes if o.mastery is not None},
+        mechanism=pipeline.mechanism_for(served).describe(),
+        truth={c: float(v) for c, v in truth.items() if c in assessed},
+        clean=clean,
+        failed=[o.name for o in outcomes if o.status == "failed"],
+    )
+
+
+def validation_set(students: Sequence[ValidationAnswer], *, keep_clean: bool) -> ValidationSet:
+    """The students with at least one answer and some truth, as a :class:`ValidationSet`."""
+    usable = [s for s in students if s.answers and s.truth]
+    if not usable:
+        raise ValueError("no validation student got an answer from any entity")
+    answers: list[Predictions] = [s.answers for s in usable]
+    truths: list[Truth] = [s.truth for s in usable]
+    mechanisms: list[MechanismDescription] = [s.mechanism for s in usable]
+    if not keep_clean:
+        return ValidationSet(answers=answers, truths=truths, clean=None, mechanisms=mechanisms)
+    missing = sum(1 for s in usable if s.clean is None)
+    if missing:
+        raise ValueError(f"{missing} validation students have no clean answers, which this method fits on")
+    return ValidationSet(answers=answers, truths=truths, clean=[s.clean or {} for s in usable], mechanisms=mechanisms)
+
+
+def calibration_record(
+    fitted: FittedCalibration,
+    *,
+    record_id: str,
+    qmatrix_id: str,
+    entities: Sequence[str],
+    noise: NoiseLevel,
+    truth_source: str,
+    n_students: int,
+    version: int,
+    notes: Sequence[str] = (),
+) -> CalibrationRecord:
+    """The record of a fitted calibration; it stores ``noise``, the level diagnoses are expected to use."""
+    return CalibrationRecord(
+        id=record_id,
+        qmatrix_id=qmatrix_id,
+        params=fitted.params,
+        entities=sorted(entities),
+        epsilon=noise.epsilon,
+        sensitivity=noise.sensitivity,
+        mechanism="none" if noise.noiseless else noise.mechanism,
+        delta=noise.delta,
+        truth_source=truth_source,
+        n_students=n_students,
+        version=version,
+        metrics=dict(fitted.metrics),
+        notes=[*fitted.notes, *notes],
+    )
+

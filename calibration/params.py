@@ -1,0 +1,126 @@
+"""The fitted parameters of each calibration method, one type per method, each building its own aggregator.
+
+A :class:`CalibrationRecord <calibration.record.CalibrationRecord>` holds exactly one of these, so a
+record never carries fields of a method it is not. ``PARAMS_BY_METHOD`` maps the stored method name
+back to its type when a record is read.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import asdict, dataclass, field
+from typing import Any, ClassVar
+
+from diagnosis import (
+    DEFAULT_ALPHA,
+    DEFAULT_ENTITY_ERROR_SD,
+    Aggregator,
+    BetaPrior,
+    CalibrationTag,
+    PosteriorAggregator,
+    ResidualAggregator,
+    StackingAggregator,
+)
+from diagnosis.posterior import Estimate
+
+__all__ = [
+    "PARAMS_BY_METHOD",
+    "BiasParams",
+    "CalibrationParams",
+    "PaperParams",
+    "PosteriorParams",
+    "StackingParams",
+    "params_from_json",
+]
+
+
+class CalibrationParams(ABC):
+    """What one calibration method fitted; ``aggregator`` applies it to a diagnosis."""
+
+    method: ClassVar[str]
+
+    @abstractmethod
+    def aggregator(self, *, calibration: CalibrationTag | None = None, estimate: Estimate = "mean") -> Aggregator:
+        """The aggregator this calibration prescribes (``estimate`` matters to posterior ones only)."""
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)  # type: ignore[call-overload]
+
+
+@dataclass(frozen=True)
+class _Residuals(CalibrationParams):
+    alpha: float = DEFAULT_ALPHA
+    residuals: dict[str, dict[str, float]] = field(default_factory=dict)  # entity -> concept -> r
+
+    def aggregator(self, *, calibration: CalibrationTag | None = None, estimate: Estimate = "mean") -> Aggregator:
+        return ResidualAggregator(residuals=self.residuals, alpha=self.alpha, calibration=calibration)
+
+
+@dataclass(frozen=True)
+class PaperParams(_Residuals):
+    """The paper's residuals against the cross-entity mean (a no-op: they sum to zero)."""
+
+    method: ClassVar[str] = "paper"
+
+
+@dataclass(frozen=True)
+class BiasParams(_Residuals):
+    """Truth-referenced residuals r_jk = E[ŷ_jk − y_k] and their weight α."""
+
+    method: ClassVar[str] = "bias"
+
+
+@dataclass(frozen=True)
+class StackingParams(CalibrationParams):
+    """Per-concept non-negative entity weights and intercepts, optional isotonic maps applied first, and
+    the weights pooled over all concepts for concepts with too few validation students of their own."""
+
+    method: ClassVar[str] = "stacking"
+    weights: dict[str, dict[str, float]] = field(default_factory=dict)  # concept -> entity -> w ≥ 0
+    intercepts: dict[str, float] = field(default_factory=dict)  # concept -> b
+    isotonic: dict[str, dict[str, list[list[float]]]] = field(default_factory=dict)  # entity -> concept -> [[x], [y]]
+    pooled_weights: dict[str, float] = field(default_factory=dict)  # entity -> w ≥ 0
+    pooled_intercept: float = 0.0
+
+    def aggregator(self, *, calibration: CalibrationTag | None = None, estimate: Estimate = "mean") -> Aggregator:
+        return StackingAggregator(
+            weights=self.weights, intercepts=self.intercepts, isotonic=self.isotonic,
+            pooled_weights=self.pooled_weights, pooled_intercept=self.pooled_intercept, calibration=calibration,
+        )
+
+
+@dataclass(frozen=True)
+class PosteriorParams(CalibrationParams):
+    """Bayes post-processing: a Beta prior per concept and each entity's error sd τ (clean answers).
+
+    An entity the calibration did not measure gets the widest τ it measured: it is trusted no more
+    than the least accurate entity seen, never more than one that was measured.
+    """
+
+    method: ClassVar[str] = "posterior"
+    priors: dict[str, list[float]] = field(default_factory=dict)  # concept -> [a, b]
+    entity_error_sd: dict[str, float] = field(default_factory=dict)  # entity -> τ
+
+    @property
+    def unmeasured_error_sd(self) -> float:
+        return max(self.entity_error_sd.values(), default=DEFAULT_ENTITY_ERROR_SD)
+
+    def aggregator(self, *, calibration: CalibrationTag | None = None, estimate: Estimate = "mean") -> Aggregator:
+        return PosteriorAggregator(
+            priors={c: BetaPrior(a=ab[0], b=ab[1]) for c, ab in self.priors.items()},
+            entity_error_sd=self.entity_error_sd, default_error_sd=self.unmeasured_error_sd,
+            estimate=estimate, calibration=calibration,
+        )
+
+
+PARAMS_BY_METHOD: dict[str, type[CalibrationParams]] = {
+    t.method: t for t in (PaperParams, BiasParams, StackingParams, PosteriorParams)
+}
+
+
+def params_from_json(method: str, data: dict[str, Any]) -> CalibrationParams:
+    try:
+        kind = PARAMS_BY_METHOD[method]
+    except KeyError:
+        raise ValueError(f"unknown calibration method {method!r} (known: {', '.join(PARAMS_BY_METHOD)})") from None
+    return kind(**data)

@@ -1,0 +1,249 @@
+"""The one diagnosis pipeline: fan out → privatize → aggregate.
+
+The API, the CLI and the evaluation harness all call ``DiagnosisPipeline.diagnose``; it
+knows nothing of HTTP. Every entity is asked concurrently; each answer is privatized by
+``Privatized`` *inside* that entity's task, so the raw (pre-noise) prediction never
+leaves the entity boundary — it is not returned, stored or logged. Failed entities are
+left out of the average and named with their reason; an entity that raises
+``EntitySkipped`` (it cannot serve this request at all, e.g. no model for the Q-matrix) is
+reported as ``skipped`` with the reason, and is not a failure.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+import numpy as np
+
+from diagnosis.aggregation import Aggregator, ResidualAggregator
+from diagnosis.calibrated import NoiseLevel, calibration_mismatch
+from privacy import DEFAULT_DELTA, Mechanism, SensitivityMode, make_rng, mechanism_for_request
+from providers import Entity, EntityError, EntityPrediction, EntitySkipped, PromptContext, PromptItem
+from qmatrix import QMatrix, Response
+
+__all__ = [
+    "AllEntitiesFailed",
+    "DiagnosisPipeline",
+    "DiagnosisRequest",
+    "DiagnosisResult",
+    "EntityOutcome",
+    "Privatized",
+    "UnknownEntities",
+    "build_context",
+]
+
+log = logging.getLogger("fedcd.pipeline")
+
+
+class Privatized:
+    """An entity whose answers are released only through ``mechanism`` (the paper's local DP).
+
+    Like Flower's ``LocalDpMod``: the wrapped entity answers, the mechanism perturbs, and
+    only the perturbed copy is returned.
+    """
+
+    def __init__(self, inner: Entity, mechanism: Mechanism, rng: np.random.Generator) -> None:
+        self.inner, self.mechanism, self._rng = inner, mechanism, rng
+        self.name = inner.name
+
+    async def respond(self, context: PromptContext) -> EntityPrediction:
+        raw = await self.inner.respond(context)
+        noisy = self.mechanism.privatize(raw.mastery, self._rng)
+        return raw.model_copy(update={"mastery": noisy, "privatized": self.mechanism.name != "none"})
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+class UnknownEntities(ValueError):
+    def __init__(self, names: Sequence[str], known: Sequence[str]) -> None:
+        self.names = list(names)
+        super().__init__(f"unknown entities: {', '.join(names)} (configured: {', '.join(known) or 'none'})")
+
+
+@dataclass(frozen=True, kw_only=True)
+class DiagnosisRequest:
+    student_id: str
+    qmatrix: QMatrix
+    responses: Sequence[Response]
+    epsilon: float | None = 1.0  # None: the caller asked for no noise
+    sensitivity: SensitivityMode = "paper"
+    mechanism: str = "laplace"  # privacy.MECHANISM_NAMES; the paper's Laplace by default
+    delta: float = DEFAULT_DELTA  # used by the Gaussian mechanism only
+    entities: Sequence[str] | None = None  # None: every configured entity
+    include_answers: bool = False  # send free-text answers to the entities (off: data minimisation)
+    request_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+
+    @property
+    def noise(self) -> NoiseLevel:
+        return NoiseLevel(mechanism=self.mechanism, epsilon=self.epsilon, sensitivity=self.sensitivity, delta=self.delta)
+
+
+@dataclass(frozen=True)
+class EntityOutcome:
+    """What one entity contributed to a diagnosis. ``mastery`` is privatized; raw values are never kept.
+
+    ``skipped``: the entity could not serve the request at all; ``mastery`` is None and
+    ``error`` holds the reason."""
+
+    name: str
+    status: Literal["ok", "partial", "failed", "skipped"]
+    latency_ms: float
+    mastery: dict[str, float] | None = None
+    missing: list[str] = field(default_factory=list)
+    error: str | None = None
+    model: str = ""
+    attempts: int = 0
+    repairs: dict[str, int] = field(default_factory=dict)  # repair rule -> count
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+
+@dataclass(frozen=True)
+class DiagnosisResult:
+    student_id: str
+    request_id: str
+    concepts: tuple[str, ...]
+    mastery: dict[str, float]
+    missing_concepts: list[str]
+    entities: list[EntityOutcome]
+    privacy: dict[str, object]
+    calibration_id: str | None
+    latency_ms: float
+    intervals: dict[str, tuple[float, float]] = field(default_factory=dict)  # Bayes post-processing only
+    interval_level: float | None = None
+    aggregation: str = "mean"  # the aggregator's kind: mean or posterior
+    # field -> {"calibrated": ..., "served": ...} where this request's noise differs from the calibration's
+    calibration_mismatch: dict[str, dict[str, object]] | None = None
+
+
+class AllEntitiesFailed(RuntimeError):
+    """No entity produced a usable answer; ``outcomes`` holds each entity's reason."""
+
+    def __init__(self, outcomes: Sequence[EntityOutcome]) -> None:
+        self.outcomes = list(outcomes)
+        reasons = "; ".join(f"{o.name} ({o.status}): {o.error}" for o in outcomes) or "no entities selected"
+        super().__init__(f"no entity answered ({reasons})")
+
+
+def build_context(qmatrix: QMatrix, responses: Sequence[Response], *, include_answers: bool = True) -> PromptContext:
+    """Q-filtered prompt context. Raises ``QMatrixError`` naming unknown item ids.
+
+    Data minimisation: the context holds the answered items' text, their Q-matrix rows
+    and correctness — never the student id. Free-text answers are included only when
+    ``include_answers`` (they may hold names or other identifying text).
+    """
+    concepts = qmatrix.concepts_for([r.item_id for r in responses])
+    items = tuple(
+        PromptItem(
+            item_id=r.item_id,
+            text=qmatrix.item(r.item_id).text,
+            concepts=qmatrix.item(r.item_id).concepts,
+            score=r.score,
+            answer=r.answer if include_answers else None,
+        )
+        for r in responses
+    )
+    return PromptContext(concepts=concepts, items=items, qmatrix_id=qmatrix.id)
+
+
+def _repair_counts(prediction: EntityPrediction) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for repair in prediction.repairs:
+        counts[repair.rule] = counts.get(repair.rule, 0) + 1
+    return counts
+
+
+class DiagnosisPipeline:
+    """Holds the configured entities; ``diagnose`` runs one request through them."""
+
+    def __init__(self, entities: Mapping[str, Entity], *, seed: int | None = None) -> None:
+        self.entities = dict(entities)
+        # One generator per pipeline, seeded from the OS CSPRNG (or a test seed).
+        self._rng = make_rng(seed)
+
+    def select(self, names: Sequence[str] | None) -> dict[str, Entity]:
+        if names is None:
+            return dict(self.entities)
+        unknown = [n for n in names if n not in self.entities]
+        if unknown:
+            raise UnknownEntities(unknown, list(self.entities))
+        return {n: self.entities[n] for n in dict.fromkeys(names)}
+
+    async def _ask(self, entity: Entity, context: PromptContext) -> EntityOutcome:
+        start = time.perf_counter()
+        try:
+            prediction = await entity.respond(context)
+        except EntitySkipped as exc:
+            return EntityOutcome(
+                name=entity.name, status="skipped", latency_ms=(time.perf_counter() - start) * 1000, error=str(exc)
+            )
+        except EntityError as exc:
+            log.warning("entity %s failed: %s", entity.name, exc.reason)
+            return EntityOutcome(
+                name=entity.name, status="failed", latency_ms=(time.perf_counter() - start) * 1000, error=exc.reason
+            )
+        return EntityOutcome(
+            name=entity.name,
+            status=prediction.status,
+            latency_ms=(time.perf_counter() - start) * 1000,
+            mastery=prediction.mastery,
+            missing=prediction.missing,
+            model=prediction.model,
+            attempts=prediction.attempts,
+            repairs=_repair_counts(prediction),
+            prompt_tokens=prediction.usage.prompt_tokens,
+            completion_tokens=prediction.usage.completion_tokens,
+        )
+
+    def mechanism_for(self, request: DiagnosisRequest) -> Mechanism:
+        """The privacy mechanism this request's answers will be released through."""
+        return mechanism_for_request(
+            name=request.mechanism,
+            epsilon=request.epsilon,
+            delta=request.delta,
+            mode=request.sensitivity,
+            n_concepts_total=len(request.qmatrix.concepts),
+            n_concepts_assessed=len(request.qmatrix.concepts_for([r.item_id for r in request.responses])),
+        )
+
+    async def diagnose(self, request: DiagnosisRequest, aggregator: Aggregator | None = None) -> DiagnosisResult:
+        start = time.perf_counter()
+        aggregator = aggregator or ResidualAggregator()
+        context = build_context(request.qmatrix, request.responses, include_answers=request.include_answers)
+        selected = self.select(request.entities)
+        mechanism = self.mechanism_for(request)
+        outcomes = list(
+            await asyncio.gather(
+                *(self._ask(Privatized(entity, mechanism, self._rng), context) for entity in selected.values())
+            )
+        )
+        answered = {o.name: o.mastery for o in outcomes if o.mastery is not None}
+        if not answered:
+            raise AllEntitiesFailed(outcomes)
+        aggregation = aggregator.aggregate(answered, context.concepts, mechanism=mechanism.describe())
+        calibration = aggregator.calibration
+        return DiagnosisResult(
+            student_id=request.student_id,
+            request_id=request.request_id,
+            concepts=context.concepts,
+            mastery=aggregation.mastery,
+            missing_concepts=aggregation.missing,
+            entities=outcomes,
+            privacy=mechanism.describe(),
+            calibration_id=aggregator.calibration_id,
+            latency_ms=(time.perf_counter() - start) * 1000,
+            intervals={c: (float(lo), float(hi)) for c, (lo, hi) in aggregation.intervals.items()},
+            interval_level=aggregation.level,
+            aggregation=aggregator.kind,
+            calibration_mismatch=calibration_mismatch(calibration.noise, request.noise) if calibration else None,
+        )
+
+    async def aclose(self) -> None:
+        await asyncio.gather(*(e.aclose() for e in self.entities.values()), return_exceptions=True)

@@ -1,0 +1,159 @@
+"""Aggregation over entities and concepts: :func:`posterior_aggregate` and :class:`PosteriorAggregator`."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from diagnosis.aggregation import Aggregation, Aggregator, MechanismDescription, answered_by
+from diagnosis.calibrated import CalibrationTag
+from diagnosis.posterior.grid import (
+    DEFAULT_GRID_SIZE,
+    DEFAULT_LEVEL,
+    Estimate,
+    PosteriorSummary,
+    _check_level,
+    posterior_summary,
+)
+from diagnosis.posterior.kernels import ReportModel
+from diagnosis.posterior.priors import UNIFORM_PRIOR, BetaPrior
+
+# --------------------------------------------------------------------------------------------
+# Aggregation over entities and concepts
+# --------------------------------------------------------------------------------------------
+
+Predictions = Mapping[str, Mapping[str, float]]  # entity -> concept -> privatized value
+
+
+# τ assumed for an entity when no posterior calibration measured any: an uncalibrated posterior.
+# A calibration gives an entity it did not measure its *widest* measured τ instead (never a tighter one).
+DEFAULT_ENTITY_ERROR_SD = 0.1
+
+
+@dataclass(frozen=True)
+class PosteriorAggregation(Aggregation):
+    """An :class:`Aggregation` whose mastery is a posterior estimate, with credible intervals.
+
+    ``intervals``: concept -> (lower, upper), the equal-tailed ``level`` credible interval (the
+    response's ``mastery_interval``). Unpacks as ``mastery, intervals = posterior_aggregate(...)``.
+    """
+
+    summaries: dict[str, PosteriorSummary] = field(default_factory=dict)
+    estimate: str = "mean"
+
+    def __iter__(self) -> Iterator[dict]:
+        yield self.mastery
+        yield self.intervals
+
+
+def _per_entity_mechanisms(
+    mechanisms: Mapping[str, Mapping[str, object]] | Mapping[str, object], entities: Iterable[str]
+) -> dict[str, Mapping[str, object]]:
+    if isinstance(mechanisms.get("mechanism"), str):  # one description shared by every entity
+        return {e: mechanisms for e in entities}  # type: ignore[misc]
+    out: dict[str, Mapping[str, object]] = {}
+    for e in entities:
+        if e not in mechanisms:
+            raise ValueError(f"no mechanism description for entity {e!r}")
+        out[e] = mechanisms[e]  # type: ignore[assignment]
+    return out
+
+
+def posterior_aggregate(
+    predictions: Predictions,
+    concepts: Sequence[str],
+    mechanisms: Mapping[str, Mapping[str, object]] | Mapping[str, object],
+    priors: Mapping[str, BetaPrior] | None = None,
+    entity_error_sd: Mapping[str, float] | None = None,
+    estimate: Estimate = "mean",
+    *,
+    level: float = DEFAULT_LEVEL,
+    grid_size: int = DEFAULT_GRID_SIZE,
+    default_error_sd: float = 0.0,
+) -> PosteriorAggregation:
+    """Posterior mastery per concept over the entities that answered it, with credible intervals.
+
+    ``mechanisms``: entity -> ``Mechanism.describe()``, or one description used for every entity
+    (the pipeline privatizes all entities with the same mechanism). ``priors``: concept -> prior
+    (uniform where absent). ``entity_error_sd``: entity -> τ (``default_error_sd`` where absent). Concepts no entity
+    answered are listed in ``missing``, as in :func:`diagnosis.aggregation.residual_aggregate`.
+    Raises :class:`DegeneratePosteriorError` when noiseless reports (τ = 0) disagree.
+    """
+    if estimate not in ("mean", "median"):
+        raise ValueError(f"estimate must be 'mean' or 'median', got {estimate!r}")
+    _check_level(level)
+    priors = priors or {}
+    errors = entity_error_sd or {}
+    descriptions = _per_entity_mechanisms(mechanisms, predictions)
+    models = {e: ReportModel(descriptions[e], float(errors.get(e, default_error_sd))) for e in predictions}
+    mastery: dict[str, float] = {}
+    intervals: dict[str, tuple[float, float]] = {}
+    summaries: dict[str, PosteriorSummary] = {}
+    contributors, missing = answered_by(predictions, concepts)
+    for concept, names in contributors.items():
+        summary = posterior_summary(
+            [(float(predictions[n][concept]), models[n]) for n in names],
+            priors.get(concept, UNIFORM_PRIOR),
+            level=level,
+            grid_size=grid_size,
+        )
+        summaries[concept] = summary
+        mastery[concept] = summary.estimate(estimate)
+        intervals[concept] = summary.interval
+    return PosteriorAggregation(
+        mastery=mastery,
+        missing=missing,
+        contributors=contributors,
+        intervals=intervals,
+        summaries=summaries,
+        level=float(level),
+        estimate=estimate,
+    )
+
+
+class PosteriorAggregator(Aggregator):
+    """Bayes post-processing as an :class:`Aggregator`: it models the mechanism passed to ``aggregate``.
+
+    ``entity_error_sd``: entity -> τ; an entity not listed gets ``default_error_sd``.
+    """
+
+    kind = "posterior"
+
+    def __init__(
+        self,
+        *,
+        priors: Mapping[str, BetaPrior] | None = None,
+        entity_error_sd: Mapping[str, float] | None = None,
+        default_error_sd: float = DEFAULT_ENTITY_ERROR_SD,
+        estimate: Estimate = "mean",
+        level: float = DEFAULT_LEVEL,
+        grid_size: int = DEFAULT_GRID_SIZE,
+        calibration: CalibrationTag | None = None,
+    ) -> None:
+        if estimate not in ("mean", "median"):
+            raise ValueError(f"estimate must be 'mean' or 'median', got {estimate!r}")
+        if default_error_sd < 0:
+            raise ValueError(f"default_error_sd must be >= 0, got {default_error_sd}")
+        _check_level(level)
+        super().__init__(calibration=calibration)
+        self.priors = dict(priors or {})
+        self.entity_error_sd = dict(entity_error_sd or {})
+        self.default_error_sd = float(default_error_sd)
+        self.estimate: Estimate = estimate
+        self.level = float(level)
+        self.grid_size = grid_size
+
+    def aggregate(
+        self, predictions: Predictions, concepts: Sequence[str], *, mechanism: MechanismDescription
+    ) -> PosteriorAggregation:
+        return posterior_aggregate(
+            predictions,
+            concepts,
+            mechanism,
+            self.priors,
+            self.entity_error_sd,
+            self.estimate,
+            level=self.level,
+            grid_size=self.grid_size,
+            default_error_sd=self.default_error_sd,
+        )

@@ -1,0 +1,123 @@
+"""The evaluation harness: splits, protocols, rows and the report files."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from app.cli import cli
+from evaluation import holdout_responses, proportion_correct_truth, split_students
+from evaluation.datasets import load_dataset
+from evaluation.link import fit_link
+from evaluation.protocols import evaluate
+from evaluation.simulation import dina_oracle
+from providers.simulated import simulated_family
+from qmatrix import Response, example_qmatrix
+
+FIXED_NAMES = {"simple-ensemble", "fed-nodp-rc", "fed-dp-norc", "gaussian-dp", "full", "irt", "dina", "proportion-correct"}
+
+
+def test_splits_are_disjoint_seeded_and_complete() -> None:
+    students = load_dataset("synthetic", synthetic_students=100, seed=0).students
+    a, b = split_students(students, seed=3), split_students(students, seed=3)
+    ids = lambda part: [s.student_id for s in part]  # noqa: E731
+    assert ids(a.train) == ids(b.train) and ids(a.test) == ids(b.test)
+    assert (len(a.train), len(a.validation), len(a.test)) == (60, 20, 20)
+    assert not set(ids(a.train)) & set(ids(a.validation)) and not set(ids(a.validation)) & set(ids(a.test))
+
+
+def test_holdout_keeps_at_least_one_response_each_side() -> None:
+    responses = [Response(item_id=f"q{i:02d}", correct=True) for i in range(1, 11)]
+    observed, held = holdout_responses(responses, fraction=0.2, rng=np.random.default_rng(0))
+    assert len(observed) == 8 and len(held) == 2 and not {r.item_id for r in observed} & {r.item_id for r in held}
+
+
+def test_paper_truth_is_proportion_correct_per_concept() -> None:
+    q = example_qmatrix()
+    truth = proportion_correct_truth(q, [Response(item_id="q01", correct=True), Response(item_id="q02", correct=False), Response(item_id="q11", correct=True)])
+    assert truth == {"Add and subtract fractions": pytest.approx(2 / 3), "Solve two-step linear equations": 1.0}
+
+
+def test_link_recovers_a_known_logistic_relation() -> None:
+    rng = np.random.default_rng(0)
+    m = rng.random(5000)
+    y = rng.random(5000) < 1 / (1 + np.exp(-(4 * m - 2)))
+    link = fit_link(m, y)
+    assert link.a == pytest.approx(4, abs=0.4) and link.b == pytest.approx(-2, abs=0.25)
+
+
+def test_dina_oracle_by_hand_on_one_item() -> None:
+    # One item needing concept A only; slip 0.1, guess 0.2, prior ½: P(A | correct) = 0.9/(0.9+0.2)
+    from qmatrix import QMatrix
+
+    q = QMatrix.from_matrix(id="t", concepts=["A", "B"], item_ids=["i", "j"], matrix=[[1, 0], [0, 1]])
+    post = dina_oracle(q, np.array([[1.0, 0.0]]), slip=0.1, guess=0.2)
+    assert post[0, 0] == pytest.approx(0.9 / 1.1) and post[0, 1] == pytest.approx(0.1 / 0.9)
+
+
+@pytest.mark.parametrize("protocol", ["paper", "heldout", "simulated"])
+async def test_protocols_produce_the_fixed_rows(protocol: str) -> None:
+    data = load_dataset("synthetic", synthetic_students=120, seed=1)
+    result = await evaluate(data, simulated_family(), protocol=protocol, epsilons=[1.0], seed=1, n_simulated=120)
+    names = {r.name for r in result.rows}
+    assert FIXED_NAMES <= names
+    assert {"single:sim:confident", "single:sim:conservative", "single:sim:specialist"} <= names
+    assert result.split["test"] > 0 and all(r.n > 0 for r in result.rows)
+    if protocol == "heldout":
+        assert all(0.0 <= r.auc <= 1.0 for r in result.rows if r.auc is not None)
+    else:
+        assert all(0.0 <= r.mae <= 1.0 for r in result.rows)
+    if protocol == "paper":  # the paper's truth is this estimator: MAE exactly 0
+        assert next(r for r in result.rows if r.name == "proportion-correct").mae == 0.0
+    if protocol == "simulated":
+        oracle = {r.generator: r.mae for r in result.rows if r.name == "oracle"}
+        assert set(oracle) == {"dina", "irt"}
+        dina_rows = [r for r in result.rows if r.generator == "dina" and r.name != "oracle"]
+        assert min(r.mae for r in dina_rows) >= oracle["dina"] - 0.05  # nothing beats the ceiling by much
+    assert any("SIMULATED" in note for note in result.notes)
+
+
+async def test_noise_hurts_on_average_and_calibration_helps_without_noise() -> None:
+    data = load_dataset("synthetic", synthetic_students=300, seed=2)
+    result = await evaluate(data, simulated_family(), protocol="paper", epsilons=[0.5], seed=2)
+    row = {(r.name, r.epsilon): r for r in result.rows}
+    assert row[("fed-dp-norc", 0.5)].mae > row[("simple-ensemble", None)].mae
+    assert row[("fed-nodp-rc", None)].mae < row[("simple-ensemble", None)].mae
+
+
+def test_evaluate_command_writes_results_report_and_plots(tmp_path: Path) -> None:
+    out = tmp_path / "eval"
+    result = CliRunner().invoke(
+        cli, ["evaluate", "--dataset", "synthetic", "--protocol", "paper", "--epsilons", "1,inf", "--out", str(out), "--max-students", "100"]
+    )
+    assert result.exit_code == 0, result.output
+    data = json.loads((out / "results.json").read_text())
+    assert set(data) >= {"dataset", "protocol", "n_students", "seed", "rows"}
+    assert set(data["rows"][0]) >= {"name", "epsilon", "mae", "rmse", "auc", "acc", "ece", "n"}
+    report = (out / "report.md").read_text()
+    assert "Table 2" in report and "Table 3" in report and "Table 4" in report and "fedcd evaluate" in report
+    for png in ("privacy_utility.png", "reliability.png", "concept_error_heatmap.png"):
+        assert (out / png).stat().st_size > 1000
+
+
+def test_evaluate_command_refuses_bad_options(tmp_path: Path) -> None:
+    runner = CliRunner()
+    assert runner.invoke(cli, ["evaluate", "--protocol", "magic"]).exit_code == 2
+    assert runner.invoke(cli, ["evaluate", "--dataset", str(tmp_path)]).exit_code == 2
+    assert runner.invoke(cli, ["evaluate", "--dataset", "synthetic", "--entities", "ghost"]).exit_code == 2
+    assert runner.invoke(cli, ["evaluate", "--dataset", "synthetic", "--epsilons", "-1"]).exit_code == 2
+
+
+def test_privacy_frontier_command_writes_its_report(tmp_path: Path) -> None:
+    out = tmp_path / "frontier"
+    result = CliRunner().invoke(cli, ["evaluate", "--privacy-frontier", "--datasets", "synthetic", "--epsilons", "1,8",
+                                      "--mechanisms", "laplace,piecewise", "--repeats", "1", "--n-simulated", "80", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert (out / "frontier.json").is_file() and (out / "frontier_mae.png").stat().st_size > 1000
+    assert "--privacy-frontier" in (out / "report.md").read_text()
+    bad = CliRunner().invoke(cli, ["evaluate", "--privacy-frontier", "--mechanisms", "magic", "--out", str(out)])
+    assert bad.exit_code == 2
