@@ -111,7 +111,9 @@ def keygen(path: Annotated[Path, typer.Argument(help="where to write the private
     console.print(f"private key: {private} (stays here)\npublic key: {public} (send to the coordinator)")
 
 
-def _qmatrix(ref: str, qmatrix_id: str | None):  # type: ignore[no-untyped-def]
+def _qmatrix(ref: str, qmatrix_id: str | None, tenant: str | None):  # type: ignore[no-untyped-def]
+    """A Q-matrix file, or the id of one the gateway stores for ``tenant`` (or a built-in one)."""
+    from app.db import Database
     from app.storage import QMatrixStore
     from qmatrix import QMatrix, example_qmatrix, load_qmatrix
 
@@ -119,18 +121,20 @@ def _qmatrix(ref: str, qmatrix_id: str | None):  # type: ignore[no-untyped-def]
     if path.is_file():
         q = load_qmatrix(path)
     else:
-        store = QMatrixStore(Settings().state_dir)
+        store = QMatrixStore(Database(Settings().db_url).sessions)
         store.register_builtin(example_qmatrix())
-        found = store.get(ref)
+        found = store.get(tenant or "", ref)
         if found is None:
-            raise ValueError(f"--qmatrix {ref!r} is neither a file nor a Q-matrix registered with the gateway")
-        q = found
+            raise ValueError(f"--qmatrix {ref!r} is neither a file nor a Q-matrix the gateway stores "
+                             f"for tenant {tenant!r} (give --tenant)")
+        q = found.qmatrix
     return q if qmatrix_id is None else QMatrix(id=qmatrix_id, concepts=q.concepts, items=q.items)
 
 
 @federation.command("coordinator")
 def coordinator(
-    qmatrix: Annotated[str, typer.Option(help="Q-matrix file (.csv/.json) or the id of one the gateway knows")],
+    qmatrix: Annotated[str, typer.Option(help="Q-matrix file (.csv/.json), or the id of one the gateway stores "
+                                          "(with --tenant; built-in ones without)")],
     heldout: Annotated[Path, typer.Option(exists=True, dir_okay=False, help="responses CSV of held-out students the "
                                           "coordinator owns (long or wide): per-round AUC and the promotion gate")],
     node_key: Annotated[list[Path], typer.Option("--node-key", exists=True, dir_okay=False,
@@ -142,6 +146,7 @@ def coordinator(
     cert: Annotated[Optional[Path], typer.Option(help="SuperLink TLS certificate (instead of --certs)")] = None,
     key: Annotated[Optional[Path], typer.Option(help="SuperLink TLS private key (instead of --certs)")] = None,
     qmatrix_id: Annotated[Optional[str], typer.Option(help="publish under this Q-matrix id (default: the file's)")] = None,
+    tenant: Annotated[Optional[str], typer.Option(help="with a Q-matrix id: the gateway tenant that stores it")] = None,
     host: Annotated[str, typer.Option(help="address the SuperLink listens on (0.0.0.0 for other machines)")] = "127.0.0.1",
     port: Annotated[int, typer.Option(min=1, max=65535, help="the SuperLink's port (nodes connect here)")] = 9092,
     rounds: Annotated[int, typer.Option(min=1, help="federated rounds (fewer if the ε budget runs out)")] = 10,
@@ -183,7 +188,7 @@ def coordinator(
     if min_nodes is not None and min_nodes > len(node_key):
         raise _fail(f"--min-nodes {min_nodes} exceeds the {len(node_key)} registered nodes")
     try:
-        q = _qmatrix(qmatrix, qmatrix_id)
+        q = _qmatrix(qmatrix, qmatrix_id, tenant)
         students = read_responses_csv(heldout)
         base = FlowerConfig(fed=FedConfig(client_sample_rate=client_rate), node_wait_s=node_wait)
         config = plan_config(base, rounds=rounds, dp="student", epsilon=epsilon, delta=delta, secagg=secagg,

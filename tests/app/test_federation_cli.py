@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import torch
 from typer.testing import CliRunner
 
@@ -91,3 +92,13 @@ def test_split_gives_each_institution_its_own_folder(tmp_path: Path) -> None:
     assert len(held) == 75 and [len(n) for n in nodes] == [113, 112] and len(set(ids)) == 300
     assert all(s.student_id.startswith("node-2-") for s in nodes[1])
     assert load_qmatrix(tmp_path / "node-1" / "qmatrix.json") == load_qmatrix(tmp_path / "coordinator" / "qmatrix.json")
+
+
+def test_coordinator_takes_a_qmatrix_the_gateway_stores_by_id(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from app.cli.federation import _qmatrix
+
+    monkeypatch.setenv("FEDCD_STATE_DIR", str(tmp_path))
+    assert _qmatrix("example-prealgebra", None, None) == example_qmatrix()
+    assert _qmatrix("example-prealgebra", "renamed", None).id == "renamed"
+    with pytest.raises(ValueError, match="neither a file nor a Q-matrix the gateway stores for tenant 'north'"):
+        _qmatrix("frcsub", None, "north")

@@ -69,8 +69,8 @@ class Cluster:
     def log(self, name: str) -> str:
         return (self.tmp / f"{name}.log").read_text(errors="replace")
 
-    def run(self, *args: str) -> str:
-        done = subprocess.run([sys.executable, "-m", "app.cli", *args], cwd=self.tmp, env=self.env,
+    def run(self, *args: str, env: dict[str, str] | None = None) -> str:
+        done = subprocess.run([sys.executable, "-m", "app.cli", *args], cwd=self.tmp, env={**self.env, **(env or {})},
                               capture_output=True, text=True, timeout=120)
         assert done.returncode == 0, done.stdout + done.stderr
         return done.stdout
@@ -117,10 +117,10 @@ def _wait_for_line(cluster: Cluster, name: str, text: str, proc: subprocess.Pope
         time.sleep(0.2)
 
 
-def _diagnose(gateway: str, qmatrix_id: str, student: str, responses: list[tuple[str, float]]) -> dict:
+def _diagnose(gateway: httpx.Client, qmatrix_id: str, student: str, responses: list[tuple[str, float]]) -> dict:
     body = {"student_id": student, "qmatrix_id": qmatrix_id, "include_entities": True, "epsilon": 32,
             "responses": [{"item_id": i, "correct": bool(v)} for i, v in responses]}
-    r = httpx.post(f"{gateway}/v1/diagnose", json=body, timeout=60)
+    r = gateway.post("/v1/diagnose", json=body)
     assert r.status_code == 200, r.text
     return r.json()
 
@@ -150,12 +150,16 @@ def test_three_institutions_train_publish_and_the_gateway_serves_the_model(clust
     # Prepare: the gateway, serving local-fed (no model for this Q-matrix yet) and a SIMULATED entity; and the
     # coordinator, whose SuperLink sits behind the recording proxy. Both start at once (their start-ups overlap).
     gport, lport, pport = free_port(), free_port(), free_port()
-    gateway = f"http://127.0.0.1:{gport}"
     entities = [{"name": "local-fed", "kind": "local_fed", "model": "federated-cdm", "model_path": str(tmp / "registry")},
                 {"name": "sim:confident", "kind": "simulated", "simulated_style": "confident", "seed": 1}]
-    gw = cluster.start("gateway", "serve", "--port", str(gport), env={
-        "FEDCD_STATE_DIR": str(tmp / "gateway"), "FEDCD_ENTITIES": json.dumps(entities),
-        "FEDCD_DEFAULT_CALIBRATION": "false", "FEDCD_TRAIN_DEFAULT_MODEL": "false", "FEDCD_PRIVACY_CAP_EPSILON": "1e6"})
+    settings = {"FEDCD_STATE_DIR": str(tmp / "gateway"), "FEDCD_ENTITIES": json.dumps(entities),
+                "FEDCD_DEFAULT_CALIBRATION": "false", "FEDCD_TRAIN_DEFAULT_MODEL": "false",
+                "FEDCD_PRIVACY_CAP_EPSILON": "1e6"}
+    key = json.loads(cluster.run("keys", "create", "--tenant", "school-board", "--role", "admin", "--json",
+                                 env=settings))["api_key"]
+    gateway = httpx.Client(base_url=f"http://127.0.0.1:{gport}", headers={"Authorization": f"Bearer {key}"},
+                           timeout=60)
+    gw = cluster.start("gateway", "serve", "--port", str(gport), env=settings)
     proxy = RecordingProxy(port=pport, upstream=lport, cert=tmp / "certs" / "superlink.pem",
                            key=tmp / "certs" / "superlink.key", ca=tmp / "certs" / "ca.pem").start()
     try:
@@ -165,9 +169,9 @@ def test_three_institutions_train_publish_and_the_gateway_serves_the_model(clust
             *[a for n in range(1, NODES + 1) for a in ("--node-key", f"certs/nodes/node-{n}.pub")],
             "--rounds", "3", "--dp", "student", "--epsilon", "8", "--port", str(lport), "--node-wait", "150",
             "--registry", str(tmp / "registry"), "--timeout", "400")
-        _wait_http(f"{gateway}/healthz", gw)
+        _wait_http(f"http://127.0.0.1:{gport}/healthz", gw)
         q_json = json.loads((tmp / "coordinator" / "qmatrix.json").read_text())
-        assert httpx.post(f"{gateway}/v1/qmatrices", json=q_json, timeout=30).status_code == 201
+        assert gateway.post("/v1/qmatrices", json=q_json).status_code == 201
         before = _diagnose(gateway, q.id, "probe-1", probe)  # no node has joined: nothing can be published yet
 
         # Execute: three registered nodes and the rogue one join, once the coordinator has registered the keys.
@@ -185,7 +189,7 @@ def test_three_institutions_train_publish_and_the_gateway_serves_the_model(clust
         proxy.close()
     output = cluster.log("coordinator")
     after = _diagnose(gateway, q.id, "probe-2", probe)
-    described = httpx.get(f"{gateway}/v1/local-model", params={"qmatrix_id": q.id}, timeout=30).json()
+    described = gateway.get("/v1/local-model", params={"qmatrix_id": q.id}).json()
     cluster.stop()
 
     # Assert: the coordinator trained three rounds with student-level DP and published v0001 for the Q-matrix.
