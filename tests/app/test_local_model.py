@@ -76,6 +76,7 @@ def test_a_qmatrix_without_a_model_skips_local_fed_with_the_reason(tmp_path: Pat
     assert "no local-fed model has been published for Q-matrix 'other-q'" in body["skipped_entities"][0]["reason"]
     local = next(e for e in body["entities"] if e["name"] == "local-fed")
     assert local["status"] == "skipped" and local["mastery"] is None and "other-q" in local["error"]
+    assert body["budget"]["charged_epsilon"] == pytest.approx(2.0)  # ε = 2 for the one entity that answered
     assert missing.status_code == 404 and missing.json()["detail"][0]["loc"] == ["query", "qmatrix_id"]
 
 
