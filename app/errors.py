@@ -150,7 +150,7 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(AllEntitiesFailed)
     async def _all_failed(_: Request, exc: AllEntitiesFailed) -> JSONResponse:
         return _json(503, {
-            "detail": "all entities failed; no diagnosis was made",
+            "detail": "no entity answered (each failed or was skipped); no diagnosis was made",
             "entities": [{"name": o.name, "status": o.status, "error": o.error} for o in exc.outcomes],
         })
 

@@ -46,6 +46,7 @@ __all__ = [
     "QMatrixItem",
     "QMatrixList",
     "QMatrixPublic",
+    "SkippedEntity",
     "StudentIn",
 ]
 
@@ -160,7 +161,7 @@ class BatchDiagnoseRequest(DiagnoseOptions):
 
 class EntityReport(BaseModel):
     name: str
-    status: Literal["ok", "partial", "failed"]
+    status: Literal["ok", "partial", "failed", "skipped"]
     latency_ms: float
     mastery: dict[str, float] | None = Field(
         description="privatized: noise added before aggregation (unbiased mechanisms may leave [0, 1])"
@@ -204,12 +205,23 @@ class BudgetBlock(BaseModel):
     repeat: bool = Field(description="an identical earlier request's answer, returned again at no cost")
 
 
+class SkippedEntity(BaseModel):
+    """An entity that could not serve this request at all (e.g. ``local-fed`` with no model for the
+    Q-matrix): not a failure, and it released nothing."""
+
+    name: str
+    reason: str
+
+
 class DiagnoseResponse(BaseModel):
     student_id: str
     mastery: dict[str, float] = Field(description="assessed concepts only")
     missing_concepts: list[str] = Field(default_factory=list, description="assessed concepts no entity answered")
     entities: list[EntityReport] | None = None
     failed_entities: list[str] = Field(default_factory=list)
+    skipped_entities: list[SkippedEntity] = Field(
+        default_factory=list, description="entities that could not serve this request, with the reason"
+    )
     privacy: PrivacyBlock
     mastery_interval: dict[str, tuple[float, float]] | None = Field(
         default=None, description="posterior aggregation: equal-tailed credible interval per concept"

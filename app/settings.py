@@ -3,9 +3,9 @@
 Sources, highest priority first: constructor arguments (tests), environment variables
 (``FEDCD_*``; nested with ``__``, e.g. ``FEDCD_DEFAULT_EPSILON=2``), a YAML config file
 named by ``FEDCD_CONFIG``, then defaults. Entities are declared under ``entities``; when
-none are declared, the default federation is used: the embedded ``smollm2`` and ``gemma3``
-plus each hosted provider whose API key (``OPENAI_API_KEY``, ``ANTHROPIC_API_KEY``,
-``GROQ_API_KEY``) is set.
+none are declared, the default federation is used: the embedded ``smollm2`` and ``gemma3``,
+each hosted provider whose API key (``OPENAI_API_KEY``, ``ANTHROPIC_API_KEY``,
+``GROQ_API_KEY``) is set, and ``local-fed`` when ``local_fed`` is on.
 """
 
 from __future__ import annotations
@@ -104,7 +104,9 @@ class Settings(BaseSettings):
         description="method of /v1/calibrate when a request names none, and of the first-start calibration: stacking "
         "weights every entity per concept at the served noise, so a strong member is not dragged down by weak ones",
     )
-    local_fed: bool = Field(default=True, description="serve the federated-trained model as entity 'local-fed'")
+    local_fed: bool = Field(
+        default=True, description="serve the federated-trained models (one per Q-matrix) as entity 'local-fed'"
+    )
     train_default_model: bool = Field(
         default=True, description="at first start, train a small local-fed model on SIMULATED data if none exists"
     )
@@ -154,11 +156,14 @@ class Settings(BaseSettings):
     @property
     def entity_specs(self) -> list[EntitySpec]:
         """Declared entities, or the default federation: the embedded LLMs, hosted ones with keys,
-        and ``local-fed`` when a federated-trained model has been published."""
+        and ``local-fed`` whenever ``local_fed`` is on. ``local-fed`` holds one model per Q-matrix
+        and reads the registry on every request, so a model published while the gateway runs is
+        served at once; a request on a Q-matrix with no published model skips it (named in the
+        response with the reason, never charged)."""
         if self.entities is not None:
             return [s for s in self.entities if s.enabled]
         specs = default_entity_specs()
-        if self.local_fed and (self.registry_dir / "active.json").is_file():
+        if self.local_fed:
             specs.append(EntitySpec(
                 name="local-fed", kind="local_fed", model="federated-cdm", model_path=str(self.registry_dir),
                 concurrency=64, temperature=None, structured_output="none",

@@ -4,7 +4,9 @@ The API, the CLI and the evaluation harness all call ``DiagnosisPipeline.diagnos
 knows nothing of HTTP. Every entity is asked concurrently; each answer is privatized by
 ``Privatized`` *inside* that entity's task, so the raw (pre-noise) prediction never
 leaves the entity boundary — it is not returned, stored or logged. Failed entities are
-left out of the average and named with their reason.
+left out of the average and named with their reason; an entity that raises
+``EntitySkipped`` (it cannot serve this request at all, e.g. no model for the Q-matrix) is
+reported as ``skipped`` with the reason, and is not a failure.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import numpy as np
 from diagnosis.aggregation import Aggregator, ResidualAggregator
 from diagnosis.calibrated import NoiseLevel, calibration_mismatch
 from privacy import DEFAULT_DELTA, Mechanism, SensitivityMode, make_rng, mechanism_for_request
-from providers import Entity, EntityError, EntityPrediction, PromptContext, PromptItem
+from providers import Entity, EntityError, EntityPrediction, EntitySkipped, PromptContext, PromptItem
 from qmatrix import QMatrix, Response
 
 __all__ = [
@@ -89,10 +91,13 @@ class DiagnosisRequest:
 
 @dataclass(frozen=True)
 class EntityOutcome:
-    """What one entity contributed to a diagnosis. ``mastery`` is privatized; raw values are never kept."""
+    """What one entity contributed to a diagnosis. ``mastery`` is privatized; raw values are never kept.
+
+    ``skipped``: the entity could not serve the request at all; ``mastery`` is None and
+    ``error`` holds the reason."""
 
     name: str
-    status: Literal["ok", "partial", "failed"]
+    status: Literal["ok", "partial", "failed", "skipped"]
     latency_ms: float
     mastery: dict[str, float] | None = None
     missing: list[str] = field(default_factory=list)
@@ -127,8 +132,8 @@ class AllEntitiesFailed(RuntimeError):
 
     def __init__(self, outcomes: Sequence[EntityOutcome]) -> None:
         self.outcomes = list(outcomes)
-        reasons = "; ".join(f"{o.name}: {o.error}" for o in outcomes) or "no entities selected"
-        super().__init__(f"all entities failed ({reasons})")
+        reasons = "; ".join(f"{o.name} ({o.status}): {o.error}" for o in outcomes) or "no entities selected"
+        super().__init__(f"no entity answered ({reasons})")
 
 
 def build_context(qmatrix: QMatrix, responses: Sequence[Response], *, include_answers: bool = True) -> PromptContext:
@@ -149,7 +154,7 @@ def build_context(qmatrix: QMatrix, responses: Sequence[Response], *, include_an
         )
         for r in responses
     )
-    return PromptContext(concepts=concepts, items=items)
+    return PromptContext(concepts=concepts, items=items, qmatrix_id=qmatrix.id)
 
 
 def _repair_counts(prediction: EntityPrediction) -> dict[str, int]:
@@ -179,6 +184,10 @@ class DiagnosisPipeline:
         start = time.perf_counter()
         try:
             prediction = await entity.respond(context)
+        except EntitySkipped as exc:
+            return EntityOutcome(
+                name=entity.name, status="skipped", latency_ms=(time.perf_counter() - start) * 1000, error=str(exc)
+            )
         except EntityError as exc:
             log.warning("entity %s failed: %s", entity.name, exc.reason)
             return EntityOutcome(

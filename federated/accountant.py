@@ -21,9 +21,10 @@ from collections.abc import Iterable
 from functools import lru_cache
 from typing import Any
 
-import dp_accounting
-from dp_accounting.pld import pld_privacy_accountant
-from dp_accounting.rdp import rdp_privacy_accountant
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import dp_accounting
 
 __all__ = ["MECHANISM", "PrivacyAccountant", "epsilon_for", "noise_multiplier_for"]
 
@@ -41,11 +42,19 @@ def _compress(history: Iterable[Step]) -> tuple[Step, ...]:
 
 
 def _subsampled_gaussian(sigma: float, q: float) -> dp_accounting.DpEvent:
+    # Imported here, not at module level: dp_accounting takes about 1 s to import, and every
+    # Flower ClientApp process (one per node per round) imports this package without accounting.
+    import dp_accounting
+
     return dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(sigma))
 
 
 @lru_cache(maxsize=512)
 def _epsilon(compressed: tuple[Step, ...], delta: float, method: str, interval: float) -> float:
+    import dp_accounting
+    from dp_accounting.pld import pld_privacy_accountant
+    from dp_accounting.rdp import rdp_privacy_accountant
+
     if not compressed:
         return 0.0
     event = dp_accounting.ComposedDpEvent(

@@ -1,10 +1,13 @@
 """Gate and publish a trained model: coordinator-side held-out metrics, the promotion gate,
-then a signed registry entry. Shared by the in-process trainer and the Flower engine, so a
-model is judged on the same held-out students whichever engine trained it."""
+then a signed registry entry, for the model's Q-matrix. Shared by the in-process trainer, the
+Flower simulation and a real federation (``fedcd federation coordinator``), so a model is
+judged the same way whichever engine trained it: in simulation on held-out students split off
+the dataset, in a federation on the held-out students the coordinator owns."""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -12,17 +15,18 @@ from typing import Any
 import numpy as np
 import torch
 
-from federated.data import ResponseTensors, encode_dataset, hidden_mask, split_students
+from federated.data import ResponseTensors, Split, encode_dataset, encode_students, hidden_mask, split_students
 from federated.gate import GateDecision, GatePolicy, promotion_gate
-from federated.inprocess import FedConfig, RoundRecord
+from federated.inprocess import FedConfig, FedResult, RoundRecord
 from federated.local import LocalConfig
 from federated.metrics import evaluate_masked
 from federated.model import CDModel
 from federated.predict import predict_mastery_batch
-from federated.registry import ModelRegistry, utc_now
-from qmatrix import Dataset
+from federated.active import utc_now
+from federated.registry import ModelRegistry
+from qmatrix import Dataset, QMatrix, StudentResponses
 
-__all__ = ["TrainResult", "gate_and_publish", "publish_trained"]
+__all__ = ["TrainResult", "gate_and_publish", "publish_federated", "publish_trained"]
 
 
 def _history_row(record: RoundRecord) -> dict[str, Any]:
@@ -60,7 +64,7 @@ def gate_and_publish(
     evaluation: ResponseTensors,
     hidden_eval: torch.Tensor,
     mask_fraction: float,
-    train_students: int,
+    train_students: int | None,
     dp: str,
     delta: float,
     stop_reason: str | None,
@@ -69,8 +73,10 @@ def gate_and_publish(
     force: bool,
     activate: bool,
     started: float,
+    extra: dict[str, Any] | None = None,
 ) -> TrainResult:
-    """Coordinator-side held-out metrics, the promotion gate, then a signed publish (any engine)."""
+    """Coordinator-side held-out metrics, the promotion gate, then a signed publish (any engine).
+    ``extra`` adds (or replaces) top-level manifest fields."""
     final = evaluate_masked(model, evaluation, hidden_eval)
     heldout_students = [dataset.students[int(i)] for i in split.test]
     metrics: dict[str, Any] = {"auc": final.auc, "loss": final.loss, "n_students": final.n_students,
@@ -82,6 +88,8 @@ def gate_and_publish(
         metrics["true_mastery_mae"] = float(np.mean(errors))
     if not history:
         decision = GateDecision(accepted=False, reasons=(f"no round ran: {stop_reason}",))
+    elif not any(r.sampled_clients for r in history):  # e.g. every node refused the run: the model never moved
+        decision = GateDecision(accepted=False, reasons=("no client contributed an update in any round",))
     else:
         decision = promotion_gate(model, active=active.model if active else None, qmatrix=dataset.qmatrix,
                                   heldout=heldout_students, active_version=active_version, policy=gate, force=force)
@@ -97,7 +105,7 @@ def gate_and_publish(
                      "train_students": train_students, "heldout_students": len(evaluation)},
             "gate": decision.to_dict(), "forced": decision.forced,
             "history": [_history_row(h) for h in history],
-            "config": {"training": config},
+            "config": {"training": config}, **(extra or {}),
         })
     return TrainResult(version=version, history=history, manifest=manifest, decision=decision,
                        stop_reason=stop_reason, heldout_metrics=metrics, model=model,
@@ -118,24 +126,65 @@ def publish_trained(
     the split is re-derived with the same seed and call as both trainers use."""
     started = time.perf_counter()
     registry = registry if isinstance(registry, ModelRegistry) else ModelRegistry(registry)
-    active_version = registry.active_version()
+    active_version = registry.active_version(dataset.qmatrix.id)
     active = registry.load(active_version) if active_version else None
     rng = np.random.default_rng(options.get("seed", 0))
     data = encode_dataset(dataset, text_dim=0)
     split = split_students(len(data), rng=rng, validation=0.0, test=heldout_fraction)
     evaluation = data.subset(split.test)
-    defaults = FedConfig(rounds=1, local=LocalConfig())
-    hidden_eval = hidden_mask(evaluation.observed, frac=defaults.eval_mask_frac,
-                              generator=torch.Generator().manual_seed(defaults.eval_seed))
     accountant = getattr(fed, "accountant", None)
-    history = list(fed.history)
     return gate_and_publish(
-        fed.model, history, dataset=dataset, registry=registry, active=active, active_version=active_version,
-        split=split, evaluation=evaluation, hidden_eval=hidden_eval, mask_fraction=defaults.eval_mask_frac,
-        train_students=len(split.train),
+        fed.model, list(fed.history), dataset=dataset, registry=registry, active=active,
+        active_version=active_version, split=split, evaluation=evaluation, hidden_eval=_server_mask(evaluation),
+        mask_fraction=_EVAL.eval_mask_frac, train_students=len(split.train),
         dp=options.get("dp", "none"), delta=options.get("delta", 1e-5), stop_reason=getattr(fed, "stop_reason", None),
         config={**options, "engine": "flower", "accountant": accountant is not None},
         gate=gate, force=force, activate=True, started=started,
+    )
+
+
+# The held-out mask every ServerApp evaluates with (FedConfig's defaults), so the gate sees the same responses.
+_EVAL = FedConfig(rounds=1, local=LocalConfig())
+
+
+def _server_mask(evaluation: ResponseTensors) -> torch.Tensor:
+    return hidden_mask(evaluation.observed, frac=_EVAL.eval_mask_frac,
+                       generator=torch.Generator().manual_seed(_EVAL.eval_seed))
+
+
+def publish_federated(
+    fed: FedResult,
+    *,
+    qmatrix: QMatrix,
+    heldout: Sequence[StudentResponses],
+    registry: ModelRegistry | str | Path,
+    options: dict[str, Any],
+    federation: dict[str, Any],
+    force: bool = False,
+    gate: GatePolicy | None = None,
+) -> TrainResult:
+    """Gate and publish a model a federation of institutions trained (``fedcd federation coordinator``),
+    judged on ``heldout``: the students the coordinator owns, the same ones (and hidden responses)
+    its ServerApp reported AUC on each round. ``federation`` (nodes, TLS, node authentication,
+    SecAgg+, what ε means) goes into the manifest; the coordinator knows nothing of the nodes'
+    students, so the manifest records no count of them."""
+    started = time.perf_counter()
+    registry = registry if isinstance(registry, ModelRegistry) else ModelRegistry(registry)
+    active_version = registry.active_version(qmatrix.id)
+    active = registry.load(active_version) if active_version else None
+    students = list(heldout)
+    dataset = Dataset(name=f"federation:{qmatrix.id}", qmatrix=qmatrix, students=students)
+    evaluation = encode_students(qmatrix, students, concepts=qmatrix.concepts, text_dim=0)
+    split = Split(train=np.zeros(0, np.int64), validation=np.zeros(0, np.int64), test=np.arange(len(students)))
+    data = {"name": dataset.name, "simulated": None, "nodes": federation.get("nodes"), "train_students": None,
+            "heldout_students": len(students), "heldout": "students the coordinator owns"}
+    return gate_and_publish(
+        fed.model, list(fed.history), dataset=dataset, registry=registry, active=active,
+        active_version=active_version, split=split, evaluation=evaluation, hidden_eval=_server_mask(evaluation),
+        mask_fraction=_EVAL.eval_mask_frac, train_students=None, dp=options.get("dp", "student"),
+        delta=options.get("delta", 1e-5), stop_reason=fed.stop_reason,
+        config={**options, "engine": "flower-deployment"}, gate=gate, force=force, activate=True, started=started,
+        extra={"data": data, "federation": federation},
     )
 
 

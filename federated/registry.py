@@ -8,13 +8,18 @@ Layout::
       versions/v0001/model.pt     the CDModel state_dict (torch.save), seen items included
       versions/v0001/manifest.json
       versions/v0001/manifest.sig base64 Ed25519 signature over the exact bytes of manifest.json
-      active.json                 {"version": ..., "activated_at": ..., "previous": [...]}, replaced atomically
+      active/<qmatrix>.json       per Q-matrix: {"qmatrix_id", "version", "activated_at", "previous": [...]}
+                                  (:mod:`federated.active`), each replaced atomically
 
 The manifest records the weights file's SHA-256, so the one signature covers both. Loading
 checks, in order: the signature (with the trusted public key), that the manifest names the
 folder it sits in (a signed manifest cannot be replayed as another version), and the weights
 hash; only then are the weights deserialised (``weights_only=True``). Anything that fails is
 refused with :class:`SignatureInvalid`, never loaded.
+
+Models are kept **per Q-matrix**: every manifest names the ``qmatrix_id`` it was trained for,
+and each Q-matrix has its own active version and rollback history. Version numbers are one
+sequence for the whole registry.
 
 Versions are numbered ``v0001``, ``v0002``, ... (one more than the highest present); a
 version folder is written under a temporary name and renamed into place, so readers never
@@ -26,7 +31,6 @@ mean more than a checksum), else the public key beside the private key.
 from __future__ import annotations
 
 import base64
-import contextlib
 import hashlib
 import io
 import json
@@ -36,34 +40,22 @@ import re
 import shutil
 import tempfile
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import torch
 from cryptography.exceptions import InvalidSignature
-from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
+from federated.active import ActivePointers, Stamp, utc_now
 from federated.model import CDModel
+from federated.signing import ModelNotFound, RegistryError, SignatureInvalid, SigningKeys, key_id
 
 __all__ = ["FORMAT", "LoadedModel", "ModelNotFound", "ModelRegistry", "RegistryError", "SignatureInvalid"]
 
 FORMAT = "fedcd-model/1"
 _VERSION = re.compile(r"^v(\d{4,})$")
-_WEIGHTS, _MANIFEST, _SIGNATURE, _ACTIVE = "model.pt", "manifest.json", "manifest.sig", "active.json"
-
-
-class RegistryError(Exception):
-    """A registry operation failed; the message says which version and why."""
-
-
-class ModelNotFound(RegistryError):
-    """No such version, or no active version yet."""
-
-
-class SignatureInvalid(RegistryError):
-    """A signature, key or hash check failed: the version is refused, not loaded."""
+_WEIGHTS, _MANIFEST, _SIGNATURE = "model.pt", "manifest.json", "manifest.sig"
 
 
 @dataclass(frozen=True)
@@ -72,10 +64,6 @@ class LoadedModel:
     model: CDModel
     manifest: dict[str, Any]
     signature_verified: bool = True  # a LoadedModel only exists after verification
-
-
-def utc_now() -> str:
-    return datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
 def jsonable(value: Any) -> Any:
@@ -91,68 +79,22 @@ def jsonable(value: Any) -> Any:
     return value
 
 
-def _atomic_write(path: Path, data: bytes, *, mode: int = 0o644) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            os.fsync(fh.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def _key_id(public_key: Ed25519PublicKey) -> str:
-    raw = public_key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
-    return "ed25519:" + hashlib.sha256(raw).hexdigest()[:16]
-
-
 class ModelRegistry:
     def __init__(
         self, root: str | Path, *, key_path: str | Path | None = None, public_key_path: str | Path | None = None
     ) -> None:
         self.root = Path(root)
-        self.key_path = Path(key_path) if key_path else self.root / "keys" / "signing_key.pem"
-        self.public_key_path = (
-            Path(public_key_path) if public_key_path else self.key_path.with_name(self.key_path.stem + ".pub.pem")
-        )
+        self.keys = SigningKeys(Path(key_path) if key_path else self.root / "keys" / "signing_key.pem",
+                                Path(public_key_path) if public_key_path else None)
+        self.key_path, self.public_key_path = self.keys.key_path, self.keys.public_key_path
+        self.pointers = ActivePointers(self.root, qmatrix_of=self._qmatrix_of)
 
-    # --- keys ----------------------------------------------------------------------
+    # --- keys (federated.signing) ----------------------------------------------------
     def _private_key(self) -> Ed25519PrivateKey:
-        """Load the signing key, creating it (0600) on first use; refuse one others can read."""
-        if not self.key_path.exists():
-            self.key_path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-            pem = Ed25519PrivateKey.generate().private_bytes(
-                serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
-            fd, tmp = tempfile.mkstemp(dir=self.key_path.parent, prefix=".key.")  # created 0600
-            try:
-                with os.fdopen(fd, "wb") as fh:
-                    fh.write(pem)
-                with contextlib.suppress(FileExistsError):  # link = create-if-absent: concurrent first uses agree
-                    os.link(tmp, self.key_path)
-            finally:
-                Path(tmp).unlink(missing_ok=True)
-        mode = self.key_path.stat().st_mode & 0o777
-        if mode & 0o077:
-            raise RegistryError(f"signing key {self.key_path} has mode {mode:o}; it must be private (chmod 600)")
-        key = serialization.load_pem_private_key(self.key_path.read_bytes(), password=None)
-        if not isinstance(key, Ed25519PrivateKey):
-            raise RegistryError(f"{self.key_path} is not an Ed25519 private key")
-        if not self.public_key_path.exists():
-            self.public_key_path.parent.mkdir(parents=True, exist_ok=True)
-            _atomic_write(self.public_key_path, key.public_key().public_bytes(
-                serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
-        return key
+        return self.keys.private_key()
 
     def public_key(self) -> Ed25519PublicKey:
-        if not self.public_key_path.exists():
-            raise SignatureInvalid(f"no public key at {self.public_key_path}: cannot verify any model")
-        key = serialization.load_pem_public_key(self.public_key_path.read_bytes())
-        if not isinstance(key, Ed25519PublicKey):
-            raise SignatureInvalid(f"{self.public_key_path} is not an Ed25519 public key")
-        return key
+        return self.keys.public_key()
 
     # --- reading -------------------------------------------------------------------
     def _dir(self, version: str) -> Path:
@@ -171,19 +113,46 @@ class ModelRegistry:
         found = [p.name for p in folder.iterdir() if p.is_dir() and _VERSION.match(p.name)]
         return sorted(found, key=lambda v: int(v[1:]))
 
-    def _active_state(self) -> dict[str, Any]:
-        path = self.root / _ACTIVE
-        if not path.exists():
-            return {}
+    def _qmatrix_of(self, version: str) -> str | None:
+        """The Q-matrix a version's manifest names (unverified: only to route a pointer)."""
         try:
-            state = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
-            raise RegistryError(f"{path} is unreadable: {exc}") from exc
-        return state if isinstance(state, dict) else {}
+            manifest = json.loads((self._dir(version) / _MANIFEST).read_text(encoding="utf-8"))
+        except (OSError, ValueError, ModelNotFound):
+            return None
+        value = manifest.get("qmatrix_id") if isinstance(manifest, dict) else None
+        return str(value) if value else None
 
-    def active_version(self) -> str | None:
-        version = self._active_state().get("version")
-        return str(version) if version else None
+    def _pointer(self, qmatrix_id: str) -> dict[str, Any] | None:
+        try:
+            return self.pointers.get(qmatrix_id)
+        except OSError as exc:
+            raise RegistryError(str(exc)) from exc
+
+    def active_versions(self) -> dict[str, str]:
+        """Q-matrix id -> its active version, for every Q-matrix that has one."""
+        try:
+            return {q: str(state["version"]) for q, state in self.pointers.all().items()}
+        except OSError as exc:
+            raise RegistryError(str(exc)) from exc
+
+    def _resolve(self, qmatrix_id: str | None) -> str | None:
+        """``qmatrix_id``, or the only Q-matrix with an active model (None if none; several must be named)."""
+        if qmatrix_id is not None:
+            return qmatrix_id
+        active = self.active_versions()
+        if len(active) > 1:
+            raise RegistryError(f"models are active for several Q-matrices ({', '.join(sorted(active))}); name one")
+        return next(iter(active), None)
+
+    def active_version(self, qmatrix_id: str | None = None) -> str | None:
+        """The active version for ``qmatrix_id`` (default: the only Q-matrix with one), or None."""
+        qmatrix_id = self._resolve(qmatrix_id)
+        state = self._pointer(qmatrix_id) if qmatrix_id is not None else None
+        return str(state["version"]) if state else None
+
+    def pointer_stamp(self, qmatrix_id: str) -> Stamp:
+        """Cheap change marker of ``qmatrix_id``'s active pointer (see :mod:`federated.active`)."""
+        return self.pointers.stamp(qmatrix_id)
 
     def verify(self, version: str) -> dict[str, Any]:
         """The version's manifest, after checking its signature and weights hash (else SignatureInvalid)."""
@@ -202,7 +171,7 @@ class ModelRegistry:
             public_key.verify(signature, manifest_bytes)
         except InvalidSignature:
             raise SignatureInvalid(
-                f"model {version}: the manifest signature does not verify with key {_key_id(public_key)}; "
+                f"model {version}: the manifest signature does not verify with key {key_id(public_key)}; "
                 "the manifest was modified or signed by another key. Refusing to load it."
             ) from None
         manifest = json.loads(manifest_bytes)
@@ -220,11 +189,13 @@ class ModelRegistry:
                                    "Refusing to load them.")
         return manifest, weights
 
-    def load(self, version: str | None = None) -> LoadedModel:
-        """Verify, then load ``version`` (default: the active one)."""
-        version = version or self.active_version()
+    def load(self, version: str | None = None, *, qmatrix_id: str | None = None) -> LoadedModel:
+        """Verify, then load ``version`` (default: the one active for ``qmatrix_id``)."""
+        version = version or self.active_version(qmatrix_id)
         if version is None:
-            raise ModelNotFound(f"no active model in {self.root}; train one first (fedcd train)")
+            where = f" for Q-matrix '{qmatrix_id}'" if qmatrix_id is not None else ""
+            raise ModelNotFound(f"no active model{where} in {self.root}; train one first (fedcd train, "
+                                "fedcd federation coordinator)")
         manifest, weights = self._verified(version)
         model = CDModel(**manifest["config"]["model"])
         state = torch.load(io.BytesIO(weights), map_location="cpu", weights_only=True)
@@ -232,11 +203,16 @@ class ModelRegistry:
         model.eval()
         return LoadedModel(version=version, model=model, manifest=manifest)
 
-    def list_versions(self) -> list[dict[str, Any]]:
-        """One summary per version, oldest first; a version that fails verification says why."""
-        active, out = self.active_version(), []
+    def list_versions(self, qmatrix_id: str | None = None) -> list[dict[str, Any]]:
+        """One summary per version (of ``qmatrix_id``, or all), oldest first; a version that fails
+        verification says why."""
+        active, out = set(self.active_versions().values()), []
         for version in self.versions():
-            row: dict[str, Any] = {"version": version, "active": version == active, "verified": False}
+            owner = self._qmatrix_of(version)
+            if qmatrix_id is not None and owner != qmatrix_id:
+                continue
+            row: dict[str, Any] = {"version": version, "qmatrix_id": owner, "active": version in active,
+                                   "verified": False}
             try:
                 m = self.verify(version)
                 row.update(verified=True, created_at=m.get("created_at"), rounds=m.get("rounds"),
@@ -254,9 +230,13 @@ class ModelRegistry:
         """Sign and store ``model`` as the next version; ``manifest`` holds the caller's fields
         (rounds, epsilon, delta, dp_mode, heldout_metrics, config.training, qmatrix_id, ...).
 
-        Returns (version, the full signed manifest). The registry fills in format, version,
-        created_at, weights (file, sha256, bytes), key_id, concepts and config.model.
+        ``manifest["qmatrix_id"]`` is required: the version becomes (with ``activate``) the
+        active model of that Q-matrix only. Returns (version, the full signed manifest). The
+        registry fills in format, version, created_at, weights (file, sha256, bytes), key_id,
+        concepts and config.model.
         """
+        if not isinstance(manifest.get("qmatrix_id"), str) or not manifest["qmatrix_id"]:
+            raise RegistryError("a model is published for one Q-matrix: the manifest needs 'qmatrix_id'")
         key = self._private_key()
         buffer = io.BytesIO()
         torch.save(model.state_dict(), buffer)
@@ -270,7 +250,7 @@ class ModelRegistry:
                 **manifest, "format": FORMAT, "version": version, "created_at": utc_now(),
                 "concepts": list(model.concepts), "config": {**manifest.get("config", {}), "model": model.config()},
                 "weights": {"file": _WEIGHTS, "sha256": hashlib.sha256(weights).hexdigest(), "bytes": len(weights)},
-                "key_id": _key_id(key.public_key()),
+                "key_id": key_id(key.public_key()),
             })
             body = (json.dumps(full, indent=2, sort_keys=True, ensure_ascii=False, allow_nan=False) + "\n").encode()
             tmp = Path(tempfile.mkdtemp(dir=versions_dir, prefix=".tmp-"))
@@ -291,27 +271,31 @@ class ModelRegistry:
         raise RegistryError(f"could not allocate a version id in {versions_dir}")
 
     def activate(self, version: str, *, _remember_current: bool = True) -> None:
-        """Point ``active`` at ``version`` after verifying it (a bad version never becomes active)."""
-        self.verify(version)
-        state = self._active_state()
+        """Make ``version`` the active model of the Q-matrix it was trained for, after verifying it
+        (a bad version never becomes active)."""
+        qmatrix_id = str(self.verify(version)["qmatrix_id"])
+        state = self._pointer(qmatrix_id) or {}
         current = state.get("version")
         previous = [v for v in state.get("previous", []) if v != version]
         if _remember_current and current and current != version:
             previous.append(current)
-        data = {"version": version, "activated_at": utc_now(), "previous": previous[-50:]}
-        self.root.mkdir(parents=True, exist_ok=True)
-        _atomic_write(self.root / _ACTIVE, (json.dumps(data, indent=2) + "\n").encode())
+        self.pointers.set(qmatrix_id, version=version, previous=previous)
 
-    def rollback(self, version: str | None = None) -> str:
-        """Make ``version`` active again (default: undo, back to the one active before the current one).
+    def rollback(self, version: str | None = None, *, qmatrix_id: str | None = None) -> str:
+        """Make ``version`` active again for its Q-matrix (default: undo, back to the version active
+        before the current one of ``qmatrix_id``, or of the only Q-matrix with an active model).
 
-        The target is verified first; a version that fails verification is refused and the
-        active pointer is left as it was.
+        The target is verified first; a version that fails verification, or that was trained
+        for another Q-matrix than ``qmatrix_id``, is refused and the active pointer is left as it was.
         """
         if version is not None:
+            owner = self.verify(version).get("qmatrix_id")
+            if qmatrix_id is not None and owner != qmatrix_id:
+                raise RegistryError(f"{version} was trained for Q-matrix '{owner}', not '{qmatrix_id}'")
             self.activate(version)
             return version
-        previous = self._active_state().get("previous", [])
+        resolved = self._resolve(qmatrix_id)
+        previous = (self._pointer(resolved) or {}).get("previous", []) if resolved is not None else []
         if not previous:
             raise ModelNotFound("no earlier active version to roll back to; name one (e.g. v0001)")
         self.activate(str(previous[-1]), _remember_current=False)

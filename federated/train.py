@@ -163,7 +163,7 @@ def train_federated(
         raise ValueError("epsilon is a DP budget; pass dp='student' or dp='client'")
     started = time.perf_counter()
     registry = registry if isinstance(registry, ModelRegistry) else ModelRegistry(registry)
-    active_version = registry.active_version()
+    active_version = registry.active_version(dataset.qmatrix.id)
     active = registry.load(active_version) if active_version else None  # a tampered active model fails fast
     rng = np.random.default_rng(seed)
     with torch_threads(threads):
@@ -239,9 +239,10 @@ DEFAULT_MODEL: dict[str, Any] = {"students": 600, "clients": 3, "rounds": 20, "l
 def default_model_if_missing(
     registry_dir: str | Path, *, seed: int = 0, key_path: str | Path | None = None, threads: int = 1
 ) -> str | None:
-    """Train and publish the default model if the registry holds no version; else do nothing (None)."""
+    """Train and publish the default model if the registry holds no version for the example
+    Q-matrix; else do nothing (None)."""
     registry = ModelRegistry(registry_dir, key_path=key_path)
-    if registry.versions():
+    if registry.list_versions(qmatrix_id=example_qmatrix().id):
         return None
     started = time.perf_counter()
     dataset = simulate_dina(example_qmatrix(), n_students=DEFAULT_MODEL["students"], seed=seed)

@@ -1,7 +1,14 @@
 """Federation members: one ``Entity`` protocol, one adapter per backend, prompts and parsing."""
 
 from providers.config import DEFAULT_HOSTED, EntityKind, EntitySpec, default_entity_specs
-from providers.errors import EntityError, EntityParseError, EntityRejected, EntityTimeout, EntityUnavailable
+from providers.errors import (
+    EntityError,
+    EntityParseError,
+    EntityRejected,
+    EntitySkipped,
+    EntityTimeout,
+    EntityUnavailable,
+)
 from providers.factory import build_adapter, build_entity
 from providers.parsing import ParsedMastery, parse_mastery
 from providers.prompts import SYSTEM_PROMPT, build_messages, mastery_schema, user_prompt
@@ -19,6 +26,7 @@ __all__ = [
     "EntityParseError",
     "EntityPrediction",
     "EntityRejected",
+    "EntitySkipped",
     "EntitySpec",
     "EntityTimeout",
     "EntityUnavailable",

@@ -6,7 +6,9 @@
     ├── EntityUnavailable            transient: rate limit, 5xx, timeout, connection (retryable)
     │   └── EntityTimeout            the call or the per-entity deadline ran out
     ├── EntityRejected               the backend refused the request (4xx other than 408/409/429)
-    └── EntityParseError             the backend answered, but nothing usable could be read from it
+    ├── EntityParseError             the backend answered, but nothing usable could be read from it
+    └── EntitySkipped                the entity cannot serve this request at all (e.g. no model for its
+                                     Q-matrix): not a failure, nothing released, never retried
 
 Each adapter converts its SDK's exceptions into this tree in one context manager, so
 retry policy (``providers.wrappers``) and the HTTP layer (``app``) see only these.
@@ -21,7 +23,7 @@ from __future__ import annotations
 
 from providers.untrusted import scrub_untrusted_text
 
-__all__ = ["EntityError", "EntityParseError", "EntityRejected", "EntityTimeout", "EntityUnavailable"]
+__all__ = ["EntityError", "EntityParseError", "EntityRejected", "EntitySkipped", "EntityTimeout", "EntityUnavailable"]
 
 
 class EntityError(Exception):
@@ -66,3 +68,9 @@ class EntityParseError(EntityError):
         super().__init__(message, entity=entity)
         # A short excerpt for debugging; it holds model output, never student identifiers.
         self.raw_excerpt = scrub_untrusted_text(raw_excerpt, limit=200) if raw_excerpt else ""
+
+
+class EntitySkipped(EntityError):
+    """The entity has nothing to offer for this request (e.g. ``local-fed`` has no model for its
+    Q-matrix). The pipeline reports it as ``skipped`` with the message as the reason: it is not
+    a failure, it released nothing, and retrying cannot help."""

@@ -1,8 +1,17 @@
-"""The ``local-fed`` entity: the federated-trained diagnosis model, answering directly (no prompt).
+"""The ``local-fed`` entity: the federated-trained diagnosis models, answering directly (no prompt).
 
-It serves the *active, signature-verified* model of a :class:`federated.ModelRegistry`
-(loaded lazily on first use, or eagerly by ``load()``; ``reload()`` picks up a new active
-version after training or a rollback). A request is mapped onto the model's inputs:
+The registry (:class:`federated.ModelRegistry`) keeps one signed model per Q-matrix. A
+request is answered by the *active, signature-verified* model of **its** Q-matrix
+(``PromptContext.qmatrix_id``):
+
+* **Hot reload.** Before every request the entity compares the Q-matrix's active pointer
+  with the one it loaded (two ``stat`` calls); when a new version was published or rolled
+  back to, it is verified and loaded in a worker thread. No restart is needed.
+* **No model for the Q-matrix** (or a request naming none): ``EntitySkipped`` with the
+  reason. The pipeline reports ``local-fed`` as skipped: not a failure, nothing released.
+  A model that fails verification is an error (``EntityRejected``), never skipped silently.
+
+A request is mapped onto the model's inputs:
 
 * **Concepts.** The model has parameters only for the concepts it was trained on. A
   requested concept it does not know is listed in ``missing`` (status ``partial``) with a
@@ -33,8 +42,8 @@ import numpy as np
 import torch
 
 from federated.features import hash_text
-from federated.registry import LoadedModel, ModelRegistry, RegistryError
-from providers.errors import EntityRejected
+from federated.registry import LoadedModel, ModelNotFound, ModelRegistry, RegistryError
+from providers.errors import EntityRejected, EntitySkipped
 from providers.types import EntityPrediction, PromptContext, Repair
 from providers.wrappers import timed
 
@@ -149,7 +158,7 @@ def _encode(context: PromptContext, loaded: LoadedModel) -> _Request:
 
 
 class LocalFedEntity:
-    """Entity serving the registry's active model; see the module docstring."""
+    """Entity serving the registry's active model for each request's Q-matrix; see the module docstring."""
 
     def __init__(
         self,
@@ -166,7 +175,8 @@ class LocalFedEntity:
                 raise ValueError("give registry_dir or registry")
             registry = ModelRegistry(registry_dir, public_key_path=public_key_path)
         self.name, self.registry = name, registry
-        self._loaded: LoadedModel | None = None
+        # Q-matrix id -> (pointer stamp when read, the verified model, or the error loading it raised)
+        self._models: dict[str, tuple[object, LoadedModel | RegistryError]] = {}
         self._load_lock, self._forward_lock = threading.Lock(), threading.Lock()
         self._batcher: MicroBatcher[_Request, np.ndarray] = MicroBatcher(
             self._forward, window_s=batch_window_s, max_batch=max_batch)
@@ -174,38 +184,69 @@ class LocalFedEntity:
 
     @property
     def loaded(self) -> bool:
-        return self._loaded is not None
+        """Whether at least one verified model is loaded."""
+        return any(isinstance(m, LoadedModel) for _, m in self._models.values())
 
-    def load(self) -> LoadedModel:
-        """The active model, verified (blocking; raises RegistryError when there is none or it fails checks)."""
+    def _fresh(self, qmatrix_id: str) -> tuple[object, LoadedModel | RegistryError] | None:
+        stamp = self.registry.pointer_stamp(qmatrix_id)
+        cached = self._models.get(qmatrix_id)
+        return cached if cached is not None and cached[0] == stamp else None
+
+    def model_for(self, qmatrix_id: str) -> LoadedModel:
+        """The verified active model of ``qmatrix_id``, reloaded if its pointer changed (blocking).
+
+        Raises ``ModelNotFound`` when the Q-matrix has no active model, another ``RegistryError``
+        when its model fails verification.
+        """
         with self._load_lock:
-            if self._loaded is None:
-                self._loaded = self.registry.load()
-            return self._loaded
+            cached = self._fresh(qmatrix_id)
+            if cached is None:
+                stamp = self.registry.pointer_stamp(qmatrix_id)  # read before loading: a later change reloads
+                try:
+                    found: LoadedModel | RegistryError = self.registry.load(qmatrix_id=qmatrix_id)
+                except RegistryError as exc:
+                    found = exc
+                cached = self._models[qmatrix_id] = (stamp, found)
+        if isinstance(cached[1], RegistryError):
+            raise cached[1]
+        return cached[1]
 
-    def reload(self) -> LoadedModel:
-        """Load the registry's active version now (after training or a rollback)."""
-        loaded = self.registry.load()
+    def load(self) -> list[LoadedModel]:
+        """Load every Q-matrix's active model now (start-up); raises if one fails verification."""
+        return [self.model_for(qmatrix_id) for qmatrix_id in self.registry.active_versions()]
+
+    def reload(self) -> None:
+        """Forget every loaded model: the next request reads the registry again."""
         with self._load_lock:
-            self._loaded = loaded
-        return loaded
+            self._models.clear()
 
-    def info(self) -> dict[str, Any]:
-        """What GET /v1/local-model shows: the loaded version and its signed manifest's facts (blocking)."""
-        loaded = self.load()
+    def info(self, qmatrix_id: str | None = None) -> dict[str, Any]:
+        """What GET /v1/local-model shows for ``qmatrix_id`` (default: the only Q-matrix with a model):
+        the loaded version and its signed manifest's facts (blocking)."""
+        if qmatrix_id is None:
+            active = sorted(self.registry.active_versions())
+            if len(active) > 1:
+                raise RegistryError(f"models are active for several Q-matrices ({', '.join(active)}); name one")
+            if not active:
+                raise ModelNotFound(f"no local-fed model has been published in {self.registry.root}")
+            qmatrix_id = active[0]
+        loaded = self.model_for(qmatrix_id)
         m = loaded.manifest
         return {
             "version": loaded.version,
             "signature_verified": loaded.signature_verified,
+            "qmatrix_id": m.get("qmatrix_id"),
             "rounds": m.get("rounds"),
             "epsilon": m.get("epsilon"),
             "delta": m.get("delta"),
             "dp_mode": m.get("dp_mode"),
+            "nodes": (m.get("federation") or {}).get("nodes"),
+            "federation": m.get("federation"),
+            "gate": m.get("gate"),
             "heldout_metrics": m.get("heldout_metrics"),
             "trained_at": m.get("trained_at"),
             "config": m.get("config"),
             "concepts": m.get("concepts"),
-            "qmatrix_id": m.get("qmatrix_id"),
             "data": m.get("data"),
             "forced": m.get("forced"),
             "key_id": m.get("key_id"),
@@ -238,8 +279,17 @@ class LocalFedEntity:
         if context.task != "diagnose":
             raise EntityRejected(f"the local federated model only diagnoses; it cannot '{context.task}'",
                                  entity=self.name)
+        if context.qmatrix_id is None:
+            raise EntitySkipped("the request names no Q-matrix, and local-fed models are per Q-matrix",
+                                entity=self.name)
+        cached = self._fresh(context.qmatrix_id)  # the common case needs no thread: the pointer did not change
         try:
-            loaded = self._loaded or await asyncio.to_thread(self.load)
+            loaded = cached[1] if cached is not None and isinstance(cached[1], LoadedModel) else \
+                await asyncio.to_thread(self.model_for, context.qmatrix_id)
+        except ModelNotFound:
+            raise EntitySkipped(f"no local-fed model has been published for Q-matrix '{context.qmatrix_id}' "
+                                "(train one with `fedcd federation coordinator` or `fedcd train`)",
+                                entity=self.name) from None
         except RegistryError as exc:
             raise EntityRejected(f"no usable local model: {exc}", entity=self.name) from exc
         request = _encode(context, loaded)
@@ -259,5 +309,4 @@ class LocalFedEntity:
         )
 
     async def aclose(self) -> None:
-        with self._load_lock:
-            self._loaded = None
+        self.reload()

@@ -32,6 +32,8 @@ class PromptContext(BaseModel):
 
     ``task`` is ``diagnose`` (mastery per concept) or ``tag`` (for each concept, how
     likely the single item requires it — automatic Q-matrix extraction; no student data).
+    ``qmatrix_id`` names the Q-matrix the items come from, so an entity holding one model per
+    Q-matrix (``local-fed``) can pick it; prompts to LLMs never include it.
     """
 
     model_config = ConfigDict(frozen=True)
@@ -39,6 +41,7 @@ class PromptContext(BaseModel):
     task: Literal["diagnose", "tag"] = "diagnose"
     concepts: tuple[str, ...] = Field(description="Q-filtered: only concepts the answered items assess")
     items: tuple[PromptItem, ...]
+    qmatrix_id: str | None = None
 
 
 class TokenUsage(BaseModel):

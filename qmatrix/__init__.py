@@ -5,6 +5,7 @@ from qmatrix.example import EXAMPLE_QMATRIX_ID, example_qmatrix
 from qmatrix.identifiers import Identifier, check_identifier, identifier_problem
 from qmatrix.io import (
     load_qmatrix,
+    qmatrix_fingerprint,
     qmatrix_from_csv_text,
     qmatrix_from_json,
     qmatrix_to_csv_text,
@@ -12,7 +13,16 @@ from qmatrix.io import (
     save_qmatrix,
 )
 from qmatrix.model import Item, QMatrix, QMatrixError
-from qmatrix.responses import Response, StudentResponses, group_by_student, load_responses_csv, score_of
+from qmatrix.responses import (
+    Response,
+    StudentResponses,
+    group_by_student,
+    load_responses_csv,
+    load_responses_wide_csv,
+    read_responses_csv,
+    score_of,
+    write_responses_csv,
+)
 from qmatrix.simulate import simulate_dina
 from qmatrix.uci import UCI_CONCEPTS, load_uci
 
@@ -35,12 +45,16 @@ __all__ = [
     "load_frcsub",
     "load_qmatrix",
     "load_responses_csv",
+    "load_responses_wide_csv",
+    "read_responses_csv",
+    "qmatrix_fingerprint",
     "qmatrix_from_csv_text",
     "qmatrix_from_json",
     "qmatrix_to_csv_text",
     "qmatrix_to_json",
     "save_qmatrix",
     "score_of",
+    "write_responses_csv",
     "simulate_dina",
     "load_uci",
     "UCI_CONCEPTS",

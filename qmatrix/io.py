@@ -9,6 +9,7 @@ names), as published for FrcSub. JSON form::
 from __future__ import annotations
 
 import csv
+import hashlib
 import io
 import json
 from pathlib import Path
@@ -21,6 +22,7 @@ from qmatrix.model import Item, QMatrix, QMatrixError
 __all__ = [
     "load_qmatrix",
     "qmatrix_from_csv_text",
+    "qmatrix_fingerprint",
     "qmatrix_from_json",
     "qmatrix_to_csv_text",
     "qmatrix_to_json",
@@ -147,6 +149,13 @@ def qmatrix_to_json(q: QMatrix) -> dict[str, Any]:
             for item in q.items
         ],
     }
+
+
+def qmatrix_fingerprint(q: QMatrix) -> str:
+    """SHA-256 of the Q-matrix's content (concepts in order, items with text and concepts), not its id:
+    two copies of one Q-matrix saved under different names agree; any edited cell does not."""
+    content = {k: v for k, v in qmatrix_to_json(q).items() if k != "id"}
+    return hashlib.sha256(json.dumps(content, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
 def load_qmatrix(path: str | Path, *, id: str | None = None) -> QMatrix:

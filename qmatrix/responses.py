@@ -10,7 +10,16 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from qmatrix.identifiers import Identifier
 
-__all__ = ["Response", "StudentResponses", "group_by_student", "load_responses_csv", "score_of"]
+__all__ = [
+    "Response",
+    "StudentResponses",
+    "group_by_student",
+    "load_responses_csv",
+    "load_responses_wide_csv",
+    "read_responses_csv",
+    "score_of",
+    "write_responses_csv",
+]
 
 
 class Response(BaseModel):
@@ -77,17 +86,67 @@ def load_responses_csv(path: str | Path, *, student_id: str | None = None) -> li
             item_id = (row.get("item_id") or "").strip()
             if not item_id:
                 raise ValueError(f"{p.name}, line {line}, column 'item_id': must not be empty")
-            raw = (row.get("correct") or "").strip().lower()
-            try:
-                value: bool | float = {"true": True, "false": False}.get(raw, None)  # type: ignore[assignment]
-                if value is None:
-                    number = float(raw)
-                    value = bool(number) if raw in ("0", "1") else number
-                response = Response(item_id=item_id, correct=value, answer=row.get("answer") or None)
-            except ValueError as exc:
-                raise ValueError(
-                    f"{p.name}, line {line}, column 'correct': {raw!r} is not 0/1, true/false or a score in [0,1]"
-                ) from exc
+            value = _correct(row.get("correct") or "", f"{p.name}, line {line}, column 'correct'")
+            response = Response(item_id=item_id, correct=value, answer=row.get("answer") or None)
             sid = (row.get("student_id") or "").strip() or student_id or p.stem
             rows.append((sid, response))
     return group_by_student(rows)
+
+
+def _correct(cell: str, where: str) -> bool | float:
+    raw = cell.strip().lower()
+    try:
+        value: bool | float | None = {"true": True, "false": False}.get(raw)
+        if value is None:
+            number = float(raw)
+            value = bool(number) if raw in ("0", "1") else number
+        Response(item_id="x", correct=value)  # the one range check
+    except ValueError as exc:
+        raise ValueError(f"{where}: {raw!r} is not 0/1, true/false or a score in [0,1]") from exc
+    return value
+
+
+def load_responses_wide_csv(path: str | Path) -> list[StudentResponses]:
+    """Read a wide-format CSV: ``student_id,<item id>,<item id>,...``, one row per student.
+
+    A cell holds 0/1, true/false or a score in [0, 1]; an empty cell means the item was not
+    answered. Students with no answered item are left out.
+    """
+    p = Path(path)
+    with p.open(newline="", encoding="utf-8") as fh:
+        rows = [row for row in csv.reader(fh) if any(cell.strip() for cell in row)]
+    if not rows or not rows[0] or rows[0][0].strip() != "student_id" or len(rows[0]) < 2:
+        raise ValueError(f"{p.name}: a wide CSV starts with 'student_id' followed by one column per item")
+    items = [cell.strip() for cell in rows[0][1:]]
+    if any(not i for i in items) or len(set(items)) != len(items):
+        raise ValueError(f"{p.name}: item columns must be named and unique")
+    students = []
+    for line, row in enumerate(rows[1:], start=2):
+        if len(row) != len(items) + 1 or not row[0].strip():
+            raise ValueError(f"{p.name}, line {line}: expected a student id and {len(items)} cells, got {len(row)} cells")
+        responses = tuple(Response(item_id=item, correct=_correct(cell, f"{p.name}, line {line}, column '{item}'"))
+                          for item, cell in zip(items, row[1:]) if cell.strip())
+        if responses:
+            students.append(StudentResponses(student_id=row[0].strip(), responses=responses))
+    return students
+
+
+def read_responses_csv(path: str | Path) -> list[StudentResponses]:
+    """A responses CSV in either form, told apart by its header: long (an ``item_id`` column,
+    :func:`load_responses_csv`) or wide (``student_id`` then item columns, :func:`load_responses_wide_csv`)."""
+    with Path(path).open(newline="", encoding="utf-8") as fh:
+        header = [cell.strip() for cell in next(csv.reader(fh), [])]
+    return load_responses_csv(path) if "item_id" in header else load_responses_wide_csv(path)
+
+
+def write_responses_csv(path: str | Path, students: Iterable[StudentResponses]) -> None:
+    """Write the long form :func:`load_responses_csv` reads: ``student_id,item_id,correct[,answer]``."""
+    students = list(students)
+    answers = any(r.answer for s in students for r in s.responses)
+    with Path(path).open("w", newline="", encoding="utf-8") as fh:
+        out = csv.writer(fh)
+        out.writerow(["student_id", "item_id", "correct", *(["answer"] if answers else [])])
+        for s in students:
+            for r in s.responses:
+                value = int(r.correct) if isinstance(r.correct, bool) else r.correct
+                out.writerow([s.student_id, r.item_id, value, *([r.answer or ""] if answers else [])])

@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from federated.registry import ModelRegistry
 from federated.train import default_model_if_missing, train_federated
-from providers.errors import EntityRejected
+from providers.errors import EntityRejected, EntitySkipped
 from providers.local_fed import LocalFedEntity, MicroBatcher
 from providers.types import Entity, PromptContext, PromptItem
 from qmatrix import example_qmatrix, simulate_dina
@@ -29,7 +30,7 @@ def registry_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def _context(items: list[PromptItem], extra_concepts: tuple[str, ...] = ()) -> PromptContext:
     concepts = tuple(c for c in Q.concepts if any(c in item.concepts for item in items))
-    return PromptContext(concepts=concepts + extra_concepts, items=tuple(items))
+    return PromptContext(concepts=concepts + extra_concepts, items=tuple(items), qmatrix_id=Q.id)
 
 
 def _items(scores: list[float] | None = None) -> list[PromptItem]:
@@ -96,7 +97,7 @@ async def test_unknown_concepts_are_reported_missing_never_invented(registry_dir
 
 async def test_only_unknown_concepts_gives_an_empty_partial_answer(registry_dir: Path) -> None:
     context = PromptContext(concepts=("Derivatives",), items=(PromptItem(item_id="c", concepts=("Derivatives",),
-                                                                         score=1.0),))
+                                                                         score=1.0),), qmatrix_id=Q.id)
     entity = LocalFedEntity(registry_dir)
     prediction = await entity.respond(context)
     assert prediction.status == "partial" and prediction.mastery == {} and prediction.missing == ["Derivatives"]
@@ -143,24 +144,38 @@ def test_info_describes_the_verified_model(registry_dir: Path) -> None:
     assert info["config"]["model"]["concepts"] == list(Q.concepts) and "training" in info["config"]
 
 
-async def test_reload_picks_up_a_new_active_version(registry_dir: Path, tmp_path: Path) -> None:
-    # Prepare
+async def test_a_newly_published_version_is_served_without_reload(registry_dir: Path, tmp_path: Path) -> None:
+    # Prepare: the entity has loaded v0001 and answered with it.
     path = tmp_path / "reg"
     shutil.copytree(registry_dir, path)
     entity = LocalFedEntity(path)
-    entity.load()
+    assert (await entity.respond(_context(_items()))).model == "fedcd-cdm/v0001"
+
+    # Execute: another process publishes v0002, then rolls back.
     data = simulate_dina(Q, n_students=200, seed=5)
     train_federated(dataset=data, registry=path, rounds=2, seed=5, force=True)
+    after_publish = await entity.respond(_context(_items()))
+    ModelRegistry(path).rollback(qmatrix_id=Q.id)
+    after_rollback = await entity.respond(_context(_items()))
 
-    # Execute / Assert
-    assert entity.info()["version"] == "v0001"
-    entity.reload()
-    assert (await entity.respond(_context(_items()))).model == "fedcd-cdm/v0002"
+    # Assert
+    assert after_publish.model == "fedcd-cdm/v0002" and after_rollback.model == "fedcd-cdm/v0001"
+    assert entity.info(Q.id)["version"] == "v0001"
 
 
-async def test_missing_or_tampered_model_is_rejected(registry_dir: Path, tmp_path: Path) -> None:
-    with pytest.raises(EntityRejected, match="no active model"):
+async def test_a_qmatrix_without_a_model_is_skipped_not_failed(registry_dir: Path, tmp_path: Path) -> None:
+    entity = LocalFedEntity(registry_dir)
+    other = _context(_items()).model_copy(update={"qmatrix_id": "another-qmatrix"})
+    with pytest.raises(EntitySkipped, match="no local-fed model has been published for Q-matrix 'another-qmatrix'"):
+        await entity.respond(other)
+    with pytest.raises(EntitySkipped, match="names no Q-matrix"):
+        await entity.respond(other.model_copy(update={"qmatrix_id": None}))
+    with pytest.raises(EntitySkipped):
         await LocalFedEntity(tmp_path / "empty").respond(_context(_items()))
+    assert (await entity.respond(_context(_items()))).status == "ok"  # the example Q-matrix still has its model
+
+
+async def test_tampered_model_is_rejected(registry_dir: Path, tmp_path: Path) -> None:
     path = tmp_path / "tampered"
     shutil.copytree(registry_dir, path)
     weights = path / "versions" / "v0001" / "model.pt"

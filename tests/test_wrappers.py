@@ -6,7 +6,14 @@ import asyncio
 
 import pytest
 
-from providers.errors import EntityError, EntityParseError, EntityRejected, EntityTimeout, EntityUnavailable
+from providers.errors import (
+    EntityError,
+    EntityParseError,
+    EntityRejected,
+    EntitySkipped,
+    EntityTimeout,
+    EntityUnavailable,
+)
 from providers.types import EntityPrediction, PromptContext, PromptItem
 from providers.wrappers import ConcurrencyLimited, RetryPolicy, Retrying, WithDeadline, build_chain
 
@@ -138,6 +145,14 @@ async def test_entity_rejected_is_never_retried():
         await Retrying(inner, RetryPolicy(max_attempts=5), sleep=sleep).respond(CONTEXT)
 
     # Assert
+    assert inner.calls == 1 and sleep.delays == []
+
+
+async def test_a_skip_is_never_retried_and_passes_through_the_whole_chain():
+    inner, sleep = FakeEntity([EntitySkipped("no model for this Q-matrix")]), RecordingSleep()
+    chain = build_chain(inner, policy=RetryPolicy(max_attempts=5), deadline_s=5, concurrency=1, sleep=sleep)
+    with pytest.raises(EntitySkipped, match="no model"):
+        await chain.respond(CONTEXT)
     assert inner.calls == 1 and sleep.delays == []
 
 

@@ -1,8 +1,8 @@
-"""The ``fedcd`` command (Typer): ``serve``, ``diagnose``, ``evaluate``, ``train`` and ``bench``."""
+"""The ``fedcd`` command (Typer): ``serve``, ``diagnose``, ``evaluate``, ``train``, ``federation``, ``models`` and ``bench``."""
 
 from __future__ import annotations
 
-from app.cli import diagnosis, evaluation, keys, privacy, training  # noqa: F401  (each module registers its commands)
+from app.cli import diagnosis, evaluation, federation, keys, privacy, training  # noqa: F401  (each module registers its commands)
 from app.cli.common import cli
 
 __all__ = ["cli", "main"]

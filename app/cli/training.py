@@ -1,8 +1,11 @@
-"""`fedcd train` and `fedcd bench federated`: the federated-trained local model."""
+"""`fedcd train` (SIMULATION: institutions partitioned from one dataset), `fedcd bench federated` and
+`fedcd models`: the federated-trained local model. Real institutions: `fedcd federation` (app/cli/federation.py)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -36,7 +39,9 @@ def train(
     data_dir: Annotated[Optional[Path], typer.Option(help="folder holding the public datasets")] = None,
     out: Annotated[Optional[Path], typer.Option("--out", help="model registry folder (default: the gateway's)")] = None,
 ) -> None:
-    """Train the federated local model (FedAvg across simulated institutions) and publish it, signed."""
+    """SIMULATION: train local-fed across institutions partitioned from one dataset, and publish it, signed.
+
+    For experiments. Real institutions, each keeping its own data, use `fedcd federation`."""
     from evaluation.datasets import load_dataset
     from federated import train_federated
 
@@ -68,7 +73,8 @@ def train(
         err.print(f"[red]error:[/] {exc}")
         raise typer.Exit(2) from exc
     registry = out or Settings().registry_dir
-    table = Table(title=f"federated training on {data.name} ({'SIMULATED' if data.simulated else 'real'} data), {clients} clients")
+    table = Table(title=f"SIMULATED federation: {clients} institutions partitioned from {data.name} "
+                        f"({'SIMULATED' if data.simulated else 'real'} data)")
     for column in ("round", "loss", "held-out AUC", "ε spent", "bytes sent", "seconds"):
         table.add_column(column, justify="right")
     with Progress(TextColumn("training"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=err) as bar:
@@ -167,23 +173,39 @@ def _registry(folder: Path | None):  # type: ignore[no-untyped-def]
     return ModelRegistry(folder or Settings().registry_dir)
 
 
+@contextlib.contextmanager
+def _registry_errors(label: str = "error") -> Iterator[None]:
+    """A registry refusal (bad signature, unknown version, ambiguous Q-matrix) is exit code 1 with its reason."""
+    from federated import RegistryError
+
+    try:
+        yield
+    except RegistryError as exc:
+        err.print(f"[red]{label}:[/] {exc}")
+        raise typer.Exit(1) from exc
+
+
 @models.command("list")
-def list_models(registry: Annotated[Optional[Path], typer.Option(help="registry folder (default: the gateway's)")] = None) -> None:
-    """Every published version, whether its signature verifies, and which is active."""
-    rows = _registry(registry).list_versions()
+def list_models(
+    registry: Annotated[Optional[Path], typer.Option(help="registry folder (default: the gateway's)")] = None,
+    qmatrix: Annotated[Optional[str], typer.Option(help="only the versions trained for this Q-matrix id")] = None,
+) -> None:
+    """Every published version, its Q-matrix, whether its signature verifies, and which is active per Q-matrix."""
+    with _registry_errors():
+        rows = _registry(registry).list_versions(qmatrix)
     if not rows:
         console.print("no published model")
         return
     table = Table(title="local-fed model versions")
-    for column in ("version", "active", "signature", "created", "rounds", "DP", "ε", "held-out AUC", "note"):
-        table.add_column(column)
+    for column in ("version", "Q-matrix", "active", "signature", "created", "rounds", "DP (ε)", "AUC", "note"):
+        table.add_column(column, no_wrap=column in ("version", "signature"))
     for row in rows:
         auc, eps = row.get("auc"), row.get("epsilon")
         table.add_row(
-            row["version"], "yes" if row["active"] else "", "verified" if row["verified"] else "FAILED",
-            str(row.get("created_at") or ""), str(row.get("rounds") or ""), str(row.get("dp_mode") or ""),
-            "—" if eps is None else f"{eps:.2f}", "" if auc is None else f"{auc:.3f}",
-            str(row.get("error") or ("forced" if row.get("forced") else "")),
+            row["version"], str(row.get("qmatrix_id") or ""), "yes" if row["active"] else "",
+            "verified" if row["verified"] else "FAILED", str(row.get("created_at") or "")[:10],
+            str(row.get("rounds") or ""), f"{row.get('dp_mode') or ''}" + ("" if eps is None else f" ({eps:.2f})"),
+            "" if auc is None else f"{auc:.3f}", str(row.get("error") or ("forced" if row.get("forced") else "")),
         )
     console.print(table)
 
@@ -191,17 +213,16 @@ def list_models(registry: Annotated[Optional[Path], typer.Option(help="registry 
 @models.command("rollback")
 def rollback_model(
     version: Annotated[Optional[str], typer.Argument(help="version id (default: the one active before)")] = None,
+    qmatrix: Annotated[Optional[str], typer.Option(help="the Q-matrix whose model to roll back (needed when "
+                                                   "several have models and no version is named)")] = None,
     registry: Annotated[Optional[Path], typer.Option(help="registry folder (default: the gateway's)")] = None,
 ) -> None:
-    """Make an earlier version active (verified first). A running gateway picks it up on restart."""
-    from federated import RegistryError
-
-    try:
-        active = _registry(registry).rollback(version)
-    except RegistryError as exc:
-        err.print(f"[red]error:[/] {exc}")
-        raise typer.Exit(1) from exc
-    console.print(f"active version: {active}")
+    """Make an earlier version active for its Q-matrix (verified first). A running gateway serves it at once."""
+    folder = _registry(registry)
+    with _registry_errors():
+        active = folder.rollback(version, qmatrix_id=qmatrix)
+        owner = folder.verify(active).get("qmatrix_id")
+    console.print(f"active version for Q-matrix {owner}: {active}")
 
 
 @models.command("verify")
@@ -210,11 +231,6 @@ def verify_model(
     registry: Annotated[Optional[Path], typer.Option(help="registry folder (default: the gateway's)")] = None,
 ) -> None:
     """Check a version's Ed25519 signature and weights hash."""
-    from federated import RegistryError
-
-    try:
+    with _registry_errors("signature check failed"):
         manifest = _registry(registry).verify(version)
-    except RegistryError as exc:
-        err.print(f"[red]signature check failed:[/] {exc}")
-        raise typer.Exit(1) from exc
     console.print(f"{version}: signature verified (trained {manifest.get('trained_at')}, {manifest.get('rounds')} rounds)")

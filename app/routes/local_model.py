@@ -1,11 +1,11 @@
-"""The federated-trained local model served as entity ``local-fed``."""
+"""The federated-trained local models served as entity ``local-fed`` (one per Q-matrix)."""
 
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Query
 
 from app.deps import FederationDep, PrincipalDep
 from app.errors import InputError
@@ -13,18 +13,31 @@ from app.errors import InputError
 router = APIRouter(prefix="/v1/local-model", tags=["local-model"])
 
 
-@router.get("", responses={401: {"description": "missing or bad API key"}, 404: {"description": "no local-fed entity or no published model"}, 409: {"description": "signature check failed"}})
-async def read_local_model(federation: FederationDep, principal: PrincipalDep) -> dict[str, Any]:
-    """The active model's version, whether its Ed25519 signature verified, rounds, ε, δ, DP mode,
-    held-out metrics, training time and configuration."""
-    from federated import ModelNotFound, SignatureInvalid
+@router.get("", responses={401: {"description": "missing or bad API key"},
+                           404: {"description": "no local-fed entity or no published model"},
+                           409: {"description": "signature check failed"},
+                           422: {"description": "several Q-matrices have a model: name one"}})
+async def read_local_model(
+    federation: FederationDep,
+    principal: PrincipalDep,
+    qmatrix_id: Annotated[str | None, Query(max_length=128, description="the Q-matrix whose model to describe "
+                                            "(optional when only one Q-matrix has a model)")] = None,
+) -> dict[str, Any]:
+    """The active model for ``qmatrix_id``: version, whether its Ed25519 signature verified, rounds, ε,
+    δ, DP mode, nodes, promotion-gate result, held-out metrics, training time and configuration.
+    The gateway serves a newly published version at once; this shows the one it serves now."""
+    from federated import ModelNotFound, RegistryError, SignatureInvalid
+    from providers.local_fed import LocalFedEntity
 
     adapter = federation.adapter("local-fed") if "local-fed" in federation.names else None
-    if adapter is None or not hasattr(adapter, "info"):
-        raise InputError(("path",), ["no local-fed entity is configured (train one with `fedcd train`)"], status_code=404)
+    if not isinstance(adapter, LocalFedEntity):
+        raise InputError(("path",), ["no local-fed entity is configured (FEDCD_LOCAL_FED)"], status_code=404)
     try:
-        return await asyncio.to_thread(adapter.info)
+        return await asyncio.to_thread(adapter.info, qmatrix_id)
     except ModelNotFound as exc:
-        raise InputError(("path",), [f"no published local model: {exc}"], status_code=404) from exc
+        raise InputError(("query", "qmatrix_id"), [f"no published local model: {exc}"], status_code=404) from exc
     except SignatureInvalid as exc:
-        raise InputError(("path",), [f"the active model failed its signature check: {exc}"], status_code=409) from exc
+        raise InputError(("query", "qmatrix_id"), [f"the active model failed its signature check: {exc}"],
+                         status_code=409) from exc
+    except RegistryError as exc:
+        raise InputError(("query", "qmatrix_id"), [str(exc)]) from exc

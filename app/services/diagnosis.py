@@ -36,6 +36,7 @@ from app.schemas import (
     PrivacyBlock,
     PrivacyPolicy,
     PrivacyPolicyPublic,
+    SkippedEntity,
     StudentIn,
 )
 from app.settings import Settings
@@ -272,6 +273,8 @@ class DiagnosisService:
             missing_concepts=result.missing_concepts,
             entities=[EntityReport(**vars(o)) for o in result.entities] if options.include_entities else None,
             failed_entities=[o.name for o in result.entities if o.status == "failed"],
+            skipped_entities=[SkippedEntity(name=o.name, reason=o.error or "")
+                              for o in result.entities if o.status == "skipped"],
             privacy=PrivacyBlock(**result.privacy, sensitivity_mode=request.sensitivity),  # type: ignore[arg-type]
             mastery_interval=result.intervals or None,
             interval_level=result.interval_level,

@@ -14,15 +14,36 @@
   held-out evaluation, ``history.json``).
 * Two engines running the same apps: :mod:`~federated.flower.engine` (in process, an
   in-memory ``Grid``; no Ray, no network) and :mod:`~federated.flower.deployment`
-  (``flower-superlink`` + ``flower-supernode`` processes on 127.0.0.1, offline).
-* :func:`train_flower`: what a CLI calls.
+  (``flower-superlink`` + ``flower-supernode`` processes; :mod:`~federated.flower.processes`
+  starts and ends them, :mod:`~federated.flower.runs` submits and follows a run).
+* :func:`train_flower`: SIMULATION, what ``fedcd train --engine flower`` calls: one dataset
+  partitioned into institutions (in process, or SuperNodes on 127.0.0.1).
+* A real federation of institutions (``fedcd federation``): :mod:`~federated.flower.credentials`
+  (CA, SuperLink certificate, node key pairs), :mod:`~federated.flower.coordinator` (TLS
+  SuperLink admitting only registered nodes, the ServerApp, held-out students of its own)
+  and :mod:`~federated.flower.node` (a SuperNode whose ClientApp reads only its own CSV and
+  trains with student-level DP-SGD).
 """
 
 from federated.flower.client import CDClient, make_client_app, secagg_if_configured
 from federated.flower.config import AGGREGATIONS, Aggregation, FlowerConfig
-from federated.flower.deployment import LocalFederation, flower_env, write_app
-from federated.flower.engine import LocalGrid, run_inprocess
-from federated.flower.files import RunSettings, load_partition, load_settings, write_run
+from federated.flower.coordinator import FederationResult, coordinate
+from federated.flower.credentials import Credentials, make_credentials, make_node_key
+from federated.flower.deployment import LinkTLS, LocalFederation, SuperLink, supernode_command, write_app
+from federated.flower.engine import LocalGrid, run_grid, run_inprocess
+from federated.flower.files import (
+    ClientSettings,
+    RunSettings,
+    client_settings,
+    load_partition,
+    load_settings,
+    run_config,
+    write_run,
+    write_server_run,
+)
+from federated.flower.node import Node, NodeClient, NodeData, check_run, load_node_data, make_node_client_app
+from federated.flower.processes import ProcessTree, flower_env, free_port
+from federated.flower.runs import follow_run, read_result
 from federated.flower.server import FlowerRoundRecord, read_history, serve
 from federated.flower.strategy import (
     ClientSeeds,
@@ -32,32 +53,56 @@ from federated.flower.strategy import (
     StrategyWrapper,
     build_strategy,
 )
-from federated.flower.train import train_flower
+from federated.flower.train import plan_config, train_flower
 
 __all__ = [
     "AGGREGATIONS",
     "Aggregation",
     "CDClient",
     "ClientSeeds",
+    "ClientSettings",
     "ClientUpdates",
+    "Credentials",
+    "FederationResult",
     "FlowerConfig",
     "FlowerRoundRecord",
+    "LinkTLS",
     "LocalFederation",
     "LocalGrid",
+    "Node",
+    "NodeClient",
+    "NodeData",
     "PoissonSampling",
+    "ProcessTree",
     "RoundLog",
     "RunSettings",
     "StrategyWrapper",
+    "SuperLink",
     "build_strategy",
+    "check_run",
+    "client_settings",
+    "coordinate",
     "flower_env",
+    "follow_run",
+    "free_port",
+    "load_node_data",
     "load_partition",
     "load_settings",
     "make_client_app",
+    "make_credentials",
+    "make_node_client_app",
+    "make_node_key",
+    "plan_config",
     "read_history",
+    "read_result",
+    "run_config",
+    "run_grid",
     "run_inprocess",
     "secagg_if_configured",
     "serve",
+    "supernode_command",
     "train_flower",
     "write_app",
     "write_run",
+    "write_server_run",
 ]

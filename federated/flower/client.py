@@ -8,7 +8,7 @@ under SecAgg+, where the server never sees an individual update to clip.
 
 Reported metrics (partition id, local loss, pre-clip update norm, median per-student
 gradient norm) are computed from local data without privacy: they are for logging in
-simulation. A deployment that releases them should drop or privatise them.
+simulation. The ClientApp of a real federation (:mod:`federated.flower.node`) sends none.
 
 The example count sent back is the number of students only when no DP and no SecAgg+ is
 on; otherwise 1, so the server's equal weighting matches what clients claim (under SecAgg+
@@ -32,8 +32,8 @@ from flwr.common import NDArrays, Scalar
 from federated.data import ResponseTensors
 from federated.dp import clip_update, l2_norm
 from federated.flower.config import FlowerConfig
-from federated.flower.files import load_partition, load_settings
-from federated.local import get_parameters, set_parameters, train_local
+from federated.flower.files import client_settings, load_partition, load_settings
+from federated.local import LocalResult, get_parameters, set_parameters, train_local
 from federated.model import CDModel
 
 __all__ = ["CDClient", "make_client_app", "secagg_if_configured"]
@@ -42,9 +42,11 @@ __all__ = ["CDClient", "make_client_app", "secagg_if_configured"]
 class CDClient(NumPyClient):
     """Trains ``model`` on ``data`` (one partition) from the weights the server sends."""
 
-    def __init__(self, model: CDModel, data: ResponseTensors, *, config: FlowerConfig, partition_id: int) -> None:
+    def __init__(self, model: CDModel, data: ResponseTensors, *, config: FlowerConfig,
+                 partition_id: int | None = None) -> None:
         if len(data) == 0:
-            raise ValueError(f"partition {partition_id} holds no students")
+            raise ValueError(f"partition {partition_id} holds no students" if partition_id is not None
+                             else "this node holds no students")
         self.model, self.data, self.config, self.partition_id = model, data, config, partition_id
 
     def get_parameters(self, config: dict[str, Scalar]) -> NDArrays:
@@ -56,18 +58,28 @@ class CDClient(NumPyClient):
         local = fed.local
         if "proximal_mu" in config:  # sent by Flower's FedProx
             local = dataclasses.replace(local, prox_mu=float(config["proximal_mu"]))
-        if "seed" not in config:
-            raise ValueError("fit config carries no 'seed': the server must draw one per client and round")
-        generator = torch.Generator().manual_seed(int(config["seed"]))
-        result = train_local(self.model, self.data, config=local, generator=generator,
+        result = train_local(self.model, self.data, config=local, generator=self.generator(config),
                              dp=fed.student_dp if fed.dp == "student" else None)
         update, norm = result.update, l2_norm(result.update)
         if self.config.secagg and self.config.clips:
             update, norm = clip_update(update, clip_norm=fed.clip_norm)
-        metrics: dict[str, Scalar] = {"partition_id": self.partition_id, "loss": result.loss, "pre_clip_norm": norm}
+        return update, 1 if self.config.equal_weights else len(self.data), self.metrics(result, norm)
+
+    def generator(self, config: dict[str, Scalar]) -> torch.Generator:
+        """Randomness for sampling, masking and DP noise: in simulation the seed the server drew for this
+        client and round, so runs reproduce."""
+        if "seed" not in config:
+            raise ValueError("fit config carries no 'seed': the server must draw one per client and round")
+        return torch.Generator().manual_seed(int(config["seed"]))
+
+    def metrics(self, result: LocalResult, norm: float) -> dict[str, Scalar]:
+        """What the reply reports besides the update: partition id, loss and norms, for logging in simulation."""
+        metrics: dict[str, Scalar] = {"loss": result.loss, "pre_clip_norm": norm}
+        if self.partition_id is not None:
+            metrics["partition_id"] = self.partition_id
         if result.pre_clip_norms:
             metrics["student_norm_median"] = float(np.median(result.pre_clip_norms))
-        return update, 1 if self.config.equal_weights else len(self.data), metrics
+        return metrics
 
     def evaluate(self, parameters: NDArrays, config: dict[str, Scalar]) -> tuple[float, int, dict[str, Scalar]]:
         # The strategy sets fraction_evaluate=0: the server evaluates on held-out students it holds, so
@@ -80,9 +92,7 @@ def _client_fn(context: Context) -> Client:
     settings = load_settings(data_dir)
     partition = int(context.node_config["partition-id"])
     data = load_partition(data_dir, partition)
-    model = CDModel(settings.model["concepts"], text_dim=settings.model["text_dim"], hidden=settings.model["hidden"],
-                    interaction=settings.model["interaction"])
-    return CDClient(model, data, config=settings.config, partition_id=partition).to_client()
+    return CDClient(CDModel(**settings.model), data, config=settings.config, partition_id=partition).to_client()
 
 
 def secagg_if_configured(msg: Message, context: Context, call_next: ClientAppCallable) -> Message:
@@ -91,7 +101,7 @@ def secagg_if_configured(msg: Message, context: Context, call_next: ClientAppCal
     When it is configured, a train message that does not follow the SecAgg+ protocol is
     refused by ``secaggplus_mod``: the client never sends its update in the clear.
     """
-    if load_settings(Path(str(context.run_config["data-dir"]))).config.secagg:
+    if client_settings(context.run_config).config.secagg:
         return secaggplus_mod(msg, context, call_next)
     return call_next(msg, context)
 

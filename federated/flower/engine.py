@@ -27,11 +27,11 @@ from flwr.supercore.run import Run
 from flwr.supercore.task_identity import TaskIdentity
 
 from federated.flower.client import make_client_app
-from federated.flower.files import load_settings
+from federated.flower.files import load_settings, run_config
 from federated.flower.server import FlowerRoundRecord, serve
 from federated.inprocess import FedResult
 
-__all__ = ["LocalGrid", "run_inprocess"]
+__all__ = ["LocalGrid", "run_grid", "run_inprocess"]
 
 
 class LocalGrid(Grid):
@@ -51,6 +51,7 @@ class LocalGrid(Grid):
                           for i, cfg in enumerate(node_configs)}
         self._run = Run.create_empty(run_id)
         self._replies: dict[str, Message] = {}
+        self.run_config = dict(run_config)
         self.delivered = 0
 
     def set_run(self, run: Run) -> None:
@@ -113,9 +114,14 @@ def run_inprocess(data_dir: Path | str, out_dir: Path | str, *, client_app: Clie
     one with extra mods, e.g. a client that drops out or poisons its update).
     """
     settings = load_settings(data_dir)
-    run_config: UserConfig = {"data-dir": str(data_dir), "out-dir": str(out_dir)}
     nodes = [{"partition-id": i, "num-partitions": settings.n_clients} for i in range(settings.n_clients)]
-    grid = LocalGrid(client_app or make_client_app(), nodes, run_config=run_config)
-    context = Context(run_id=1, node_id=SUPERLINK_NODE_ID, node_config={}, state=RecordDict(), run_config=run_config)
+    return run_grid(LocalGrid(client_app or make_client_app(), nodes, run_config=run_config(data_dir, out_dir)),
+                    on_round=on_round)
+
+
+def run_grid(grid: LocalGrid, *, on_round: Callable[[FlowerRoundRecord], None] | None = None) -> FedResult:
+    """Run the ServerApp loop over an in-process ``grid`` (its run config names the run folder)."""
+    config: UserConfig = dict(grid.run_config)
+    context = Context(run_id=1, node_id=SUPERLINK_NODE_ID, node_config={}, state=RecordDict(), run_config=config)
     with _task_identity(run_id=1):
         return serve(grid, context, on_round=on_round)

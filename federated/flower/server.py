@@ -61,30 +61,37 @@ class FlowerRoundRecord(RoundRecord):
     failures: int = 0
 
 
-def _register_nodes(grid: Grid, manager: ClientManager, n_clients: int, timeout: float) -> None:
+def _register_nodes(grid: Grid, manager: ClientManager, n_clients: int, min_clients: int, timeout: float) -> None:
+    """Wait for ``n_clients`` nodes, or, once ``timeout`` is up, start with at least ``min_clients``."""
     deadline = time.monotonic() + timeout
     while True:
         node_ids = sorted(grid.get_node_ids())
         if len(node_ids) >= n_clients:
             break
         if time.monotonic() > deadline:
-            raise RuntimeError(f"only {len(node_ids)} of {n_clients} nodes connected within {timeout:.0f} s")
+            if len(node_ids) >= min_clients:
+                break
+            raise RuntimeError(f"only {len(node_ids)} of {n_clients} nodes connected within {timeout:.0f} s "
+                               f"(at least {min_clients} needed)")
         time.sleep(0.5)
     if len(node_ids) > n_clients:
-        raise RuntimeError(f"{len(node_ids)} nodes connected, but the run has {n_clients} partitions")
+        raise RuntimeError(f"{len(node_ids)} nodes connected, but the run expects {n_clients}")
     for node_id in node_ids:
         manager.register(GridClientProxy(node_id=node_id, grid=grid, run_id=grid.run.run_id))
 
 
-def _write_history(out_dir: Path, history: list[FlowerRoundRecord], status: str, stop_reason: str | None) -> None:
-    payload = {"status": status, "stop_reason": stop_reason, "rounds": [dataclasses.asdict(r) for r in history]}
+def _write_history(out_dir: Path, history: list[FlowerRoundRecord], status: str, stop_reason: str | None,
+                   nodes: list[int]) -> None:
+    payload = {"status": status, "stop_reason": stop_reason, "nodes": nodes,
+               "rounds": [dataclasses.asdict(r) for r in history]}
     tmp = out_dir / "history.json.tmp"
     tmp.write_text(json.dumps(payload, indent=1))
     tmp.replace(out_dir / "history.json")
 
 
 def read_history(out_dir: Path | str) -> dict[str, Any]:
-    """``history.json`` as written by :func:`serve`, with rounds as :class:`FlowerRoundRecord`."""
+    """``history.json`` as written by :func:`serve` (status, stop reason, the node ids that took
+    part), with rounds as :class:`FlowerRoundRecord`."""
     raw = json.loads((Path(out_dir) / "history.json").read_text())
     rounds = []
     for r in raw["rounds"]:
@@ -103,10 +110,12 @@ def serve(grid: Grid, context: Context, *,
     config, fed = settings.config, settings.config.fed
     model, evaluation = settings.new_model(), load_partition(data_dir, "evaluation")
     rng = np.random.default_rng(settings.seed)
-    strategy, updates, sampling = build_strategy(config, n_clients=settings.n_clients, rng=rng)
+    manager = SimpleClientManager()
+    _register_nodes(grid, manager, settings.n_clients, settings.min_clients, config.node_wait_s)
+    node_ids = sorted(int(c) for c in manager.all())  # the nodes that take part
+    strategy, updates, sampling = build_strategy(config, n_clients=len(node_ids), rng=rng)  # client DP: q * this
     legacy = LegacyContext(context, config=ServerConfig(num_rounds=fed.rounds), strategy=strategy,
-                           client_manager=SimpleClientManager())
-    _register_nodes(grid, legacy.client_manager, settings.n_clients, config.node_wait_s)
+                           client_manager=manager)
     state = legacy.state  # RecordDict; its array_records/config_records are snapshots, so always go through it
     state[MAIN_PARAMS_RECORD] = compat.parameters_to_arrayrecord(ndarrays_to_parameters(get_parameters(model)), True)
     cfg = ConfigRecord({Key.START_TIME: time.perf_counter(), Key.CURRENT_ROUND: 0})
@@ -159,11 +168,11 @@ def serve(grid: Grid, context: Context, *,
             failures=len(sampling.last_sampled) - len(log.clients),
         )
         history.append(record)
-        _write_history(out_dir, history, "running", None)
+        _write_history(out_dir, history, "running", None, node_ids)
         if on_round is not None:
             on_round(record)
     torch.save(model.state_dict(), out_dir / "model.pt")
     if accountant is not None:
         (out_dir / "accountant.json").write_text(json.dumps(accountant.state_dict()))
-    _write_history(out_dir, history, "stopped" if stop_reason else "completed", stop_reason)
+    _write_history(out_dir, history, "stopped" if stop_reason else "completed", stop_reason, node_ids)
     return FedResult(model=model, history=list(history), stop_reason=stop_reason, accountant=accountant)

@@ -18,10 +18,8 @@ exceed it.
 from __future__ import annotations
 
 import dataclasses
-import json
 import shutil
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Literal
@@ -29,25 +27,28 @@ from typing import Literal
 import numpy as np
 import torch
 
-from federated.accountant import PrivacyAccountant, noise_multiplier_for
+from federated.accountant import noise_multiplier_for
 from federated.data import dirichlet_partition, encode_dataset, iid_partition, split_students
 from federated.flower.config import Aggregation, FlowerConfig
 from federated.flower.deployment import LocalFederation, write_app
 from federated.flower.engine import run_inprocess
-from federated.flower.files import load_settings, write_run
-from federated.flower.server import FlowerRoundRecord, read_history
+from federated.flower.files import run_config, write_run
+from federated.flower.runs import follow_run, read_result
+from federated.flower.server import FlowerRoundRecord
 from federated.inprocess import DPMode, FedResult
 from federated.local import StudentDP
 from federated.model import CDModel
 from qmatrix import Dataset
 
-__all__ = ["train_flower"]
+__all__ = ["plan_config", "train_flower"]
 
 Progress = Callable[[FlowerRoundRecord], None]
 
 
-def _config(base: FlowerConfig | None, *, rounds: int, dp: DPMode, epsilon: float | None, delta: float, secagg: bool,
-            aggregation: Aggregation) -> FlowerConfig:
+def plan_config(base: FlowerConfig | None, *, rounds: int, dp: DPMode, epsilon: float | None, delta: float,
+                secagg: bool, aggregation: Aggregation) -> FlowerConfig:
+    """``base`` with these fields; with DP and ``epsilon``, the noise multiplier calibrated (PLD) so that
+    all ``rounds`` fit the budget."""
     base = base or FlowerConfig()
     if epsilon is not None and dp == "none":
         raise ValueError("an epsilon budget needs dp='student' or dp='client'")
@@ -72,44 +73,16 @@ def _config(base: FlowerConfig | None, *, rounds: int, dp: DPMode, epsilon: floa
 
 def _deploy(out_dir: Path, n_clients: int, progress: Progress | None, timeout_s: float,
             flower_home: Path | None) -> FedResult:
-    run_config = {"data-dir": str(out_dir / "data"), "out-dir": str(out_dir)}
-    app_dir = write_app(out_dir / "app", run_config=run_config)
+    app_dir = write_app(out_dir / "app", run_config=run_config(out_dir / "data", out_dir))
     home = Path(flower_home) if flower_home is not None else Path(tempfile.mkdtemp(prefix="fedcd-flwr-home-"))
     nodes = [{"partition-id": i, "num-partitions": n_clients} for i in range(n_clients)]
-    reported = 0
     try:
         with LocalFederation(nodes, home=home, log_dir=out_dir / "logs") as federation:
-            run_id, proc = federation.submit(app_dir)
-            deadline = time.monotonic() + timeout_s
-            while True:
-                done = proc.poll() is not None
-                if progress is not None and (out_dir / "history.json").exists():
-                    rounds = read_history(out_dir)["rounds"]
-                    for record in rounds[reported:]:
-                        progress(record)
-                    reported = len(rounds)
-                if done:
-                    break
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"the Flower run did not finish within {timeout_s:.0f} s")
-                time.sleep(0.5)
-            status = federation.status(run_id)
-            (out_dir / "run-status.json").write_text(json.dumps(status, indent=1))
+            follow_run(federation.link, app_dir, out_dir, progress=progress, timeout_s=timeout_s)
     finally:
         if flower_home is None:
             shutil.rmtree(home, ignore_errors=True)
-    if status.get("status") != "finished:completed":
-        log = (out_dir / "logs" / "run.log").read_text(errors="replace")[-4000:]
-        raise RuntimeError(f"Flower run {run_id} ended as {status.get('status')!r}:\n{log}")
-    history = read_history(out_dir)
-    model = load_settings(out_dir / "data").new_model()
-    model.load_state_dict(torch.load(out_dir / "model.pt", weights_only=True))
-    accountant = None
-    if (out_dir / "accountant.json").exists():
-        accountant = PrivacyAccountant()
-        accountant.load_state_dict(json.loads((out_dir / "accountant.json").read_text()))
-    return FedResult(model=model, history=list(history["rounds"]), stop_reason=history["stop_reason"],
-                     accountant=accountant)
+    return read_result(out_dir, out_dir / "data")
 
 
 def train_flower(
@@ -145,7 +118,7 @@ def train_flower(
     Raises ``ValueError`` for refused combinations (e.g. ``secagg`` with a robust
     aggregation) before anything runs.
     """
-    flower_config = _config(config, rounds=rounds, dp=dp, epsilon=epsilon, delta=delta, secagg=secagg,
+    flower_config = plan_config(config, rounds=rounds, dp=dp, epsilon=epsilon, delta=delta, secagg=secagg,
                             aggregation=aggregation)
     out_dir = Path(out_dir)
     data = encode_dataset(dataset)

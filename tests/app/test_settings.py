@@ -10,17 +10,20 @@ from app import Settings
 from providers import default_entity_specs
 
 
-def test_default_federation_is_the_embedded_pair_without_keys(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_default_federation_is_the_embedded_pair_and_local_fed_without_keys(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     for key in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "GROQ_API_KEY", "FEDCD_ENTITIES", "FEDCD_CONFIG"):
         monkeypatch.delenv(key, raising=False)
-    assert [s.name for s in Settings(state_dir=tmp_path).entity_specs] == ["smollm2", "gemma3"]
+    assert [s.name for s in Settings(state_dir=tmp_path).entity_specs] == ["smollm2", "gemma3", "local-fed"]
 
 
-def test_local_fed_joins_the_default_federation_once_a_model_is_published(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_local_fed_is_configured_before_any_model_is_published(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    # local-fed reads the registry per request (a Q-matrix without a model skips it), so it is
+    # configured whenever local_fed is on, even with an empty registry.
     for key in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "GROQ_API_KEY", "FEDCD_ENTITIES", "FEDCD_CONFIG"):
         monkeypatch.delenv(key, raising=False)
-    (tmp_path / "models").mkdir()
-    (tmp_path / "models" / "active.json").write_text('{"version": "v0001"}')
+    assert not (tmp_path / "models").exists()
     specs = Settings(state_dir=tmp_path).entity_specs
     assert [s.name for s in specs] == ["smollm2", "gemma3", "local-fed"]
     assert specs[-1].kind == "local_fed" and specs[-1].model_path == str(tmp_path / "models")

@@ -8,7 +8,7 @@ import pytest
 
 from diagnosis import AllEntitiesFailed, DiagnosisPipeline, DiagnosisRequest, UnknownEntities
 from privacy import LaplaceMechanism, make_rng
-from providers import EntityRejected, EntityUnavailable
+from providers import EntityRejected, EntitySkipped, EntityUnavailable
 from qmatrix import QMatrixError, Response, example_qmatrix
 from tests.factories import FakeEntity
 
@@ -115,6 +115,29 @@ async def test_all_entities_failing_raises_with_every_reason() -> None:
         await pipeline.diagnose(_request())
     assert {o.name for o in info.value.outcomes} == {"a", "b"}
     assert "HTTP 503" in str(info.value) and "HTTP 400" in str(info.value)
+
+
+async def test_a_skipped_entity_is_named_with_its_reason_and_is_not_a_failure() -> None:
+    # Prepare
+    skipping = FakeEntity("local", error=EntitySkipped("no model for Q-matrix 'example-prealgebra'"))
+    pipeline = DiagnosisPipeline({"good": FakeEntity("good", 0.8), "local": skipping})
+
+    # Execute
+    result = await pipeline.diagnose(_request())
+
+    # Assert
+    local = next(o for o in result.entities if o.name == "local")
+    assert local.status == "skipped" and local.mastery is None and local.error == "no model for Q-matrix 'example-prealgebra'"
+    assert all(v == pytest.approx(0.8) for v in result.mastery.values())
+    assert len(skipping.contexts) == 1 and skipping.contexts[0].qmatrix_id == Q.id
+
+
+async def test_only_skipped_or_failed_entities_still_raise_all_failed() -> None:
+    pipeline = DiagnosisPipeline({"a": FakeEntity("a", error=EntitySkipped("no model")),
+                                  "b": FakeEntity("b", error=EntityRejected("HTTP 400"))})
+    with pytest.raises(AllEntitiesFailed) as info:
+        await pipeline.diagnose(_request())
+    assert [o.status for o in info.value.outcomes] == ["skipped", "failed"] and "no model" in str(info.value)
 
 
 async def test_partial_answers_average_per_concept() -> None:

@@ -14,6 +14,7 @@ from flwr.common import FitIns, ndarrays_to_parameters
 from federated import FedConfig, LocalConfig, get_parameters
 from federated.flower import FlowerConfig, LocalGrid, make_client_app, run_inprocess
 from federated.flower.engine import _task_identity
+from federated.flower.files import run_config
 from tests.federated.conftest import Prepared
 from tests.federated.flower_apps.mods import drop_out, record_updates
 from tests.federated.flower_apps.runs import new_model, write
@@ -68,7 +69,7 @@ def test_a_secagg_client_refuses_to_send_its_update_in_the_clear(sim: Prepared, 
                                                                  secagg: bool) -> None:
     # Prepare: a plain train message, to a client of a run with and without SecAgg+
     data_dir = write(tmp_path, sim, FlowerConfig(fed=FedConfig(rounds=1), secagg=secagg), n=2)
-    grid = LocalGrid(make_client_app(), [{"partition-id": 0}], run_config={"data-dir": str(data_dir), "out-dir": ""})
+    grid = LocalGrid(make_client_app(), [{"partition-id": 0}], run_config=run_config(data_dir, ""))
     fitins = FitIns(ndarrays_to_parameters(get_parameters(new_model(sim))), {"seed": 1})
 
     # Execute

@@ -156,6 +156,56 @@ def test_key_path_can_live_outside_the_registry(tmp_path: Path) -> None:
     assert ModelRegistry(tmp_path / "reg", public_key_path=tmp_path / "secrets" / "fedcd.pub.pem").load()
 
 
+def test_each_qmatrix_has_its_own_active_version_and_rollback(tmp_path: Path) -> None:
+    # Prepare: two versions for "q", two for "r", interleaved.
+    registry = ModelRegistry(tmp_path)
+    for seed, qmatrix_id in enumerate(("q", "r", "q", "r")):
+        registry.publish(_model(seed), manifest=_fields(qmatrix_id=qmatrix_id))
+
+    # Execute / Assert
+    assert registry.active_versions() == {"q": "v0003", "r": "v0004"}
+    assert registry.load(qmatrix_id="q").version == "v0003" and registry.active_version("r") == "v0004"
+    assert [row["version"] for row in registry.list_versions("r")] == ["v0002", "v0004"]
+    assert registry.rollback(qmatrix_id="q") == "v0001"
+    assert registry.active_versions() == {"q": "v0001", "r": "v0004"}  # r is untouched
+    with pytest.raises(RegistryError, match="trained for Q-matrix 'q', not 'r'"):
+        registry.rollback("v0001", qmatrix_id="r")
+    with pytest.raises(RegistryError, match="several Q-matrices"):
+        registry.active_version()
+    assert registry.active_version("unknown") is None
+    with pytest.raises(ModelNotFound, match="for Q-matrix 'unknown'"):
+        registry.load(qmatrix_id="unknown")
+
+
+def test_a_manifest_without_qmatrix_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(RegistryError, match="needs 'qmatrix_id'"):
+        ModelRegistry(tmp_path).publish(_model(), manifest={"rounds": 1})
+
+
+def test_a_legacy_single_pointer_is_read_and_migrated(tmp_path: Path) -> None:
+    # Prepare: a registry written before per-Q-matrix pointers (one active.json).
+    registry = ModelRegistry(tmp_path)
+    registry.publish(_model(0), manifest=_fields(), activate=False)
+    registry.publish(_model(1), manifest=_fields(), activate=False)
+    (tmp_path / "active.json").write_text('{"version": "v0001", "previous": []}')
+
+    # Execute / Assert
+    assert registry.active_versions() == {"q": "v0001"} and registry.load().version == "v0001"
+    registry.activate("v0002")
+    assert not (tmp_path / "active.json").exists() and registry.active_version("q") == "v0002"
+    assert registry.rollback() == "v0001"
+
+
+def test_the_pointer_stamp_changes_when_a_version_is_activated(tmp_path: Path) -> None:
+    registry = ModelRegistry(tmp_path)
+    empty = registry.pointer_stamp("q")
+    _publish(registry, 0)
+    first = registry.pointer_stamp("q")
+    _publish(registry, 1)
+    assert len({empty, first, registry.pointer_stamp("q")}) == 3
+    assert registry.pointer_stamp("q") == registry.pointer_stamp("q")
+
+
 # --- promotion gate -------------------------------------------------------------------------
 
 

@@ -219,3 +219,16 @@ def test_frcsub_qmatrix_csv_loads_with_20_items_and_8_concepts():
     assert len(q.concepts) == 8
     assert q.matrix.shape == (20, 8)
     assert q.item("item01").text == "5/3 - 3/4"
+
+
+def test_fingerprint_ignores_the_id_and_sees_every_cell() -> None:
+    import dataclasses
+
+    from qmatrix import QMatrix, example_qmatrix, qmatrix_fingerprint
+
+    q = example_qmatrix()
+    renamed = QMatrix(id="copy-of-it", concepts=q.concepts, items=q.items)
+    first, *rest = q.items
+    other = next(c for c in q.concepts if c not in first.concepts)
+    edited = QMatrix(id=q.id, concepts=q.concepts, items=(dataclasses.replace(first, concepts=(other,)), *rest))
+    assert qmatrix_fingerprint(renamed) == qmatrix_fingerprint(q) != qmatrix_fingerprint(edited)

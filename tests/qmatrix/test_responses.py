@@ -5,7 +5,14 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from qmatrix import Response, group_by_student, load_responses_csv, score_of
+from qmatrix import (
+    Response,
+    group_by_student,
+    load_responses_csv,
+    load_responses_wide_csv,
+    read_responses_csv,
+    score_of,
+)
 
 
 @pytest.mark.parametrize(("correct", "score"), [(True, 1.0), (False, 0.0), (0.0, 0.0), (0.25, 0.25), (1.0, 1.0)])
@@ -143,3 +150,47 @@ def test_load_csv_empty_item_id_names_item_id_column(tmp_path):
 
     # Assert
     assert "line 2, column 'item_id'" in str(err.value)
+
+
+def test_wide_csv_reads_one_row_per_student_and_skips_empty_cells(tmp_path):
+    # Prepare
+    path = tmp_path / "wide.csv"
+    path.write_text("student_id,i1,i2,i3\ns1,1,,0.5\ns2,,,\ns3,false,true,0\n")
+
+    # Execute
+    students = load_responses_wide_csv(path)
+
+    # Assert: s2 answered nothing and is left out
+    assert [s.student_id for s in students] == ["s1", "s3"]
+    assert [(r.item_id, r.score) for r in students[0].responses] == [("i1", 1.0), ("i3", 0.5)]
+    assert [r.score for r in students[1].responses] == [0.0, 1.0, 0.0]
+
+
+def test_read_responses_csv_tells_long_from_wide_by_the_header(tmp_path):
+    long, wide = tmp_path / "long.csv", tmp_path / "wide.csv"
+    long.write_text("student_id,item_id,correct\ns1,i1,1\ns1,i2,0\n")
+    wide.write_text("student_id,i1,i2\ns1,1,0\n")
+    assert read_responses_csv(long) == read_responses_csv(wide)
+
+
+@pytest.mark.parametrize("text, message", [
+    ("id,i1\ns1,1\n", "starts with 'student_id'"),
+    ("student_id,i1,i1\ns1,1,0\n", "unique"),
+    ("student_id,i1,i2\ns1,1\n", "line 2: expected a student id and 2 cells"),
+    ("student_id,i1\ns1,2\n", "line 2, column 'i1': '2'"),
+])
+def test_wide_csv_errors_name_the_place(tmp_path, text, message):
+    path = tmp_path / "wide.csv"
+    path.write_text(text)
+    with pytest.raises(ValueError, match=message):
+        load_responses_wide_csv(path)
+
+
+def test_written_responses_read_back_unchanged(tmp_path):
+    from qmatrix import StudentResponses, write_responses_csv
+
+    students = [StudentResponses(student_id="s1", responses=(Response(item_id="i1", correct=True),
+                                                             Response(item_id="i2", correct=0.25, answer="3/4"))),
+                StudentResponses(student_id="s2", responses=(Response(item_id="i1", correct=False),))]
+    write_responses_csv(tmp_path / "out.csv", students)
+    assert load_responses_csv(tmp_path / "out.csv") == students
