@@ -7,7 +7,7 @@ HOST ?= 127.0.0.1
 PORT ?= 8000
 PYTEST_ARGS ?=
 
-.PHONY: serve test install clean
+.PHONY: serve test install clean litellm
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -29,5 +29,11 @@ serve: $(STAMP)
 test: $(STAMP)
 	OPENBLAS_NUM_THREADS=1 $(PY) -m pytest $(PYTEST_ARGS)
 
+# LiteLLM's proxy, for `fedcd bench gateway --compare-litellm` only: its own venv, never a fedcd dependency.
+litellm:
+	$(PYTHON) -m venv .venv-litellm
+	.venv-litellm/bin/pip install 'litellm[proxy]'
+	@echo "then: fedcd bench gateway --compare-litellm --litellm-command .venv-litellm/bin/litellm"
+
 clean:
-	rm -rf $(VENV) .pytest_cache build *.egg-info
+	rm -rf $(VENV) .venv-litellm .pytest_cache build *.egg-info

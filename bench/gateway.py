@@ -13,6 +13,7 @@ import asyncio
 import json
 import os
 import random
+import secrets
 import shutil
 import socket
 import statistics
@@ -238,9 +239,10 @@ def _litellm(config: GatewayBenchConfig, stub_url: str, procs: _Processes, work:
     if command is None:
         raise RuntimeError("--compare-litellm: no `litellm` command found (install LiteLLM's proxy: `make litellm`)")
     cfg = work / "litellm.yaml"
+    master_key = f"sk-bench-{secrets.token_hex(16)}"  # authenticated like fedcd's requests are
     cfg.write_text(json.dumps({"model_list": [{"model_name": "stub", "litellm_params": {
         "model": "openai/stub", "api_base": f"{stub_url}/v1", "api_key": "bench"}}],
-        "litellm_settings": {"telemetry": False}}))
+        "litellm_settings": {"telemetry": False}, "general_settings": {"master_key": master_key}}))
     port = _free_port()
     env = {**os.environ, "LITELLM_LOG": "ERROR", "LITELLM_TELEMETRY": "False"}
     proc = procs.start("litellm", [command, "--config", str(cfg), "--port", str(port), "--host", "127.0.0.1",
@@ -254,7 +256,7 @@ def _litellm(config: GatewayBenchConfig, stub_url: str, procs: _Processes, work:
     for concurrency, n in ((1, config.requests_c1), (config.concurrency, config.requests_cmax)):
         results.append(_scenario(
             f"one pass-through call, c={concurrency}", "litellm", proc.pid, lambda k: (url, body), n=n,
-            concurrency=concurrency, headers={"Authorization": "Bearer bench"}, config=config, per="call",
+            concurrency=concurrency, headers={"Authorization": f"Bearer {master_key}"}, config=config, per="call",
         ))
     return results
 
