@@ -14,11 +14,12 @@ from app.bootstrap import ensure_dev_key, train_default_model
 from app.db import Database
 from app.deps import reject_unknown_query
 from app.errors import install_error_handlers
-from app.federation import Federation
-from app.middleware import AccessLog, BodyLimit
+from app.federation import Federation, circuit_breakers
+from app.middleware import AccessLog, BodyLimit, RequestMetrics
 from app.openapi import install_openapi
 from app.redaction import Redactor
 from app.routes import admin_keys, admin_policy, calibrate, cohort, diagnose, health, local_model, privacy, qmatrices
+from app.routes import metrics as metrics_routes
 from app.routes import entities as entities_routes
 from app.services.calibration import CalibrationService, start_default_calibration
 from app.services.diagnosis import DiagnosisService
@@ -75,7 +76,9 @@ def create_app(
                             settled)
         if entities is None and settings.local_fed and settings.train_default_model:
             await train_default_model(settings)
-        federation = Federation(settings.entity_specs, entities=entities, seed=settings.noise_seed)
+        federation = Federation(
+            settings.entity_specs, entities=entities, seed=settings.noise_seed, circuits=circuit_breakers(settings)
+        )
         app.state.federation = federation
         log.info("federation: %s", ", ".join(federation.names) or "(no entities)")
         jobs = JobRunner(database.sessions)
@@ -128,7 +131,9 @@ def create_app(
 
     app.add_middleware(BodyLimit, limit_for=body_limit)
     app.add_middleware(AccessLog)
+    app.add_middleware(RequestMetrics)
     for router in (health.router, qmatrices.router, qmatrices.extractions, diagnose.router, calibrate.router, cohort.router, privacy.router,
-                   local_model.router, entities_routes.router, admin_keys.router, admin_policy.router):
+                   local_model.router, entities_routes.router, admin_keys.router, admin_policy.router,
+                   metrics_routes.router):
         app.include_router(router)
     return app
