@@ -9,8 +9,11 @@ a bounded set. No student id is ever a label.
 **Several workers.** prometheus-client keeps each process's values in memory, so a scrape would see
 one worker only. With ``PROMETHEUS_MULTIPROC_DIR`` set (to an empty folder, before the workers
 start: the library reads it when it is imported) every worker writes its values to files there and
-``/metrics`` sums them over all workers. The scrape-time gauges are read from the shared database
-and store, so they are right whichever worker answers.
+``/metrics`` sums them over all workers, those that died or were restarted included (every series
+here is a counter or histogram, which stay right summed over dead workers; the gauges are read at
+scrape time from the shared database and store, so they are right whichever worker answers). The
+server that starts the workers empties the folder first (:func:`reset_multiprocess_dir`): files
+left by an earlier run would be summed too.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ __all__ = [
     "HTTP_REQUESTS",
     "count_diagnosis",
     "render_metrics",
+    "reset_multiprocess_dir",
 ]
 
 log = logging.getLogger("fedcd.metrics")
@@ -152,3 +156,11 @@ async def render_metrics(settings: Settings, federation: Federation, sessions: s
     snapshot.register(_Snapshot([_jobs_family(counts), *circuits]))
     counted = await asyncio.to_thread(generate_latest, _counted(settings.prometheus_multiproc_dir))
     return counted + generate_latest(snapshot)
+
+
+def reset_multiprocess_dir(directory: Path) -> Path:
+    """Create ``directory`` or empty it of an earlier run's metric files; call before starting workers."""
+    directory.mkdir(parents=True, exist_ok=True)
+    for stale in directory.glob("*.db"):
+        stale.unlink()
+    return directory
