@@ -35,11 +35,13 @@ __all__ = [
     "Base",
     "CalibrationRow",
     "Database",
+    "JobEventRow",
     "JobItemRow",
     "JobRow",
     "PolicyRow",
     "QMatrixRow",
     "TenantRow",
+    "WorkerRow",
     "utcnow",
 ]
 
@@ -121,8 +123,39 @@ class JobRow(Base):
     notes_json: Mapped[str] = mapped_column(Text, default="[]")
     error: Mapped[str | None] = mapped_column(Text, nullable=True)
     resumed: Mapped[int] = mapped_column(Integer, default=0)
+    # Which worker runs it, and when it last showed it is alive; a job whose worker stopped
+    # heartbeating is claimed again by another worker (app.services.jobs).
+    claimed_by: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    heartbeat_at: Mapped[float | None] = mapped_column(Float, nullable=True)
     created_at: Mapped[str] = mapped_column(String(40), default=utcnow)
     updated_at: Mapped[str] = mapped_column(String(40), default=utcnow, onupdate=utcnow)
+
+
+class JobEventRow(Base):
+    """A job's status history: queued, claimed by a worker, reclaimed after a dead worker, finished."""
+
+    __tablename__ = "job_events"
+    __table_args__ = (Index("ix_job_events_job", "job_id", "seq"),)
+
+    seq: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id"))
+    at: Mapped[str] = mapped_column(String(40), default=utcnow)
+    status: Mapped[str] = mapped_column(String(16))
+    worker: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    message: Mapped[str] = mapped_column(Text, default="")
+
+
+class WorkerRow(Base):
+    """A gateway worker process; alive while its heartbeat is fresh (jobs and pending charges of a dead one
+    are taken over)."""
+
+    __tablename__ = "workers"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    host: Mapped[str] = mapped_column(String(255))
+    pid: Mapped[int] = mapped_column(Integer)
+    started_at: Mapped[float] = mapped_column(Float)
+    heartbeat_at: Mapped[float] = mapped_column(Float, index=True)
 
 
 class JobItemRow(Base):
@@ -158,17 +191,32 @@ def _sqlite_pragmas(dbapi_connection, _record) -> None:  # type: ignore[no-untyp
 
 
 class Database:
-    """The engine and session factory; tables are created on open."""
+    """The engine and session factory of the state database.
 
-    def __init__(self, url: str) -> None:
+    On open the schema is migrated to this version's head (``upgrade=True``, the default and what
+    ``FEDCD_DB_UPGRADE_ON_START`` controls) or, when not, checked to be at it — a server never runs
+    on a schema it does not know.
+    """
+
+    def __init__(self, url: str, *, upgrade: bool = True) -> None:
+        from app.migrate import SchemaOutdated, head_revision, schema_revision
+        from app.migrate import upgrade as migrate
+
         self.url = url
-        self.engine: Engine = create_engine(url)
-        if self.engine.url.get_backend_name() == "sqlite":
+        sqlite = url.startswith("sqlite")
+        self.engine: Engine = create_engine(url) if sqlite else create_engine(url, pool_pre_ping=True)
+        if sqlite:
             database = self.engine.url.database
             if database and database != ":memory:":
                 Path(database).parent.mkdir(parents=True, exist_ok=True)
             event.listen(self.engine, "connect", _sqlite_pragmas)
-        Base.metadata.create_all(self.engine)
+        if upgrade:
+            migrate(self.engine)
+        elif schema_revision(self.engine) != head_revision():
+            raise SchemaOutdated(
+                f"the database schema is at {schema_revision(self.engine)!r}, this fedcd needs {head_revision()!r}: "
+                "run `fedcd db upgrade`"
+            )
         self.sessions: sessionmaker = sessionmaker(self.engine, expire_on_commit=False)
 
     def close(self) -> None:

@@ -45,7 +45,7 @@ def create_app(
     """The gateway. ``entities`` replaces the configured federation (tests pass fakes here);
     ``on_ready`` runs once the federation is up (the CLI prints a curl example)."""
     settings = settings or get_settings()
-    database = Database(settings.db_url)
+    database = Database(settings.db_url, upgrade=settings.db_upgrade_on_start)
     qmatrix_store = QMatrixStore(database.sessions)
     qmatrix_store.register_builtin(example_qmatrix())
     calibrations = CalibrationStore(database.sessions)

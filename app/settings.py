@@ -42,7 +42,12 @@ class Settings(BaseSettings):
         description="API keys on every route but /healthz; 'disabled' only with a loopback bind (tests, local demos)",
     )
     database_url: str | None = Field(
-        default=None, description="SQLAlchemy URL of the state database; default: SQLite <state_dir>/fedcd.db"
+        default=None,
+        description="SQLAlchemy URL of the state database (postgresql+psycopg://… in production); "
+        "default: SQLite <state_dir>/fedcd.db",
+    )
+    db_upgrade_on_start: bool = Field(
+        default=True, description="migrate the schema at start (else refuse to start on an old one: fedcd db upgrade)"
     )
     # Declared entities; None means the default federation (see module docstring).
     entities: list[EntitySpec] | None = None

@@ -63,3 +63,12 @@ def failing_client(tmp_path: Path) -> Iterator[TestClient]:
     }
     with make_client(tmp_path, entities) as c:
         yield c
+
+
+@pytest.fixture
+def postgres_url() -> Iterator[str]:
+    """A fresh PostgreSQL database for this test (tests/postgres.py)."""
+    from tests.postgres import fresh_postgres
+
+    with fresh_postgres() as url:
+        yield url

@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Connection, Engine, create_engine, event, select
+from sqlalchemy import Connection, Engine, create_engine, event, select, text
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import make_url
@@ -30,6 +30,7 @@ from privacy.ledger.tables import LEDGER_METADATA, students
 __all__ = ["LedgerEngines", "ledger_url"]
 
 _PROCESS_LOCKS: dict[str, threading.Lock] = {}
+_CREATE_TABLES_LOCK = 0x6665646364_6c6564  # "fedcd" "led": an advisory lock key of its own
 _PROCESS_LOCKS_GUARD = threading.Lock()
 
 
@@ -88,8 +89,10 @@ class LedgerEngines:
             self.writer = self.reader = create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20)
             self._lock = contextlib.nullcontext()
         if create_tables:
-            with self._lock:
-                LEDGER_METADATA.create_all(self.writer)
+            with self._lock, self.writer.begin() as conn:
+                if not self.sqlite:  # processes starting together must not race on CREATE TABLE
+                    conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _CREATE_TABLES_LOCK})
+                LEDGER_METADATA.create_all(conn)
 
     @contextlib.contextmanager
     def write(self) -> Iterator[Connection]:

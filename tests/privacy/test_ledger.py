@@ -7,18 +7,20 @@ import json
 import os
 import random
 import signal
-import sqlite3
 import subprocess
 import sys
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import dp_accounting
 import pytest
 from dp_accounting.rdp import RdpAccountant
+from sqlalchemy import create_engine, text
 
 from privacy.gaussian import analytic_gaussian_sigma
 from privacy.ledger import BudgetExceeded, ChargeStateError, PrivacyLedger, UnknownCharge
+from privacy.ledger.engines import ledger_url
 
 WORKER = Path(__file__).with_name("ledger_crash_worker.py")
 T, S = "tenant-a", "student-1"
@@ -32,9 +34,14 @@ class FakeClock:
         return self.now
 
 
-@pytest.fixture
-def db(tmp_path: Path) -> Path:
-    return tmp_path / "ledger.db"
+def _execute(db: Path | str, statement: str) -> list[tuple]:
+    engine = create_engine(ledger_url(db))
+    try:
+        with engine.begin() as conn:
+            result = conn.execute(text(statement))
+            return [tuple(r) for r in result] if result.returns_rows else []
+    finally:
+        engine.dispose()
 
 
 def _charge(ledger: PrivacyLedger, fingerprint: str | None = None, **kw):  # type: ignore[no-untyped-def]
@@ -43,7 +50,7 @@ def _charge(ledger: PrivacyLedger, fingerprint: str | None = None, **kw):  # typ
 
 
 # -- cap ------------------------------------------------------------------------------------------
-def test_cap_refuses_the_query_that_would_exceed_it_with_a_clear_message(db: Path) -> None:
+def test_cap_refuses_the_query_that_would_exceed_it_with_a_clear_message(db: Path | str) -> None:
     ledger = PrivacyLedger(db, cap_epsilon=2.5)
     for _ in range(5):
         _charge(ledger)
@@ -62,7 +69,7 @@ def test_cap_refuses_the_query_that_would_exceed_it_with_a_clear_message(db: Pat
     }
 
 
-def test_a_query_larger_than_what_remains_is_refused_but_a_smaller_one_fits(db: Path) -> None:
+def test_a_query_larger_than_what_remains_is_refused_but_a_smaller_one_fits(db: Path | str) -> None:
     ledger = PrivacyLedger(db, cap_epsilon=1.0)
     _charge(ledger, epsilon=0.7)
 
@@ -74,7 +81,7 @@ def test_a_query_larger_than_what_remains_is_refused_but_a_smaller_one_fits(db: 
     assert ledger.status(T, S)["queries"] == 2
 
 
-def test_releases_multiply_the_spend(db: Path) -> None:
+def test_releases_multiply_the_spend(db: Path | str) -> None:
     ledger = PrivacyLedger(db, cap_epsilon=2.0)
 
     charge = _charge(ledger, epsilon=0.5, releases=3)
@@ -84,7 +91,7 @@ def test_releases_multiply_the_spend(db: Path) -> None:
         _charge(ledger, epsilon=0.5, releases=2)
 
 
-def test_delta_cap_is_enforced_with_its_own_message(db: Path) -> None:
+def test_delta_cap_is_enforced_with_its_own_message(db: Path | str) -> None:
     ledger = PrivacyLedger(db, cap_epsilon=100.0, cap_delta=1e-5)
     for _ in range(10):
         _charge(ledger, epsilon=0.1, delta=1e-6, mechanism="gaussian")
@@ -93,14 +100,14 @@ def test_delta_cap_is_enforced_with_its_own_message(db: Path) -> None:
         _charge(ledger, epsilon=0.1, delta=1e-6, mechanism="gaussian")
 
 
-def test_a_gaussian_query_does_not_fit_a_pure_epsilon_budget(db: Path) -> None:
+def test_a_gaussian_query_does_not_fit_a_pure_epsilon_budget(db: Path | str) -> None:
     ledger = PrivacyLedger(db, cap_epsilon=100.0)  # cap_delta = 0
 
     with pytest.raises(BudgetExceeded):
         _charge(ledger, delta=1e-6, mechanism="gaussian")
 
 
-def test_tenants_and_students_have_separate_budgets(db: Path) -> None:
+def test_tenants_and_students_have_separate_budgets(db: Path | str) -> None:
     ledger = PrivacyLedger(db, cap_epsilon=0.5)
     _charge(ledger)
 
@@ -113,7 +120,7 @@ def test_tenants_and_students_have_separate_budgets(db: Path) -> None:
     assert ledger.status("tenant-c", S)["spent_epsilon"] == 0.0
 
 
-def test_invalid_arguments_are_refused_before_spending(db: Path) -> None:
+def test_invalid_arguments_are_refused_before_spending(db: Path | str) -> None:
     ledger = PrivacyLedger(db, cap_epsilon=1.0)
 
     for bad in ({"epsilon": 0.0}, {"epsilon": float("nan")}, {"releases": 0}, {"student_id": ""}):
@@ -127,7 +134,7 @@ def test_invalid_arguments_are_refused_before_spending(db: Path) -> None:
 
 
 # -- atomicity ------------------------------------------------------------------------------------
-async def test_a_thousand_concurrent_charges_serve_exactly_the_five_the_cap_allows(db: Path) -> None:
+async def test_a_thousand_concurrent_charges_serve_exactly_the_five_the_cap_allows(db: Path | str) -> None:
     # Prepare: many worker threads, so that the calls really overlap.
     asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(max_workers=64))
     ledger = PrivacyLedger(db, cap_epsilon=5 * 0.1)
@@ -148,7 +155,7 @@ async def test_a_thousand_concurrent_charges_serve_exactly_the_five_the_cap_allo
     assert (status["queries"], status["spent_epsilon"]) == (5, pytest.approx(0.5))
 
 
-async def test_concurrent_identical_requests_are_charged_once_and_share_one_answer(db: Path) -> None:
+async def test_concurrent_identical_requests_are_charged_once_and_share_one_answer(db: Path | str) -> None:
     asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(max_workers=32))
     ledger = PrivacyLedger(db, cap_epsilon=10.0)
 
@@ -165,7 +172,7 @@ async def test_concurrent_identical_requests_are_charged_once_and_share_one_answ
     assert (await ledger.astatus(T, S))["spent_epsilon"] == 0.5
 
 
-def test_processes_sharing_the_file_serve_exactly_the_cap_in_total(db: Path) -> None:
+def test_processes_sharing_the_file_serve_exactly_the_cap_in_total(db: Path | str) -> None:
     # Prepare: 4 processes × 50 attempts, all released at once once every ledger is open.
     procs = [
         subprocess.Popen(
@@ -194,7 +201,7 @@ def test_processes_sharing_the_file_serve_exactly_the_cap_in_total(db: Path) -> 
 
 
 # -- durability -----------------------------------------------------------------------------------
-def _run_and_kill(db: Path, after: int) -> list[str]:
+def _run_and_kill(db: Path | str, after: int) -> list[str]:
     """Start the crash worker, SIGKILL it once it has reported ``after`` charges; all ids it reported."""
     reported: list[str] = []
     with subprocess.Popen(
@@ -213,7 +220,7 @@ def _run_and_kill(db: Path, after: int) -> list[str]:
     return reported + [x for x in rest.split() if len(x) == 32]
 
 
-def test_the_ledger_is_exact_after_kill_minus_nine(db: Path) -> None:
+def test_the_ledger_is_exact_after_kill_minus_nine(db: Path | str) -> None:
     rng = random.Random(7)
     reported: list[str] = []
     unreported = 0  # charges committed whose id the worker was killed before printing
@@ -229,24 +236,23 @@ def test_the_ledger_is_exact_after_kill_minus_nine(db: Path) -> None:
         ledger.close()
         unreported = status["queries"] - len(reported)
 
-    with sqlite3.connect(db) as conn:
-        assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
-        assert conn.execute("SELECT COUNT(*) FROM privacy_charges").fetchone() == (len(reported) + unreported,)
+    if isinstance(db, Path):
+        assert _execute(db, "PRAGMA integrity_check") == [("ok",)]
+    assert _execute(db, "SELECT COUNT(*) FROM privacy_charges") == [(len(reported) + unreported,)]
 
 
-def test_saved_state_is_checked_against_the_charges(db: Path) -> None:
+def test_saved_state_is_checked_against_the_charges(db: Path | str) -> None:
     ledger = PrivacyLedger(db, cap_epsilon=10.0)
     _charge(ledger)
     _charge(ledger)
 
-    with sqlite3.connect(db) as conn:
-        conn.execute("DELETE FROM privacy_charges WHERE seq = (SELECT MIN(seq) FROM privacy_charges)")
+    _execute(db, "DELETE FROM privacy_charges WHERE seq = (SELECT MIN(seq) FROM privacy_charges)")
 
     with pytest.raises(ChargeStateError, match="disagrees"):
         ledger.status(T, S)
 
 
-def test_switching_accountant_replays_the_charges(db: Path) -> None:
+def test_switching_accountant_replays_the_charges(db: Path | str) -> None:
     basic = PrivacyLedger(db, cap_epsilon=10.0)
     for _ in range(3):
         _charge(basic)
@@ -258,7 +264,7 @@ def test_switching_accountant_replays_the_charges(db: Path) -> None:
 
 
 # -- repeats --------------------------------------------------------------------------------------
-def test_a_repeat_inside_the_window_returns_the_stored_answer_and_spends_nothing(db: Path) -> None:
+def test_a_repeat_inside_the_window_returns_the_stored_answer_and_spends_nothing(db: Path | str) -> None:
     clock = FakeClock()
     ledger = PrivacyLedger(db, cap_epsilon=1.0, repeat_window_s=3600, clock=clock)
     first = _charge(ledger, "fp-1")
@@ -272,7 +278,7 @@ def test_a_repeat_inside_the_window_returns_the_stored_answer_and_spends_nothing
     assert ledger.status(T, S)["spent_epsilon"] == 0.5
 
 
-def test_after_the_window_the_same_request_is_a_new_query(db: Path) -> None:
+def test_after_the_window_the_same_request_is_a_new_query(db: Path | str) -> None:
     clock = FakeClock()
     ledger = PrivacyLedger(db, cap_epsilon=1.0, repeat_window_s=3600, clock=clock)
     first = _charge(ledger, "fp-1")
@@ -286,7 +292,7 @@ def test_after_the_window_the_same_request_is_a_new_query(db: Path) -> None:
     assert ledger.status(T, S)["spent_epsilon"] == 1.0
 
 
-def test_a_repeat_of_a_released_answer_is_served_even_when_the_budget_is_spent(db: Path) -> None:
+def test_a_repeat_of_a_released_answer_is_served_even_when_the_budget_is_spent(db: Path | str) -> None:
     ledger = PrivacyLedger(db, cap_epsilon=0.5)
     first = _charge(ledger, "fp-1")
     ledger.store_answer(first.id, "[1]")
@@ -296,7 +302,7 @@ def test_a_repeat_of_a_released_answer_is_served_even_when_the_budget_is_spent(d
         _charge(ledger, "fp-2")
 
 
-def test_repeats_are_per_tenant_and_student(db: Path) -> None:
+def test_repeats_are_per_tenant_and_student(db: Path | str) -> None:
     ledger = PrivacyLedger(db, cap_epsilon=1.0)
     ledger.store_answer(_charge(ledger, "fp-1").id, "[1]")
 
@@ -305,7 +311,7 @@ def test_repeats_are_per_tenant_and_student(db: Path) -> None:
     assert not other.repeat
 
 
-def test_a_reservation_whose_answer_never_came_expires(db: Path) -> None:
+def test_a_reservation_whose_answer_never_came_expires(db: Path | str) -> None:
     clock = FakeClock()
     ledger = PrivacyLedger(db, cap_epsilon=2.0, pending_ttl_s=120, clock=clock)
     first = _charge(ledger, "fp-1")  # its process "dies" before storing the answer
@@ -317,7 +323,7 @@ def test_a_reservation_whose_answer_never_came_expires(db: Path) -> None:
     assert ledger.status(T, S)["spent_epsilon"] == 1.0  # the lost charge stays spent
 
 
-def test_zero_window_disables_repeats(db: Path) -> None:
+def test_zero_window_disables_repeats(db: Path | str) -> None:
     ledger = PrivacyLedger(db, cap_epsilon=2.0, repeat_window_s=0)
     ledger.store_answer(_charge(ledger, "fp-1").id, "[1]")
 
@@ -325,7 +331,7 @@ def test_zero_window_disables_repeats(db: Path) -> None:
 
 
 # -- refunds --------------------------------------------------------------------------------------
-def test_refund_returns_the_budget_when_nothing_was_released(db: Path) -> None:
+def test_refund_returns_the_budget_when_nothing_was_released(db: Path | str) -> None:
     ledger = PrivacyLedger(db, cap_epsilon=0.5)
     charge = _charge(ledger, "fp-1")
 
@@ -336,7 +342,7 @@ def test_refund_returns_the_budget_when_nothing_was_released(db: Path) -> None:
     assert not _charge(ledger, "fp-1").repeat  # a refunded request is not a repeat
 
 
-def test_no_refund_after_release_and_no_answer_after_refund(db: Path) -> None:
+def test_no_refund_after_release_and_no_answer_after_refund(db: Path | str) -> None:
     ledger = PrivacyLedger(db, cap_epsilon=2.0)
     released, refunded = _charge(ledger), _charge(ledger)
     ledger.store_answer(released.id, "[1]")
@@ -354,7 +360,7 @@ def test_no_refund_after_release_and_no_answer_after_refund(db: Path) -> None:
     assert ledger.status(T, S)["spent_epsilon"] == 0.5
 
 
-async def test_a_waiter_learns_that_the_first_request_was_refunded(db: Path) -> None:
+async def test_a_waiter_learns_that_the_first_request_was_refunded(db: Path | str) -> None:
     ledger = PrivacyLedger(db, cap_epsilon=2.0)
     first = await ledger.acharge(tenant=T, student_id=S, epsilon=0.5, mechanism="laplace", request_fingerprint="fp")
     second = await ledger.acharge(tenant=T, student_id=S, epsilon=0.5, mechanism="laplace", request_fingerprint="fp")
@@ -386,7 +392,7 @@ def _rdp_queries_within(cap: float, delta: float, query_epsilon: float, query_de
 
 
 @pytest.mark.parametrize("accountant", ["basic", "rdp"])
-def test_rdp_accounting_serves_more_gaussian_queries_than_basic_composition(db: Path, accountant: str) -> None:
+def test_rdp_accounting_serves_more_gaussian_queries_than_basic_composition(db: Path | str, accountant: str) -> None:
     ledger = PrivacyLedger(db, cap_epsilon=2.0, cap_delta=1e-5, accountant=accountant)
     served = 0
     while True:
@@ -404,7 +410,7 @@ def test_rdp_accounting_serves_more_gaussian_queries_than_basic_composition(db: 
         assert expected > 10  # 14 with these numbers, against 4
 
 
-def test_charge_all_is_all_or_nothing(db: Path) -> None:
+def test_charge_all_is_all_or_nothing(db: Path | str) -> None:
     ledger = PrivacyLedger(db, cap_epsilon=1.0)
     ledger.charge(tenant=T, student_id="c", epsilon=0.8, mechanism="laplace")  # c has 0.2 left
     with pytest.raises(BudgetExceeded):

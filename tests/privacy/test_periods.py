@@ -23,17 +23,17 @@ class Clock:
         return self.now
 
 
-def _ledger(tmp_path: Path, rule: BudgetRule, clock: Clock) -> PrivacyLedger:
-    return PrivacyLedger(tmp_path, rule=rule, clock=clock, repeat_window_s=0)
+def _ledger(db: Path | str, rule: BudgetRule, clock: Clock) -> PrivacyLedger:
+    return PrivacyLedger(db, rule=rule, clock=clock, repeat_window_s=0)
 
 
 def _charge(ledger: PrivacyLedger, epsilon: float = 1.0, student: str = S) -> None:
     ledger.charge(tenant=T, student_id=student, epsilon=epsilon, mechanism="laplace")
 
 
-def test_a_rolling_window_forgets_old_spend_but_the_lifetime_total_keeps_it(tmp_path: Path) -> None:
+def test_a_rolling_window_forgets_old_spend_but_the_lifetime_total_keeps_it(db: Path | str) -> None:
     clock = Clock(1_000_000.0)
-    ledger = _ledger(tmp_path, BudgetRule(cap_epsilon=3.0, period=Rolling(window_s=100.0)), clock)
+    ledger = _ledger(db, BudgetRule(cap_epsilon=3.0, period=Rolling(window_s=100.0)), clock)
     for offset in (0.0, 10.0, 20.0):
         clock.now = 1_000_000.0 + offset
         _charge(ledger)
@@ -50,18 +50,18 @@ def test_a_rolling_window_forgets_old_spend_but_the_lifetime_total_keeps_it(tmp_
     assert status["spent_epsilon"] == 3.0 and status["lifetime_epsilon"] == 4.0 and status["queries"] == 4
 
 
-def test_a_request_bigger_than_the_cap_never_renews(tmp_path: Path) -> None:
-    ledger = _ledger(tmp_path, BudgetRule(cap_epsilon=3.0, period=Rolling(window_s=100.0)), Clock(0.0))
+def test_a_request_bigger_than_the_cap_never_renews(db: Path | str) -> None:
+    ledger = _ledger(db, BudgetRule(cap_epsilon=3.0, period=Rolling(window_s=100.0)), Clock(0.0))
     with pytest.raises(BudgetExceeded) as refused:
         _charge(ledger, epsilon=5.0)
     assert refused.value.renews_at is None
 
 
-def test_a_calendar_day_renews_at_local_midnight(tmp_path: Path) -> None:
+def test_a_calendar_day_renews_at_local_midnight(db: Path | str) -> None:
     zone = ZoneInfo("Europe/Paris")
     evening = datetime(2026, 12, 1, 23, 30, tzinfo=zone).timestamp()
     clock = Clock(evening)
-    ledger = _ledger(tmp_path, BudgetRule(cap_epsilon=2.0, period=CalendarDay(timezone="Europe/Paris")), clock)
+    ledger = _ledger(db, BudgetRule(cap_epsilon=2.0, period=CalendarDay(timezone="Europe/Paris")), clock)
     _charge(ledger)
     _charge(ledger)
     with pytest.raises(BudgetExceeded) as refused:
@@ -82,17 +82,17 @@ def test_a_day_across_a_daylight_saving_change_is_the_local_calendar_day() -> No
     assert window.renews_at - window.start == 23 * 3600
 
 
-def test_a_calendar_week_starts_on_monday(tmp_path: Path) -> None:
+def test_a_calendar_week_starts_on_monday(db: Path | str) -> None:
     wednesday = datetime(2026, 12, 2, 15, tzinfo=ZoneInfo("UTC")).timestamp()
     window = CalendarWeek().window(wednesday)
     assert datetime.fromtimestamp(window.start, ZoneInfo("UTC")) == datetime(2026, 11, 30, tzinfo=ZoneInfo("UTC"))
     assert window.renews_at - window.start == 7 * DAY
 
 
-def test_terms_count_from_the_current_terms_start(tmp_path: Path) -> None:
+def test_terms_count_from_the_current_terms_start(db: Path | str) -> None:
     terms = Terms.from_dates([("2026-09-01", "2026-12-18"), ("2027-01-05", "2027-03-26")])
     clock = Clock(datetime(2026, 12, 10, tzinfo=ZoneInfo("UTC")).timestamp())
-    ledger = _ledger(tmp_path, BudgetRule(cap_epsilon=2.0, period=terms), clock)
+    ledger = _ledger(db, BudgetRule(cap_epsilon=2.0, period=terms), clock)
     _charge(ledger)
     _charge(ledger)
     clock.now = datetime(2026, 12, 28, tzinfo=ZoneInfo("UTC")).timestamp()  # the winter break counts toward term 1
@@ -107,10 +107,10 @@ def test_terms_count_from_the_current_terms_start(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("period", [Rolling(window_s=100.0), CalendarDay(), Lifetime()])
-def test_concurrent_charges_at_a_window_boundary_stay_exact(tmp_path: Path, period: object) -> None:
+def test_concurrent_charges_at_a_window_boundary_stay_exact(db: Path | str, period: object) -> None:
     # Prepare: the window is full, and the clock sits exactly where the old spend drops out (or not).
     clock = Clock(DAY * 100)
-    ledger = _ledger(tmp_path, BudgetRule(cap_epsilon=4.0, period=period), clock)  # type: ignore[arg-type]
+    ledger = _ledger(db, BudgetRule(cap_epsilon=4.0, period=period), clock)  # type: ignore[arg-type]
     for _ in range(4):
         _charge(ledger)
     clock.now = DAY * 101  # rolling: 100 s and far more later; calendar: the next day starts now
@@ -136,9 +136,9 @@ def test_concurrent_charges_at_a_window_boundary_stay_exact(tmp_path: Path, peri
     assert status["spent_epsilon"] == 4.0 and status["lifetime_epsilon"] == 4.0 + expected
 
 
-def test_the_same_charges_under_different_periods_have_the_same_lifetime_total(tmp_path: Path) -> None:
+def test_the_same_charges_under_different_periods_have_the_same_lifetime_total(db: Path | str) -> None:
     clock = Clock(DAY * 10)
-    ledger = _ledger(tmp_path, BudgetRule(cap_epsilon=1e6, period=Rolling(window_s=DAY)), clock)
+    ledger = _ledger(db, BudgetRule(cap_epsilon=1e6, period=Rolling(window_s=DAY)), clock)
     for k in range(6):
         clock.now = DAY * 10 + k * DAY / 2
         _charge(ledger, epsilon=0.5)

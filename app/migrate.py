@@ -1,0 +1,68 @@
+"""Schema migrations (Alembic): ``fedcd db upgrade``, and at server start when ``FEDCD_DB_UPGRADE_ON_START``.
+
+Migrations run under the database-wide start-up lock (``app.locks``), so several workers starting
+at once upgrade the schema exactly once. The revisions live in ``app/migrations/versions``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import Engine, create_engine, inspect
+
+from app.locks import database_lock
+
+__all__ = ["SchemaOutdated", "alembic_config", "head_revision", "schema_revision", "upgrade"]
+
+_SCRIPTS = Path(__file__).with_name("migrations")
+
+
+class SchemaOutdated(RuntimeError):
+    """The database's schema is not the one this version of fedcd needs."""
+
+
+def alembic_config(url: str) -> Config:
+    config = Config()
+    config.set_main_option("script_location", str(_SCRIPTS))
+    config.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
+    return config
+
+
+def head_revision() -> str:
+    head = ScriptDirectory.from_config(alembic_config("sqlite://")).get_current_head()
+    assert head is not None
+    return head
+
+
+def schema_revision(engine: Engine) -> str | None:
+    with engine.connect() as conn:
+        return MigrationContext.configure(conn).get_current_revision()
+
+
+def upgrade(engine: Engine, revision: str = "head") -> tuple[str | None, str]:
+    """Bring the schema to ``revision``; returns (revision before, revision after)."""
+    url = engine.url.render_as_string(hide_password=False)
+    with database_lock(engine, "migrate"):
+        before = schema_revision(engine)
+        if before is None and _has_tables(engine):
+            raise SchemaOutdated(
+                "this database has fedcd tables but no migration history: it was made by fedcd 0.1, before "
+                "migrations. Move it aside (or point FEDCD_DATABASE_URL / FEDCD_STATE_DIR elsewhere) and start again"
+            )
+        migrator = create_engine(url)
+        try:
+            with migrator.begin() as conn:
+                config = alembic_config(url)
+                config.attributes["connection"] = conn
+                command.upgrade(config, revision)
+        finally:
+            migrator.dispose()
+        return before, schema_revision(engine) or ""
+
+
+def _has_tables(engine: Engine) -> bool:
+    return any(t in inspect(engine).get_table_names() for t in ("jobs", "calibrations", "privacy_charges"))
