@@ -72,3 +72,12 @@ def postgres_url() -> Iterator[str]:
 
     with fresh_postgres() as url:
         yield url
+
+
+@pytest.fixture
+def redis_prefix() -> Iterator[str]:
+    """A Redis key prefix for this test alone, its keys deleted after (tests/shared_redis.py)."""
+    from tests.shared_redis import fresh_prefix
+
+    with fresh_prefix() as prefix:
+        yield prefix

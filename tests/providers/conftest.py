@@ -1,14 +1,10 @@
-"""Fixtures shared by the provider tests: a local wire server, a recording sleep, prompt contexts, a
-Redis key prefix of their own."""
+"""Fixtures shared by the provider tests: a local wire server, a recording sleep, prompt contexts."""
 
 from __future__ import annotations
 
-import os
-import uuid
 from collections.abc import Iterator
 
 import pytest
-import redis
 
 from providers.errors import EntityParseError
 from providers.types import Entity, EntityPrediction, PromptContext, PromptItem
@@ -18,8 +14,6 @@ from .wire_servers import WireServer
 
 # A student id that must never reach an entity: the tests grep every request for it.
 STUDENT_ID = "student-7f3a9c-do-not-send"
-# The Redis the machines run as a service (CI too); FEDCD_TEST_REDIS_URL points elsewhere.
-REDIS_URL = os.environ.get("FEDCD_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 
 
 class RecordingSleep:
@@ -102,26 +96,3 @@ async def respond_usable(entity: Entity, context: PromptContext, *, calls: int =
                 raise
     raise AssertionError("unreachable")
 
-
-@pytest.fixture
-def redis_prefix() -> Iterator[str]:
-    """A key prefix no other test run uses; every key under it is deleted afterwards.
-
-    Redis down: the test fails under CI (CI=true: the service is part of the machine) and is
-    skipped on a developer's machine without it.
-    """
-    client = redis.Redis.from_url(REDIS_URL, socket_connect_timeout=2, socket_timeout=2)
-    try:
-        client.ping()
-    except (redis.RedisError, OSError) as exc:
-        client.close()
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(f"Redis at {REDIS_URL} is unreachable and CI=true: {exc}")
-        pytest.skip(f"Redis at {REDIS_URL} is unreachable: {exc}")
-    prefix = f"fedcd-test:{uuid.uuid4().hex}:"
-    try:
-        yield prefix
-    finally:
-        for key in client.scan_iter(match=f"{prefix}*"):
-            client.delete(key)
-        client.close()

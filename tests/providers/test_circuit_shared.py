@@ -25,8 +25,9 @@ from providers.errors import EntityCircuitOpen, EntityUnavailable
 from providers.factory import build_entity
 from providers.types import PromptContext
 from qmatrix import QMatrix, StudentResponses
+from tests.shared_redis import REDIS_URL
 
-from .conftest import REDIS_URL, RecordingSleep
+from .conftest import RecordingSleep
 from .test_circuit import CONTEXT, FakeClock, Scripted
 from .wire_servers import WireServer, server_error, success
 
