@@ -22,6 +22,7 @@ import asyncio
 import logging
 from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import Literal
 
 from prometheus_client import CONTENT_TYPE_PLAIN_0_0_4, REGISTRY, CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily, Metric
@@ -37,10 +38,11 @@ from app.settings import Settings
 from providers.circuit import CircuitStoreUnavailable
 
 __all__ = [
-    "BUDGET_REFUSALS",
     "CONTENT_TYPE",
     "HTTP_REQUESTS",
+    "count_charge",
     "count_diagnosis",
+    "count_refusal",
     "render_metrics",
     "reset_multiprocess_dir",
 ]
@@ -65,12 +67,14 @@ DIAGNOSES = Counter(
     ["tenant", "repeat"],
 )
 EPSILON_CHARGED = Counter(
-    "fedcd_privacy_epsilon_charged_total", "ε charged to students' privacy budgets, by tenant", ["tenant"]
+    "fedcd_privacy_epsilon_charged_total",
+    "ε charged to students' privacy budgets, by tenant and source (diagnosis, cohort, calibration)",
+    ["tenant", "source"],
 )
 BUDGET_REFUSALS = Counter(
     "fedcd_privacy_budget_refusals_total",
-    "Diagnoses refused (429) because the student's privacy budget for the period was spent, by tenant",
-    ["tenant"],
+    "Requests refused (429) because a student's privacy budget for the period was spent, by tenant and source",
+    ["tenant", "source"],
 )
 BUDGET_WARNINGS = Counter(
     "fedcd_privacy_budget_warnings_total",
@@ -84,13 +88,26 @@ CALIBRATION_MISMATCHES = Counter(
 )
 
 
+ChargeSource = Literal["diagnosis", "cohort", "calibration"]
+
+
+def count_charge(tenant: str, source: ChargeSource, epsilon: float) -> None:
+    """ε settled on students' ledgers (after the release: a refunded charge is never counted)."""
+    if epsilon > 0:
+        EPSILON_CHARGED.labels(tenant, source).inc(epsilon)
+
+
+def count_refusal(tenant: str, source: ChargeSource) -> None:
+    """A request refused with 429: a student's budget was spent."""
+    BUDGET_REFUSALS.labels(tenant, source).inc()
+
+
 def count_diagnosis(tenant: str, response: DiagnoseResponse) -> None:
     """Everything one served diagnosis counts for (called by the diagnosis service)."""
     budget = response.budget
     DIAGNOSES.labels(tenant, "true" if budget is not None and budget.repeat else "false").inc()
     if budget is not None:
-        if budget.charged_epsilon > 0:
-            EPSILON_CHARGED.labels(tenant).inc(budget.charged_epsilon)
+        count_charge(tenant, "diagnosis", budget.charged_epsilon)
         if budget.budget_warning is not None:
             BUDGET_WARNINGS.labels(tenant).inc()
     if response.calibration_mismatch:

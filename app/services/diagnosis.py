@@ -23,7 +23,7 @@ from app.auth import Principal
 from app.errors import InputError, TryLater
 from app.federation import Federation
 from app.limits import check_qmatrix_size, check_responses
-from app.metrics import BUDGET_REFUSALS, count_diagnosis
+from app.metrics import count_diagnosis, count_refusal
 from app.redaction import Redactor
 from app.schemas import (
     BatchDiagnoseRequest,
@@ -296,7 +296,7 @@ async def _counted(tenant: str, diagnosis: Awaitable[DiagnoseResponse]) -> Diagn
     try:
         response = await diagnosis
     except BudgetExceeded:
-        BUDGET_REFUSALS.labels(tenant).inc()
+        count_refusal(tenant, "diagnosis")
         raise
     count_diagnosis(tenant, response)
     return response

@@ -113,30 +113,42 @@ def test_a_scrape_after_real_requests_shows_every_series(tmp_path: Path) -> None
     assert value(after, "fedcd_entity_circuit_state", entity=steady, state="closed") == 1
     assert value(after, "fedcd_circuit_store_up") == 1
     # privacy and diagnoses, per tenant: 64 + 3 × 32 charged (a failed entity is not charged)
-    assert value(after, "fedcd_privacy_epsilon_charged_total", tenant=tenant) == 64 + 3 * 32
-    assert value(after, "fedcd_privacy_budget_refusals_total", tenant=tenant) == 1
+    assert value(after, "fedcd_privacy_epsilon_charged_total", tenant=tenant, source="diagnosis") == 64 + 3 * 32
+    assert value(after, "fedcd_privacy_budget_refusals_total", tenant=tenant, source="diagnosis") == 1
     assert value(after, "fedcd_privacy_budget_warnings_total", tenant=tenant) == 1
     assert value(after, "fedcd_diagnoses_total", tenant=tenant, repeat="false") == 4
     # never a student id, in any label
     assert not any(student in text for student in STUDENTS)
 
 
-def test_calibration_mismatches_and_jobs_by_state_are_counted(tmp_path: Path) -> None:
+def test_calibrations_cohorts_mismatches_and_jobs_are_counted(tmp_path: Path) -> None:
+    # Prepare
     tenant = f"school-{uuid.uuid4().hex[:8]}"
     entities = {"alpha": FakeEntity("alpha", 0.4), "beta": FakeEntity("beta", 0.6)}
     config = Settings(state_dir=tmp_path, entities=[], preload_models=False, default_calibration=False,
-                      calibration_release_epsilon=None, noise_seed=1)  # fmt: skip
+                      calibration_release_epsilon=4.0, noise_seed=1)  # fmt: skip
     app = create_app(config, entities=entities)
     with TestClient(app, headers=auth_headers(app, tenant=tenant)) as client:
+        # Execute: a calibration releasing at ε = 4 per validation student, diagnoses at its noise and at
+        # another, a cohort report at ε = 1 per student, and one whose students have no budget left
         job = client.post("/v1/calibrate", json={"qmatrix_id": Q_ID, "records": _records(12), "method": "bias",
                                                  "epsilon": 2.0})  # fmt: skip
         assert _wait(client, job.json()["job_id"])["status"] == "succeeded"
         matched = client.post("/v1/diagnose", json={**_body("s1"), "epsilon": 2.0}).json()
         mismatched = client.post("/v1/diagnose", json={**_body("s2"), "epsilon": 4.0}).json()
+        cohort = {"qmatrix_id": Q_ID, "students": _records(10), "epsilon": 1.0}
+        assert client.post("/v1/cohort-report", json=cohort).status_code == 200
+        assert client.post("/v1/cohort-report", json={**cohort, "epsilon": 1000.0}).status_code == 429
         _, parsed = samples(client)
 
+    # Assert
     assert matched["calibration_mismatch"] is None and mismatched["calibration_mismatch"]
     assert value(parsed, "fedcd_calibration_mismatch_total", tenant=tenant) == 1
+    charged = "fedcd_privacy_epsilon_charged_total"
+    assert value(parsed, charged, tenant=tenant, source="calibration") == 12 * 4.0
+    assert value(parsed, charged, tenant=tenant, source="cohort") == 10 * 1.0
+    assert value(parsed, charged, tenant=tenant, source="diagnosis") == 2 * 2.0 + 2 * 4.0
+    assert value(parsed, "fedcd_privacy_budget_refusals_total", tenant=tenant, source="cohort") == 1
     assert value(parsed, "fedcd_diagnoses_total", tenant=tenant, repeat="false") == 2
     assert value(parsed, "fedcd_jobs", kind="calibrate", state="succeeded") == 1
     assert value(parsed, "fedcd_jobs", kind="calibrate", state="running") == 0
