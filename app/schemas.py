@@ -266,6 +266,9 @@ class EntityInfo(BaseModel):
     kind: str
     model: str
     status: str = Field(description="ready | loading | not_loaded | configured | error: ...")
+    circuit: Literal["closed", "open", "half_open"] | None = Field(
+        default=None, description="its circuit breaker's state (README 'Circuit breakers'); null: no breaker"
+    )
     temperature: float | None = Field(description="sent to the backend; null: not sent")
     max_tokens: int
     structured_output: str

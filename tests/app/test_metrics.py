@@ -83,6 +83,7 @@ def test_a_scrape_after_real_requests_shows_every_series(tmp_path: Path) -> None
             refused = client.post("/v1/diagnose", json=_body(STUDENTS[0], "q03"))
             failing = [client.post("/v1/diagnose", json=_body(s)).json() for s in STUDENTS[1:4]]
             lookup = client.get(f"/v1/privacy/students/{STUDENTS[0]}")
+            listed = {e["name"]: e["circuit"] for e in client.get("/v1/entities").json()["data"]}
             text, after = samples(client)
 
     # Assert: the responses
@@ -91,6 +92,7 @@ def test_a_scrape_after_real_requests_shows_every_series(tmp_path: Path) -> None
     assert [r["failure_reasons"] for r in failing] == [{flaky: "unavailable"}] * 2 + [{flaky: "circuit_open"}]
     assert all(r["failed_entities"] == [flaky] for r in failing)
     assert len(flaky_server.requests) == 2 + 2 + 2  # the open circuit cost no request
+    assert listed == {steady: "closed", flaky: "open"}
 
     def delta(name: str, **labels: str) -> float:
         return value(after, name, **labels) - value(before, name, **labels)
@@ -152,6 +154,7 @@ def test_calibrations_cohorts_mismatches_and_jobs_are_counted(tmp_path: Path) ->
     assert value(parsed, "fedcd_diagnoses_total", tenant=tenant, repeat="false") == 2
     assert value(parsed, "fedcd_jobs", kind="calibrate", state="succeeded") == 1
     assert value(parsed, "fedcd_jobs", kind="calibrate", state="running") == 0
+    # entities passed in ready-made (fakes) have no breaker: no circuit series
     assert ("fedcd_entity_circuit_state", frozenset({("entity", "alpha"), ("state", "closed")})) not in parsed
 
 
