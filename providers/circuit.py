@@ -201,22 +201,25 @@ class MemoryCircuitStore:
 # -- one entity's breaker, and the wrapper ------------------------------------------------------
 
 
+_STORE_RETRY_S = 5.0  # after the store failed, calls go through unguarded this long before it is tried again
+_WARN_EVERY_S = 60.0
+
+
 class CircuitBreaker:
     """One entity's breaker over a (possibly shared) store. If the store is unreachable the
-    breaker fails open: calls go through as if closed, with a warning at most once a minute."""
+    breaker fails open: calls go through as if closed (the store is tried again after a few
+    seconds, so a hung Redis does not slow every call), with a warning at most once a minute."""
 
     def __init__(self, name: str, policy: CircuitPolicy, store: CircuitStore, *, clock: Clock = time.time) -> None:
         self.name, self.policy, self.store, self._clock = name, policy, store, clock
-        self._warned_at = -float("inf")
+        self._warned_at = self._store_down_until = -float("inf")
 
     async def admit(self) -> Permit:
         """A permit to call the entity, or ``EntityCircuitOpen``."""
         now, token = self._clock(), uuid.uuid4().hex
-        try:
-            decision = await self.store.update(self.name, lambda c: admit(c, self.policy, now, token))
-        except CircuitStoreUnavailable as exc:
-            self._warn(exc)
-            return Permit()
+        decision = await self._apply(lambda c: admit(c, self.policy, now, token))
+        if decision is None:
+            return Permit()  # the store is unreachable: unguarded
         if isinstance(decision, Permit):
             if decision.probe:
                 log.info("entity %s: circuit half-open, probing", self.name)
@@ -252,17 +255,18 @@ class CircuitBreaker:
         return (await self.store.read([self.name]))[self.name].state
 
     async def _apply(self, change: Callable[[Circuit], tuple[Circuit, T]]) -> T | None:
+        """``change`` applied in the store, or None while the store is unreachable."""
+        if time.monotonic() < self._store_down_until:
+            return None
         try:
             return await self.store.update(self.name, change)
         except CircuitStoreUnavailable as exc:
-            self._warn(exc)
+            now = time.monotonic()
+            self._store_down_until = now + _STORE_RETRY_S
+            if now - self._warned_at >= _WARN_EVERY_S:
+                self._warned_at = now
+                log.warning("entity %s: circuit breaker store unavailable, calls go through unguarded: %s", self.name, exc)
             return None
-
-    def _warn(self, exc: Exception) -> None:
-        now = time.monotonic()
-        if now - self._warned_at >= 60:
-            self._warned_at = now
-            log.warning("entity %s: circuit breaker store unavailable, calls go through unguarded: %s", self.name, exc)
 
 
 class CircuitBroken:

@@ -226,18 +226,25 @@ async def test_late_failures_of_calls_admitted_before_it_opened_do_not_extend_it
 
 
 class DownStore(MemoryCircuitStore):
+    def __init__(self) -> None:
+        super().__init__()
+        self.tries = 0
+
     async def update(self, name, change):  # type: ignore[no-untyped-def]
+        self.tries += 1
         raise CircuitStoreUnavailable("connection refused")
 
 
 async def test_an_unreachable_store_lets_calls_through_and_says_so(caplog: pytest.LogCaptureFixture) -> None:
-    entity, inner = _guarded(DownStore())
+    store = DownStore()
+    entity, inner = _guarded(store)
     caplog.set_level(logging.WARNING, logger="fedcd.circuit")
 
     await _fail(entity, inner, THRESHOLD + 2)
     answer = await entity.respond(CONTEXT)
 
     assert answer.entity == "e" and inner.calls == THRESHOLD + 3
+    assert store.tries == 1  # not tried again for a few seconds: a hung store must not slow every call
     warnings = [r for r in caplog.records if "store unavailable" in r.getMessage()]
     assert len(warnings) == 1  # once a minute, not once a call
 
