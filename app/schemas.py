@@ -46,6 +46,7 @@ __all__ = [
     "QMatrixItem",
     "QMatrixList",
     "QMatrixPublic",
+    "QMatrixSummary",
     "SkippedEntity",
     "StudentIn",
 ]
@@ -81,6 +82,17 @@ class QMatrixPublic(QMatrixCreate):
     n_items: int
     n_concepts: int
     builtin: bool = Field(default=False, description="shared read-only with every tenant")
+
+
+class QMatrixSummary(BaseModel):
+    """What a registration or replacement answers: the new version, without echoing every item back."""
+
+    id: str
+    version: int
+    concepts: list[str]
+    n_items: int
+    n_concepts: int
+    builtin: bool = False
 
 
 class QMatrixList(BaseModel):
@@ -369,6 +381,13 @@ class JobProgress(BaseModel):
     failed_entities: dict[str, int] = Field(description="entity -> students for whom it failed")
 
 
+class JobEvent(BaseModel):
+    at: str
+    status: str = Field(description="queued | running | released | succeeded | failed")
+    worker: str | None = Field(description="the worker process (host:pid:id) that made the change")
+    message: str
+
+
 class CalibrateJob(BaseModel):
     job_id: str
     status: Literal["queued", "running", "succeeded", "failed"]
@@ -377,7 +396,8 @@ class CalibrateJob(BaseModel):
     metrics: dict[str, float] = Field(default_factory=dict)
     notes: list[str] = Field(default_factory=list)
     error: str | None = None
-    resumed: int = Field(default=0, description="times this job was resumed after a restart")
+    resumed: int = Field(default=0, description="times this job was resumed (after a restart or a dead worker)")
+    history: list[JobEvent] = Field(default_factory=list, description="every status change, oldest first")
     created_at: str
     updated_at: str
 

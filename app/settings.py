@@ -46,6 +46,10 @@ class Settings(BaseSettings):
         description="SQLAlchemy URL of the state database (postgresql+psycopg://… in production); "
         "default: SQLite <state_dir>/fedcd.db",
     )
+    worker_heartbeat_s: float = Field(default=5.0, gt=0, description="how often a worker shows it is alive")
+    worker_stale_s: float = Field(
+        default=30.0, gt=0, description="a worker silent this long is dead: its jobs and pending charges are taken over"
+    )
     db_upgrade_on_start: bool = Field(
         default=True, description="migrate the schema at start (else refuse to start on an old one: fedcd db upgrade)"
     )

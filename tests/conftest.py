@@ -81,3 +81,19 @@ def redis_prefix() -> Iterator[str]:
 
     with fresh_prefix() as prefix:
         yield prefix
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def both_engines(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """Run the test once on SQLite (the state dir's file) and once on a fresh PostgreSQL database.
+
+    Settings read FEDCD_DATABASE_URL from the environment, so every app the test creates uses it.
+    """
+    if request.param == "sqlite":
+        yield "sqlite"
+        return
+    from tests.postgres import fresh_postgres
+
+    with fresh_postgres() as url:
+        monkeypatch.setenv("FEDCD_DATABASE_URL", url)
+        yield url

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-PACKAGES = ["qmatrix", "providers", "privacy", "diagnosis", "calibration", "evaluation", "federated", "app"]
+PACKAGES = ["qmatrix", "providers", "privacy", "diagnosis", "calibration", "evaluation", "federated", "bench", "app"]
 ROOT = Path(__file__).resolve().parents[1]
 
 # Which fedcd packages each package may import:
@@ -22,7 +22,9 @@ ALLOWED = {
     "evaluation": {"calibration", "diagnosis", "privacy", "providers", "qmatrix"},
     # federated uses qmatrix/privacy; providers serves its trained model (DEVELOPERS.md).
     "federated": {"privacy", "qmatrix"},
-    "app": {"calibration", "diagnosis", "evaluation", "federated", "privacy", "providers", "qmatrix"},
+    # bench drives the gateway over HTTP; it uses providers only to time one SDK call in-process.
+    "bench": {"providers"},
+    "app": {"bench", "calibration", "diagnosis", "evaluation", "federated", "privacy", "providers", "qmatrix"},
 }
 
 

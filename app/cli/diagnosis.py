@@ -1,4 +1,4 @@
-"""`fedcd serve` and `fedcd diagnose`: the gateway, and the same pipeline in-process."""
+"""`fedcd diagnose`: the diagnosis pipeline in-process, over a responses file."""
 
 from __future__ import annotations
 
@@ -13,48 +13,7 @@ from rich.table import Table
 
 from app.cli.common import cli, console, err
 from app.settings import Settings
-from qmatrix import EXAMPLE_QMATRIX_ID, QMatrixError, load_qmatrix, load_responses_csv
-
-_CURL = """curl -s http://{host}:{port}/v1/diagnose -H "Authorization: Bearer {key}" -H 'content-type: application/json' -d '{{
-  "student_id": "demo-student", "qmatrix_id": "{qid}", "include_entities": true,
-  "responses": [{{"item_id": "q01", "correct": true}}, {{"item_id": "q03", "correct": false}}, {{"item_id": "q10", "correct": true}}]
-}}'"""
-
-
-@cli.command()
-def serve(
-    host: Annotated[str, typer.Option(help="interface to bind")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="port to listen on")] = 8000,
-) -> None:
-    """Run the HTTP gateway (OpenAPI docs at /docs)."""
-    import uvicorn
-
-    from app.main import create_app
-
-    from app.bootstrap import read_dev_key
-    from app.logs import configure_logging
-
-    try:
-        settings = Settings(host=host, port=port)
-    except ValueError as exc:  # e.g. FEDCD_AUTH=disabled on a non-loopback bind
-        err.print(f"[red]error:[/] {exc}")
-        raise typer.Exit(2) from exc
-    configure_logging(settings.log_level)
-
-    def announce() -> None:
-        console.print(f"[bold green]fedcd is ready[/] on http://{host}:{port} (docs: http://{host}:{port}/docs)")
-        key = "$FEDCD_API_KEY" if settings.auth == "enabled" else "auth-disabled"
-        if settings.auth == "enabled" and (dev_key := read_dev_key(settings.state_dir)) is not None:
-            key = dev_key
-            console.print(f"Admin key of tenant 'dev' (saved in {settings.state_dir / 'dev-api-key'}):")
-        # Plain print: rich would re-wrap the command and break it for pasting.
-        print("Try it:\n" + _CURL.format(host=host, port=port, qid=EXAMPLE_QMATRIX_ID, key=key), flush=True)
-
-    console.print(f"Starting fedcd; loading entities: {', '.join(s.name for s in settings.entity_specs)} ...")
-    # access_log off: the gateway writes its own access line, with route templates instead of raw paths
-    # (no student id from a URL ever reaches a log).
-    uvicorn.run(create_app(settings, on_ready=announce), host=host, port=port, log_level="info", access_log=False)
-
+from qmatrix import QMatrixError, load_qmatrix, load_responses_csv
 
 @cli.command()
 def diagnose(

@@ -11,7 +11,15 @@ from fastapi import APIRouter, status
 from app.deps import AdminDep, CalibrationServiceDep, CalibrationStoreDep, JobRunnerDep, PrincipalDep
 from app.errors import InputError
 from app.routes.responses import ADMIN_ERRORS, AUTH_ERRORS
-from app.schemas import CalibrateJob, CalibrateRequest, CalibrationList, CalibrationPublic, JobAccepted, JobProgress
+from app.schemas import (
+    CalibrateJob,
+    CalibrateRequest,
+    CalibrationList,
+    CalibrationPublic,
+    JobAccepted,
+    JobEvent,
+    JobProgress,
+)
 from app.storage import StoredCalibration
 
 router = APIRouter(tags=["calibration"])
@@ -41,6 +49,7 @@ async def read_calibration_job(job_id: str, jobs: JobRunnerDep, principal: Admin
     row = await asyncio.to_thread(jobs.get, job_id, tenant=principal.tenant)
     if row is None or row.kind != "calibrate":
         raise InputError(("path", "job_id"), [f"unknown job id '{job_id}'"], status_code=404)
+    history = await asyncio.to_thread(jobs.history, job_id)
     return CalibrateJob(
         job_id=row.id,
         status=row.status,  # type: ignore[arg-type]
@@ -50,6 +59,7 @@ async def read_calibration_job(job_id: str, jobs: JobRunnerDep, principal: Admin
         notes=json.loads(row.notes_json),
         error=row.error,
         resumed=row.resumed,
+        history=[JobEvent(at=e.at, status=e.status, worker=e.worker, message=e.message) for e in history],
         created_at=row.created_at,
         updated_at=row.updated_at,
     )

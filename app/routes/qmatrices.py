@@ -19,7 +19,15 @@ from app.deps import AdminDep, FederationDep, PrincipalDep, QMatrixStoreDep, Set
 from app.errors import InputError
 from app.limits import check_qmatrix_size
 from app.routes.responses import ADMIN_ERRORS, AUTH_ERRORS
-from app.schemas import AgreementPublic, ExtractRequest, ExtractResponse, QMatrixCreate, QMatrixList, QMatrixPublic
+from app.schemas import (
+    AgreementPublic,
+    ExtractRequest,
+    ExtractResponse,
+    QMatrixCreate,
+    QMatrixList,
+    QMatrixPublic,
+    QMatrixSummary,
+)
 from app.storage import QMatrixExists, StoredQMatrix
 from diagnosis import UnknownEntities
 from diagnosis.extraction import extract_qmatrix
@@ -57,6 +65,12 @@ def _public_json(stored: StoredQMatrix) -> bytes:
         **qmatrix_to_json(q), version=stored.version, n_items=len(q.items), n_concepts=len(q.concepts),
         builtin=stored.builtin,
     ).model_dump_json().encode()
+
+
+def _summary(stored: StoredQMatrix) -> QMatrixSummary:
+    q = stored.qmatrix
+    return QMatrixSummary(id=q.id, version=stored.version, concepts=list(q.concepts), n_items=len(q.items),
+                          n_concepts=len(q.concepts), builtin=stored.builtin)
 
 
 async def _public(stored: StoredQMatrix, status_code: int = 200) -> Response:
@@ -117,31 +131,31 @@ async def _checked(request: Request, store: QMatrixStoreDep, settings: SettingsD
     return q
 
 
-@router.post("", status_code=status.HTTP_201_CREATED, response_model=QMatrixPublic, openapi_extra=_BODIES, responses={
+@router.post("", status_code=status.HTTP_201_CREATED, response_model=QMatrixSummary, openapi_extra=_BODIES, responses={
     **ADMIN_ERRORS, 409: {"description": "the id is taken (replace it with PUT) or built in"}, 413: {"description": "body too large"},
     422: {"description": "invalid Q-matrix; every problem is listed"},
 })
 async def create_qmatrix(
     request: Request, store: QMatrixStoreDep, settings: SettingsDep, principal: AdminDep,
     id: Annotated[str | None, Query(max_length=128, description="the id, for a text/csv body")] = None,
-) -> Response:
+) -> QMatrixSummary:
     """Register a Q-matrix for the tenant (version 1). An id in use is 409: replace it with ``PUT``."""
     q = await _checked(request, store, settings)
     try:
         stored = await asyncio.to_thread(store.create, principal.tenant, q)
     except QMatrixExists as exc:
         raise InputError(("body", "id"), [str(exc)], status_code=409) from exc
-    return await _public(stored, status.HTTP_201_CREATED)
+    return _summary(stored)
 
 
-@router.put("/{qmatrix_id}", response_model=QMatrixPublic, openapi_extra=_BODIES, responses={
+@router.put("/{qmatrix_id}", response_model=QMatrixSummary, openapi_extra=_BODIES, responses={
     **ADMIN_ERRORS, 404: {"description": "the tenant has no Q-matrix with this id"},
     409: {"description": "a built-in Q-matrix"}, 413: {"description": "body too large"},
     422: {"description": "invalid Q-matrix; every problem is listed"},
 })
 async def update_qmatrix(
     qmatrix_id: str, request: Request, store: QMatrixStoreDep, settings: SettingsDep, principal: AdminDep
-) -> Response:
+) -> QMatrixSummary:
     """Replace the rows: a new version. Calibrations fitted on the old version no longer apply to it."""
     if store.is_builtin(qmatrix_id):
         raise InputError(("path", "qmatrix_id"), [f"'{qmatrix_id}' is a built-in Q-matrix"], status_code=409)
@@ -149,7 +163,7 @@ async def update_qmatrix(
     stored = await asyncio.to_thread(store.replace, principal.tenant, q)
     if stored is None:
         raise InputError(("path", "qmatrix_id"), [f"unknown Q-matrix id '{qmatrix_id}'"], status_code=404)
-    return await _public(stored)
+    return _summary(stored)
 
 
 @router.delete("/{qmatrix_id}", status_code=status.HTTP_204_NO_CONTENT, responses={

@@ -1,9 +1,14 @@
-"""Background jobs that survive restarts.
+"""Background jobs that survive restarts and dead workers.
 
-A job row is written before the job starts; each finished unit (a student) is written as
-it completes; on start-up, jobs left ``queued`` or ``running`` by a previous process are
-resumed from their stored request, skipping finished units — or marked ``failed`` with
-the reason when they cannot be resumed. Nothing is silently lost.
+A job row is written ``queued`` before anything runs. Every worker runs a claim loop: it takes one
+claimable job in one conditional ``UPDATE … RETURNING`` (on PostgreSQL the candidate is picked with
+``FOR UPDATE SKIP LOCKED``), so each job runs in exactly one worker. A job is claimable when it is
+queued, released (its worker shut down cleanly), or claimed by a worker that is no longer live or
+whose job heartbeat went stale (the worker died). The claiming worker heartbeats the job while it
+runs; each finished unit (a student) is stored as it completes, so a reclaimed job resumes from its
+stored progress and computes no unit twice. Every transition is recorded in ``job_events`` — the
+job's readable history. A job of a kind no longer available is failed with the reason; nothing is
+silently lost.
 """
 
 from __future__ import annotations
@@ -11,14 +16,15 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import func, or_, select, update
 from sqlalchemy.orm import sessionmaker
 
-from app.db import JobItemRow, JobRow
+from app.db import JobEventRow, JobItemRow, JobRow
 
 __all__ = ["JobContext", "JobRunner"]
 
@@ -41,8 +47,9 @@ class JobContext:
             session.merge(JobItemRow(job_id=self.job_id, idx=idx, result_json=json.dumps(result)))
             job = session.get(JobRow, self.job_id)
             assert job is not None
-            job.done = session.query(JobItemRow).filter(JobItemRow.job_id == self.job_id).count()
+            job.done = session.scalar(select(func.count()).where(JobItemRow.job_id == self.job_id)) or 0
             job.failed_entities_json = json.dumps(failed_entities)
+            job.heartbeat_at = time.time()
 
     def set_total(self, total: int) -> None:
         self._update(total=total)
@@ -59,21 +66,42 @@ JobHandler = Callable[[dict[str, Any], JobContext], Awaitable[dict[str, Any]]]
 
 
 class JobRunner:
-    """Runs job handlers as asyncio tasks; the handler returns the fields to store on success."""
+    """Claims and runs jobs in this worker; the handler returns the fields to store on success."""
 
-    def __init__(self, sessions: sessionmaker) -> None:
-        self.sessions = sessions
+    def __init__(
+        self,
+        sessions: sessionmaker,
+        *,
+        worker_id: str = "local",
+        live_workers: Callable[[], set[str]] | None = None,
+        stale_s: float = 30.0,
+        heartbeat_s: float = 5.0,
+        poll_s: float = 2.0,
+        concurrency: int = 2,
+    ) -> None:
+        self.sessions, self.worker_id = sessions, worker_id
+        self._live_workers = live_workers or (lambda: {worker_id})
+        self.stale_s, self.heartbeat_s, self.poll_s, self.concurrency = stale_s, heartbeat_s, poll_s, concurrency
         self.handlers: dict[str, JobHandler] = {}
         self._tasks: dict[str, asyncio.Task[None]] = {}
+        self._wake = asyncio.Event()
+        self._loop_task: asyncio.Task[None] | None = None
 
     def register(self, kind: str, handler: JobHandler) -> None:
         self.handlers[kind] = handler
+
+    def start(self) -> None:
+        """Start claiming (call once the handlers are registered)."""
+        if self._loop_task is None:
+            self._loop_task = asyncio.create_task(self._claim_loop(), name=f"jobs-{self.worker_id}")
 
     def submit(self, kind: str, request: dict[str, Any], *, tenant: str) -> str:
         job_id = uuid.uuid4().hex
         with self.sessions.begin() as session:
             session.add(JobRow(id=job_id, tenant=tenant, kind=kind, status="queued", request_json=json.dumps(request)))
-        self._start(job_id, kind, request, tenant)
+            session.flush()  # the job row first: events reference it
+            session.add(JobEventRow(job_id=job_id, status="queued", worker=self.worker_id, message="submitted"))
+        self._wake.set()
         return job_id
 
     def has_active(self, kind: str) -> bool:
@@ -88,48 +116,9 @@ class JobRunner:
             row = session.get(JobRow, job_id)
         return row if row is not None and row.tenant == tenant else None
 
-    def _start(self, job_id: str, kind: str, request: dict[str, Any], tenant: str) -> None:
-        self._tasks[job_id] = asyncio.create_task(self._run(job_id, kind, request, tenant), name=f"job-{job_id}")
-
-    async def _run(self, job_id: str, kind: str, request: dict[str, Any], tenant: str) -> None:
-        context = JobContext(self.sessions, job_id, tenant)
-        context._update(status="running")
-        try:
-            outcome = await self.handlers[kind](request, context)
-        except asyncio.CancelledError:
-            # Shutting down: leave the job 'running'; the next start resumes it.
-            raise
-        except Exception as exc:
-            log.exception("job %s failed", job_id)
-            context._update(status="failed", error=f"{type(exc).__name__}: {exc}")
-        else:
-            context._update(
-                status="succeeded",
-                calibration_id=outcome.get("calibration_id"),
-                metrics_json=json.dumps(outcome.get("metrics", {})),
-                notes_json=json.dumps(outcome.get("notes", [])),
-            )
-        finally:
-            self._tasks.pop(job_id, None)
-
-    def resume_incomplete(self) -> list[str]:
-        """Restart the jobs a previous process left unfinished; fail those that cannot run."""
+    def history(self, job_id: str) -> list[JobEventRow]:
         with self.sessions() as session:
-            rows = list(session.scalars(select(JobRow).where(JobRow.status.in_(("queued", "running")))))
-        resumed = []
-        for row in rows:
-            if row.id in self._tasks:
-                continue
-            if row.kind not in self.handlers:
-                JobContext(self.sessions, row.id, row.tenant)._update(
-                    status="failed", error=f"cut off by a restart; job kind '{row.kind}' is no longer available"
-                )
-                continue
-            JobContext(self.sessions, row.id, row.tenant)._update(resumed=row.resumed + 1)
-            log.info("resuming job %s (%s) after a restart: %d/%d done", row.id, row.kind, row.done, row.total)
-            self._start(row.id, row.kind, json.loads(row.request_json), row.tenant)
-            resumed.append(row.id)
-        return resumed
+            return list(session.scalars(select(JobEventRow).where(JobEventRow.job_id == job_id).order_by(JobEventRow.seq)))
 
     async def wait(self, job_id: str) -> None:
         task = self._tasks.get(job_id)
@@ -137,7 +126,126 @@ class JobRunner:
             await asyncio.shield(task)
 
     async def aclose(self) -> None:
+        """Stop claiming; cancel running jobs and release their claims so another worker takes them at once."""
+        if self._loop_task is not None:
+            self._loop_task.cancel()
+            await asyncio.gather(self._loop_task, return_exceptions=True)
         tasks = list(self._tasks.values())
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+
+    # -- claiming -------------------------------------------------------------------------------
+    async def _claim_loop(self) -> None:
+        last_beat = 0.0
+        while True:
+            try:
+                if time.monotonic() - last_beat >= self.heartbeat_s:
+                    await asyncio.to_thread(self._heartbeat_running)
+                    last_beat = time.monotonic()
+                while len(self._tasks) < self.concurrency:
+                    claimed = await asyncio.to_thread(self._claim_one)
+                    if claimed is None:
+                        break
+                    self._run_claimed(*claimed)
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # a database hiccup must not end the loop
+                log.exception("job claim loop: will retry")
+            self._wake.clear()
+            try:
+                await asyncio.wait_for(self._wake.wait(), timeout=self.poll_s)
+            except TimeoutError:
+                pass
+
+    def _claim_one(self) -> tuple[str, str, dict[str, Any], str, bool] | None:
+        """Claim the oldest claimable job: (id, kind, request, tenant, reclaimed) or ``None``."""
+        now = time.time()
+        live = sorted(self._live_workers())
+        claimable = or_(
+            JobRow.status == "queued",
+            (JobRow.status == "running")
+            & or_(JobRow.claimed_by.is_(None), JobRow.claimed_by.not_in(live), JobRow.heartbeat_at < now - self.stale_s),
+        )
+        with self.sessions.begin() as session:
+            candidate = (
+                select(JobRow.id).where(claimable).order_by(JobRow.created_at).limit(1)
+                .with_for_update(skip_locked=True)
+                .scalar_subquery()
+            )
+            row = session.execute(
+                update(JobRow)
+                .where(JobRow.id == candidate, claimable)  # re-checked: a concurrent claimer loses here
+                .values(claimed_by=self.worker_id, heartbeat_at=now, status="running")
+                .returning(JobRow.id, JobRow.kind, JobRow.request_json, JobRow.tenant, JobRow.resumed)
+                .execution_options(synchronize_session=False)
+            ).first()
+            if row is None:
+                return None
+            job_id, kind, request_json, tenant, resumed = row
+            started_before = session.scalar(
+                select(func.count()).where(JobEventRow.job_id == job_id, JobEventRow.status == "running")
+            ) or 0
+            reclaimed = started_before > 0
+            if kind not in self.handlers:
+                session.execute(update(JobRow).where(JobRow.id == job_id).values(
+                    status="failed", claimed_by=None,
+                    error=f"cut off by a restart; job kind '{kind}' is no longer available",
+                ))
+                session.add(JobEventRow(job_id=job_id, status="failed", worker=self.worker_id,
+                                        message=f"job kind '{kind}' is not available in this version"))
+                return None
+            if reclaimed:
+                session.execute(update(JobRow).where(JobRow.id == job_id).values(resumed=resumed + 1))
+            session.add(JobEventRow(
+                job_id=job_id, status="running", worker=self.worker_id,
+                message="resumed from its stored progress after its worker stopped" if reclaimed else "claimed",
+            ))
+        if reclaimed:
+            log.info("job %s resumed by worker %s from its stored progress", job_id, self.worker_id)
+        return job_id, kind, json.loads(request_json), tenant, reclaimed
+
+    def _heartbeat_running(self) -> None:
+        if not self._tasks:
+            return
+        with self.sessions.begin() as session:
+            session.execute(
+                update(JobRow)
+                .where(JobRow.id.in_(list(self._tasks)), JobRow.claimed_by == self.worker_id)
+                .values(heartbeat_at=time.time())
+            )
+
+    # -- running --------------------------------------------------------------------------------
+    def _run_claimed(self, job_id: str, kind: str, request: dict[str, Any], tenant: str, _reclaimed: bool) -> None:
+        self._tasks[job_id] = asyncio.create_task(self._run(job_id, kind, request, tenant), name=f"job-{job_id}")
+
+    async def _run(self, job_id: str, kind: str, request: dict[str, Any], tenant: str) -> None:
+        context = JobContext(self.sessions, job_id, tenant)
+        try:
+            outcome = await self.handlers[kind](request, context)
+        except asyncio.CancelledError:
+            # Shutting down: release the claim; another (or the next) worker resumes from the stored progress.
+            await asyncio.shield(asyncio.to_thread(self._finish, job_id, "released", claimed_by=None,
+                                                   message="released at shutdown"))
+            raise
+        except Exception as exc:
+            log.exception("job %s failed", job_id)
+            await asyncio.to_thread(self._finish, job_id, "failed", error=f"{type(exc).__name__}: {exc}",
+                                    message=f"{type(exc).__name__}")
+        else:
+            await asyncio.to_thread(
+                self._finish, job_id, "succeeded", calibration_id=outcome.get("calibration_id"),
+                metrics_json=json.dumps(outcome.get("metrics", {})), notes_json=json.dumps(outcome.get("notes", [])),
+                message="finished",
+            )
+        finally:
+            self._tasks.pop(job_id, None)
+            self._wake.set()
+
+    def _finish(self, job_id: str, status: str, *, message: str, **fields: Any) -> None:
+        with self.sessions.begin() as session:
+            values = dict(fields)
+            if status != "released":
+                values["status"] = status
+            session.execute(update(JobRow).where(JobRow.id == job_id, JobRow.claimed_by == self.worker_id).values(**values))
+            session.add(JobEventRow(job_id=job_id, status=status, worker=self.worker_id, message=message))

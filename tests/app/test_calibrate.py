@@ -163,7 +163,10 @@ def test_a_job_that_cannot_resume_is_failed_with_a_reason(tmp_path: Path, fakes:
     with sessions.begin() as session:
         session.add(JobRow(id="old", tenant="default", kind="retired-kind", status="running", request_json="{}"))
     with make_client(tmp_path, fakes) as client:
-        row = client.app.state.jobs.get("old", tenant="default")  # type: ignore[attr-defined]
+        deadline = time.monotonic() + 10
+        while (row := client.app.state.jobs.get("old", tenant="default")).status == "running":  # type: ignore[attr-defined]
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
     assert row.status == "failed" and "restart" in row.error
 
 

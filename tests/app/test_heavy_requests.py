@@ -65,6 +65,8 @@ def test_heaviest_allowed_requests_keep_health_fast_and_memory_bounded(tmp_path:
         csv = _big_csv()
         assert 15 * 2**20 < len(csv) < 16 * 2**20  # just under the upload limit
         latencies: list[float] = []
+        marks: list[tuple[str, float]] = []
+        phase = ["idle"]
         peak = [idle_rss]
         stop = threading.Event()
 
@@ -74,16 +76,19 @@ def test_heaviest_allowed_requests_keep_health_fast_and_memory_bounded(tmp_path:
                     start = time.perf_counter()
                     assert client.get("/healthz").status_code == 200
                     latencies.append(time.perf_counter() - start)
+                    marks.append((phase[0], latencies[-1]))
                     peak[0] = max(peak[0], server.memory_info().rss)
                     time.sleep(0.02)
 
         watcher = threading.Thread(target=watch, daemon=True)
         watcher.start()
+        phase[0] = "upload"
         r = httpx.post(f"{base}/v1/qmatrices?id=bank", content=csv, headers={**headers, "content-type": "text/csv"},
                        timeout=120)
         assert r.status_code == 201, r.text[:300]
         rng = random.Random(1)
         responses = [{"item_id": f"i{i}", "correct": rng.random() < 0.5} for i in rng.sample(range(ITEMS), 2000)]
+        phase[0] = "diagnose"
         r = httpx.post(f"{base}/v1/diagnose", json={"student_id": "s", "qmatrix_id": "bank", "responses": responses,
                                                     "aggregation": "posterior"}, headers=headers, timeout=120)
         assert r.status_code == 200, r.text[:300]
@@ -92,7 +97,7 @@ def test_heaviest_allowed_requests_keep_health_fast_and_memory_bounded(tmp_path:
         stop.set()
         watcher.join(timeout=10)
         assert len(latencies) > 10
-        assert max(latencies) < 0.2, sorted(latencies)[-5:]
+        assert max(latencies) < 0.2, sorted(marks, key=lambda m: m[1])[-5:]
         assert (peak[0] - idle_rss) / 2**20 < RSS_BOUND_MB, (peak[0] - idle_rss) / 2**20
     finally:
         proc.send_signal(signal.SIGTERM)

@@ -30,12 +30,16 @@ def samples(client: TestClient, **headers: str) -> tuple[str, Samples]:
     scrape = client.get("/metrics", headers=headers)
     assert scrape.status_code == 200, scrape.text
     assert scrape.headers["content-type"].startswith("text/plain; version=0.0.4")
-    parsed = {
+    return scrape.text, parse(scrape.text)
+
+
+def parse(text: str) -> Samples:
+    """(sample name, labels) -> value, from the text exposition format."""
+    return {
         (s.name, frozenset(s.labels.items())): s.value
-        for family in text_string_to_metric_families(scrape.text)
+        for family in text_string_to_metric_families(text)
         for s in family.samples
     }
-    return scrape.text, parsed
 
 
 def value(parsed: Samples, name: str, **labels: str) -> float:

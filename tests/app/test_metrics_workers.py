@@ -4,24 +4,18 @@ both served (prometheus-client's multiprocess mode); with one Redis they share e
 from __future__ import annotations
 
 import json
-import os
-import socket
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
 import httpx
-from prometheus_client.parser import text_string_to_metric_families
 
-from tests.app.test_metrics import value
+from tests.app.gateway_processes import free_port, gateway_process
+from tests.app.test_metrics import Samples, parse, value
 from tests.providers.wire_servers import WireServer, server_error
 from tests.shared_redis import REDIS_URL
 
-ROOT = Path(__file__).resolve().parents[2]
 ENTITY = {"name": "sim:confident", "kind": "simulated", "simulated_style": "confident"}
 
 
@@ -29,69 +23,25 @@ def _body(student: str) -> dict[str, Any]:
     return {"student_id": student, "qmatrix_id": "example-prealgebra", "responses": [{"item_id": "q01", "correct": True}]}
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _wait_ready(url: str, process: subprocess.Popen[bytes], timeout_s: float = 120.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise AssertionError(f"gateway exited with {process.returncode}")
-        try:
-            if httpx.get(f"{url}/healthz", timeout=1.0).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.2)
-    raise AssertionError(f"gateway at {url} not ready within {timeout_s} s")
-
-
 @contextmanager
 def two_gateways(tmp_path: Path, entities: list[dict[str, Any]], **settings: str) -> Iterator[list[str]]:
-    """Two uvicorn processes on one state dir (SQLite) and one multiprocess metrics folder."""
+    """Two gateway processes (``fedcd serve``) on one state dir (SQLite) and one multiprocess metrics folder."""
     metrics_dir = tmp_path / "prometheus"
     metrics_dir.mkdir()
     env = {
-        **os.environ, "PROMETHEUS_MULTIPROC_DIR": str(metrics_dir), "FEDCD_STATE_DIR": str(tmp_path / "state"),
-        "FEDCD_AUTH": "disabled", "FEDCD_ENTITIES": json.dumps(entities), "FEDCD_LOCAL_FED": "false",
-        "FEDCD_TRAIN_DEFAULT_MODEL": "false", "FEDCD_DEFAULT_CALIBRATION": "false", "FEDCD_PRELOAD_MODELS": "false",
+        "PROMETHEUS_MULTIPROC_DIR": str(metrics_dir), "FEDCD_STATE_DIR": str(tmp_path / "state"),
+        "FEDCD_AUTH": "disabled", "FEDCD_ENTITIES": json.dumps(entities), "FEDCD_TRAIN_DEFAULT_MODEL": "false",
         "OPENBLAS_NUM_THREADS": "1", **settings,
     }  # fmt: skip
-    env.pop("FEDCD_CONFIG", None)
-    processes, urls = [], []
-    try:
-        for _ in range(2):
-            port = _free_port()
-            processes.append(subprocess.Popen(
-                [sys.executable, "-m", "uvicorn", "app.main:create_app", "--factory", "--host", "127.0.0.1",
-                 "--port", str(port), "--log-level", "warning"],
-                cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
-            ))  # fmt: skip
-            urls.append(f"http://127.0.0.1:{port}")
-        for url, process in zip(urls, processes, strict=True):
-            _wait_ready(url, process)
-        yield urls
-    finally:
-        for process in processes:
-            process.terminate()
-        for process in processes:
-            try:
-                process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+    ports = [free_port(), free_port()]
+    with ExitStack() as stack:
+        for port in ports:
+            stack.enter_context(gateway_process(port, env, log=tmp_path / f"gateway-{port}.log"))
+        yield [f"http://127.0.0.1:{port}" for port in ports]
 
 
-def _scrape(url: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
-    text = httpx.get(f"{url}/metrics").text
-    return {
-        (s.name, frozenset(s.labels.items())): s.value
-        for family in text_string_to_metric_families(text)
-        for s in family.samples
-    }
+def _scrape(url: str) -> Samples:
+    return parse(httpx.get(f"{url}/metrics").text)
 
 
 def test_a_scrape_of_one_worker_counts_what_every_worker_served(tmp_path: Path) -> None:
@@ -136,3 +86,24 @@ def test_two_workers_share_an_entitys_circuit_through_redis(tmp_path: Path, redi
     for parsed in states:
         assert value(parsed, "fedcd_entity_circuit_state", entity="down", state="open") == 1
         assert value(parsed, "fedcd_entity_failures_total", entity="down", reason="circuit_open") == 2
+
+
+def test_fedcd_serve_with_workers_counts_in_one_multiprocess_folder(tmp_path: Path) -> None:
+    # Prepare: `fedcd serve --workers 2`, no PROMETHEUS_MULTIPROC_DIR given; a stale file from an earlier run
+    state = tmp_path / "state"
+    (state / "prometheus").mkdir(parents=True)
+    (state / "prometheus" / "counter_1.db").write_bytes(b"stale")
+    env = {"FEDCD_STATE_DIR": str(state), "FEDCD_AUTH": "disabled", "FEDCD_ENTITIES": json.dumps([ENTITY]),
+           "FEDCD_TRAIN_DEFAULT_MODEL": "false", "OPENBLAS_NUM_THREADS": "1"}  # fmt: skip
+    port = free_port()
+    with gateway_process(port, env, workers=2, log=tmp_path / "serve.log"):
+        url = f"http://127.0.0.1:{port}"
+        # Execute
+        for n in range(10):
+            assert httpx.post(f"{url}/v1/diagnose", json=_body(f"s{n}"), timeout=30).status_code == 200
+        parsed = _scrape(url)
+
+    # Assert: whichever worker answered each request and the scrape, all ten are counted, from the folder
+    assert value(parsed, "fedcd_diagnoses_total", tenant="dev", repeat="false") == 10
+    files = sorted(p.name for p in (state / "prometheus").glob("*.db"))
+    assert files and "counter_1.db" not in files

@@ -14,6 +14,9 @@ from providers import EntityRejected
 from tests.conftest import bearer, make_client
 from tests.factories import FakeEntity
 
+# Every test here runs on both engines (SQLite and PostgreSQL).
+pytestmark = pytest.mark.usefixtures("both_engines")
+
 Q = "example-prealgebra"
 
 

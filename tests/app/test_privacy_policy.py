@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import pytest
+
 from pathlib import Path
 
 from fastapi.testclient import TestClient
 
 from tests.conftest import bearer, make_client
 from tests.factories import FakeEntity
+
+# Every test here runs on both engines (SQLite and PostgreSQL).
+pytestmark = pytest.mark.usefixtures("both_engines")
 
 Q = "example-prealgebra"
 

@@ -11,6 +11,9 @@ from fastapi.testclient import TestClient
 from tests.conftest import bearer, make_client
 from tests.factories import FakeEntity
 
+# Every test here runs on both engines (SQLite and PostgreSQL).
+pytestmark = pytest.mark.usefixtures("both_engines")
+
 QA = {"id": "algebra", "concepts": ["A", "B"], "items": [
     {"id": "i1", "text": "x+1=2", "concepts": ["A"]}, {"id": "i2", "text": "2x=4", "concepts": ["B"]},
 ]}

@@ -1,0 +1,143 @@
+"""The running gateway in one object: its stores, ledger, federation, jobs and services, and how one worker
+process starts and stops.
+
+Start-up work that must happen once across all workers (the dev key, settling the pending charges of
+dead workers, training the default model, submitting the default calibration) runs under the
+database-wide start-up lock (``app.locks``); every worker then registers, heartbeats and claims jobs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Mapping
+
+from app.auth import KeyStore
+from app.bootstrap import ensure_dev_key, train_default_model
+from app.db import Database
+from app.federation import Federation, circuit_breakers
+from app.locks import database_lock
+from app.redaction import Redactor
+from app.services.calibration import CalibrationService, start_default_calibration
+from app.services.diagnosis import DiagnosisService
+from app.services.jobs import JobRunner
+from app.settings import Settings
+from app.storage import CalibrationStore, PolicyStore, QMatrixStore, budget_rule, default_policy
+from app.workers import WorkerRegistry
+from privacy import PrivacyLedger
+from providers import Entity
+from qmatrix import example_qmatrix
+
+__all__ = ["Gateway"]
+
+log = logging.getLogger("fedcd")
+
+
+class Gateway:
+    """Built when the app is created (no I/O beyond opening the database); ``start``/``stop`` in its lifespan."""
+
+    def __init__(self, settings: Settings, *, entities: Mapping[str, Entity] | None = None) -> None:
+        self.settings, self._entities = settings, entities
+        self.database = Database(settings.db_url, upgrade=settings.db_upgrade_on_start)
+        sessions = self.database.sessions
+        self.qmatrices = QMatrixStore(sessions)
+        self.qmatrices.register_builtin(example_qmatrix())
+        self.calibrations = CalibrationStore(sessions)
+        self.keys = KeyStore(sessions)
+        self.policies = PolicyStore(sessions, settings)
+        self.workers = WorkerRegistry(sessions, stale_s=settings.worker_stale_s)
+        self.ledger = (
+            PrivacyLedger(
+                sessions, rule=budget_rule(default_policy(settings)), accountant=settings.privacy_accountant,
+                repeat_window_s=settings.privacy_repeat_window_s, owner=self.workers.id,
+            )
+            if settings.privacy_cap_epsilon is not None
+            else None
+        )
+        self.jobs = JobRunner(
+            sessions, worker_id=self.workers.id, live_workers=self.workers.live_ids, stale_s=settings.worker_stale_s,
+            heartbeat_s=settings.worker_heartbeat_s,
+        )
+        self.federation: Federation | None = None
+        self.diagnosis: DiagnosisService | None = None
+        self.calibration: CalibrationService | None = None
+        self._maintenance: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        settings = self.settings
+        if settings.auth == "disabled":
+            log.warning("AUTHENTICATION IS DISABLED (FEDCD_AUTH=disabled): every caller acts as admin of tenant 'dev'; "
+                        "allowed only on a loopback bind, for tests and local demos")
+        await asyncio.to_thread(self.workers.register)
+        async with self._startup_lock():
+            if settings.auth == "enabled":
+                await asyncio.to_thread(ensure_dev_key, self.keys, settings.state_dir)
+            await self._settle_orphans()
+            if self._entities is None and settings.local_fed and settings.train_default_model:
+                await train_default_model(settings)
+        self.federation = Federation(
+            settings.entity_specs, entities=self._entities, seed=settings.noise_seed, circuits=circuit_breakers(settings)
+        )
+        log.info("federation: %s", ", ".join(self.federation.names) or "(no entities)")
+        self.calibration = CalibrationService(
+            federation=self.federation, qmatrices=self.qmatrices, calibrations=self.calibrations, jobs=self.jobs,
+            policies=self.policies, settings=settings, ledger=self.ledger,
+        )
+        self.diagnosis = DiagnosisService(
+            federation=self.federation, qmatrices=self.qmatrices, calibrations=self.calibrations,
+            policies=self.policies, settings=settings, ledger=self.ledger,
+            redactor=Redactor.for_state_dir(settings.state_dir),
+        )
+        if settings.preload_models:
+            await self.federation.preload()
+        if settings.default_calibration:
+            async with self._startup_lock():
+                await asyncio.to_thread(
+                    start_default_calibration, self.jobs, self.calibrations, settings, self.federation
+                )
+        self.jobs.start()
+        self._maintenance = asyncio.create_task(self._maintain(), name=f"maintenance-{self.workers.id}")
+
+    async def stop(self) -> None:
+        if self._maintenance is not None:
+            self._maintenance.cancel()
+            await asyncio.gather(self._maintenance, return_exceptions=True)
+        await self.jobs.aclose()
+        if self.federation is not None:
+            await self.federation.aclose()
+        with contextlib.suppress(Exception):  # a clean shutdown should not fail on a lost database
+            await asyncio.to_thread(self.workers.deregister)
+        if self.ledger is not None:
+            self.ledger.close()
+        self.database.close()
+
+    @contextlib.asynccontextmanager
+    async def _startup_lock(self):  # type: ignore[no-untyped-def]
+        """The database-wide lock, taken in a worker thread (it may wait for another worker's start-up)."""
+        lock = database_lock(self.database.engine, "startup")
+        await asyncio.to_thread(lock.__enter__)
+        try:
+            yield
+        finally:
+            await asyncio.to_thread(lock.__exit__, None, None, None)
+
+    async def _settle_orphans(self) -> None:
+        if self.ledger is None:
+            return
+        settled = await asyncio.to_thread(self.ledger.settle_orphans, live_owners=self.workers.live_ids())
+        if settled:
+            log.warning("refunded %d privacy charges left pending by a worker that stopped before answering", settled)
+
+    async def _maintain(self) -> None:
+        """Heartbeat this worker; now and then, refund what dead workers left pending."""
+        beats = 0
+        while True:
+            await asyncio.sleep(self.settings.worker_heartbeat_s)
+            try:
+                await asyncio.to_thread(self.workers.heartbeat)
+                beats += 1
+                if beats % 12 == 0:
+                    await self._settle_orphans()
+            except Exception:
+                log.exception("worker maintenance: will retry")

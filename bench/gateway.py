@@ -1,0 +1,346 @@
+"""``fedcd bench gateway``: what one diagnosis costs the gateway, against fixed-latency stub providers.
+
+Real processes on loopback: N stub OpenAI-compatible servers (``bench.stub``, fixed latency), the gateway
+(``fedcd serve``, its own process, with the chosen workers, ledger and database), and a load generator (this
+process, bounded in count and time). Measured per scenario: latency percentiles, latency added over the
+stub's, throughput, and the gateway's CPU per diagnosis (the process tree's user+system time, from psutil).
+Optionally LiteLLM's proxy runs against the same stub, measured the same way, per single pass-through call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import random
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psutil
+
+__all__ = ["GatewayBenchConfig", "ScenarioResult", "run_gateway_bench"]
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE_ITEMS = ["q01", "q02", "q03", "q04", "q05", "q06", "q07", "q08", "q09", "q10", "q11", "q12"]
+
+
+@dataclass(frozen=True)
+class GatewayBenchConfig:
+    entities: int = 3
+    stub_latency_ms: float = 50.0
+    workers: int = 1
+    ledger: bool = True
+    database_url: str | None = None  # None: SQLite in a temporary state folder
+    requests_c1: int = 200
+    requests_cmax: int = 1000
+    concurrency: int = 50
+    batches: int = 20
+    batch_size: int = 20
+    repeats: int = 200
+    big_items: int = 2000
+    sdk_calls: int = 300
+    max_seconds: float = 120.0  # per scenario
+    compare_litellm: bool = False
+    litellm_command: str | None = None  # default: `litellm` on PATH
+    seed: int = 0
+
+
+@dataclass
+class ScenarioResult:
+    name: str
+    target: str  # fedcd | litellm | sdk
+    requests: int
+    concurrency: int
+    seconds: float
+    ok: int
+    errors: int
+    p50_ms: float
+    p90_ms: float
+    p99_ms: float
+    added_p50_ms: float  # over the stub's latency (each entity call overlaps: one stub latency per request)
+    throughput_rps: float
+    cpu_ms_per_request: float
+    per: str = "diagnosis"  # what one request is: diagnosis | batch of N | call
+    notes: list[str] = field(default_factory=list)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU of a process and all its children (uvicorn workers)."""
+    proc = psutil.Process(pid)
+    total = 0.0
+    for p in [proc, *proc.children(recursive=True)]:
+        try:
+            t = p.cpu_times()
+            total += t.user + t.system
+        except psutil.NoSuchProcess:
+            continue
+    return total
+
+
+def _wait_http(url: str, proc: subprocess.Popen[bytes], seconds: float = 120.0) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{proc.args!r} exited with {proc.returncode}")
+        try:
+            httpx.get(url, timeout=1.0)
+            return
+        except httpx.HTTPError:
+            time.sleep(0.1)
+    raise RuntimeError(f"{url} did not answer within {seconds:.0f} s")
+
+
+class _Processes:
+    """Every process the bench starts, ended when it finishes (and nothing else)."""
+
+    def __init__(self, log_dir: Path) -> None:
+        self.log_dir, self.procs = log_dir, []  # type: ignore[var-annotated]
+
+    def start(self, name: str, args: Sequence[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
+        log = (self.log_dir / f"{name}.log").open("ab")
+        proc = subprocess.Popen(list(args), env=env, cwd=ROOT, stdout=log, stderr=log)
+        self.procs.append(proc)
+        return proc
+
+    def stop_all(self) -> None:
+        for proc in reversed(self.procs):
+            if proc.poll() is None:
+                proc.terminate()
+        for proc in self.procs:
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+def _percentile(values: Sequence[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))] if ordered else float("nan")
+
+
+async def _load(
+    make: Callable[[int], tuple[str, dict[str, Any]]], *, n: int, concurrency: int, headers: dict[str, str],
+    max_seconds: float,
+) -> tuple[list[float], int, int, float]:
+    """Send ``n`` requests (``make(k)`` → (url, json)), at most ``concurrency`` at once and for at most
+    ``max_seconds``: (latencies of successes, ok, errors, wall seconds)."""
+    latencies: list[float] = []
+    counts = {"ok": 0, "errors": 0}
+    next_index = iter(range(n))
+    stop_at = time.monotonic() + max_seconds
+    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+    async with httpx.AsyncClient(headers=headers, timeout=60.0, limits=limits) as client:
+        async def worker() -> None:
+            for k in next_index:
+                if time.monotonic() > stop_at:
+                    return
+                url, body = make(k)
+                start = time.perf_counter()
+                try:
+                    r = await client.post(url, json=body)
+                    ok = r.status_code == 200
+                except httpx.HTTPError:
+                    ok = False
+                if ok:
+                    latencies.append(time.perf_counter() - start)
+                    counts["ok"] += 1
+                else:
+                    counts["errors"] += 1
+
+        start = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        wall = time.perf_counter() - start
+    return latencies, counts["ok"], counts["errors"], wall
+
+
+def _scenario(
+    name: str, target: str, pid: int, make: Callable[[int], tuple[str, dict[str, Any]]], *, n: int,
+    concurrency: int, headers: dict[str, str], config: GatewayBenchConfig, per: str = "diagnosis",
+    per_request_units: int = 1, notes: list[str] | None = None,
+) -> ScenarioResult:
+    before = _cpu_seconds(pid)
+    latencies, ok, errors, wall = asyncio.run(
+        _load(make, n=n, concurrency=concurrency, headers=headers, max_seconds=config.max_seconds)
+    )
+    cpu = _cpu_seconds(pid) - before
+    stub = config.stub_latency_ms
+    p50 = _percentile(latencies, 0.5) * 1000
+    return ScenarioResult(
+        name=name, target=target, requests=ok + errors, concurrency=concurrency, seconds=wall, ok=ok, errors=errors,
+        p50_ms=p50, p90_ms=_percentile(latencies, 0.9) * 1000, p99_ms=_percentile(latencies, 0.99) * 1000,
+        added_p50_ms=p50 - stub, throughput_rps=ok / wall if wall > 0 else 0.0,
+        cpu_ms_per_request=cpu * 1000 / max(1, ok * per_request_units), per=per, notes=notes or [],
+    )
+
+
+def _responses(rng: random.Random, items: Sequence[str]) -> list[dict[str, Any]]:
+    return [{"item_id": i, "correct": rng.random() < 0.5} for i in rng.sample(list(items), rng.randint(3, 6))]
+
+
+def _big_qmatrix_csv(n_items: int, n_concepts: int = 20) -> str:
+    rng = random.Random(1)
+    rows = []
+    for i in range(n_items):
+        chosen = set(rng.sample(range(n_concepts), 2))
+        rows.append(f"b{i:05d},item {i}," + ",".join("1" if k in chosen else "0" for k in range(n_concepts)))
+    return "item_id,text," + ",".join(f"skill{k:02d}" for k in range(n_concepts)) + "\n" + "\n".join(rows) + "\n"
+
+
+def _fedcd_env(config: GatewayBenchConfig, state: Path, stub_urls: Sequence[str]) -> dict[str, str]:
+    entities = [
+        {"name": f"e{k}", "kind": "openai_compatible", "base_url": f"{stub_urls[k % len(stub_urls)]}/v1",
+         "model": "stub", "api_key": "bench", "max_attempts": 1, "structured_output": "json_schema"}
+        for k in range(config.entities)
+    ]
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "FEDCD_STATE_DIR": str(state), "FEDCD_ENTITIES": json.dumps(entities),
+           "FEDCD_LOCAL_FED": "false", "FEDCD_DEFAULT_CALIBRATION": "false", "FEDCD_PRELOAD_MODELS": "false",
+           "FEDCD_PRIVACY_PERIOD": "lifetime", "FEDCD_PRIVACY_CAP_EPSILON": "1e7" if config.ledger else "null",
+           "OPENBLAS_NUM_THREADS": "1"}
+    if config.database_url:
+        env["FEDCD_DATABASE_URL"] = config.database_url
+    return env
+
+
+def _sdk_per_call(stub_url: str, config: GatewayBenchConfig) -> ScenarioResult:
+    """What the official SDK path costs per entity call, measured in a separate process (``bench.sdk_probe``)."""
+    out = subprocess.run(
+        [sys.executable, "-m", "bench.sdk_probe", "--base-url", f"{stub_url}/v1", "--calls", str(config.sdk_calls)],
+        cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=300, check=True,
+    )
+    probe = json.loads(out.stdout.strip().splitlines()[-1])
+    return ScenarioResult(
+        name="one entity call (the adapter and its SDK, in-process)", target="sdk", requests=probe["calls"],
+        concurrency=1, seconds=probe["seconds"], ok=probe["calls"], errors=0, p50_ms=probe["p50_ms"],
+        p90_ms=probe["p90_ms"], p99_ms=probe["p99_ms"], added_p50_ms=probe["p50_ms"] - config.stub_latency_ms,
+        throughput_rps=probe["calls"] / probe["seconds"], cpu_ms_per_request=probe["cpu_ms_per_call"], per="call",
+        notes=[f"{probe['adapter']}; SDK {probe['sdk']}"],
+    )
+
+
+def _litellm(config: GatewayBenchConfig, stub_url: str, procs: _Processes, work: Path) -> list[ScenarioResult]:
+    command = config.litellm_command or shutil.which("litellm")
+    if command is None:
+        raise RuntimeError("--compare-litellm: no `litellm` command found (install LiteLLM's proxy: `make litellm`)")
+    cfg = work / "litellm.yaml"
+    cfg.write_text(json.dumps({"model_list": [{"model_name": "stub", "litellm_params": {
+        "model": "openai/stub", "api_base": f"{stub_url}/v1", "api_key": "bench"}}],
+        "litellm_settings": {"telemetry": False}}))
+    port = _free_port()
+    env = {**os.environ, "LITELLM_LOG": "ERROR", "LITELLM_TELEMETRY": "False"}
+    proc = procs.start("litellm", [command, "--config", str(cfg), "--port", str(port), "--host", "127.0.0.1",
+                                   "--num_workers", str(config.workers)], env)
+    _wait_http(f"http://127.0.0.1:{port}/health/liveliness", proc, 180)
+    schema = {"type": "object", "properties": {c: {"type": "number"} for c in ("fractions", "equations")}}
+    body = {"model": "stub", "messages": [{"role": "user", "content": "mastery?"}],
+            "response_format": {"type": "json_schema", "json_schema": {"name": "mastery", "schema": schema}}}
+    url = f"http://127.0.0.1:{port}/v1/chat/completions"
+    results = []
+    for concurrency, n in ((1, config.requests_c1), (config.concurrency, config.requests_cmax)):
+        results.append(_scenario(
+            f"one pass-through call, c={concurrency}", "litellm", proc.pid, lambda k: (url, body), n=n,
+            concurrency=concurrency, headers={"Authorization": "Bearer bench"}, config=config, per="call",
+        ))
+    return results
+
+
+def run_gateway_bench(config: GatewayBenchConfig, *, progress: Callable[[str], None] = lambda _: None) -> dict[str, Any]:
+    """Run every scenario; returns the results as plain data (``bench.report`` writes them)."""
+    rng = random.Random(config.seed)
+    work = Path(tempfile.mkdtemp(prefix="fedcd-bench-"))
+    procs = _Processes(work)
+    results: list[ScenarioResult] = []
+    try:
+        stub_urls = []
+        for k in range(config.entities):
+            port = _free_port()
+            stub = procs.start(f"stub{k}", [sys.executable, "-m", "bench.stub", "--port", str(port),
+                                             "--latency-ms", str(config.stub_latency_ms)],
+                               {**os.environ, "PYTHONPATH": str(ROOT)})
+            _wait_http(f"http://127.0.0.1:{port}/healthz", stub)
+            stub_urls.append(f"http://127.0.0.1:{port}")
+        progress(f"{len(stub_urls)} stub providers at {config.stub_latency_ms:g} ms")
+        env = _fedcd_env(config, work / "state", stub_urls)
+        key = json.loads(subprocess.run(
+            [sys.executable, "-m", "app.cli", "keys", "create", "--tenant", "bench", "--role", "admin", "--json"],
+            env=env, cwd=ROOT, capture_output=True, text=True, check=True, timeout=120,
+        ).stdout)["api_key"]
+        headers = {"Authorization": f"Bearer {key}"}
+        port = _free_port()
+        gateway = procs.start("gateway", [sys.executable, "-m", "app.cli", "serve", "--port", str(port),
+                                          "--workers", str(config.workers)], env)
+        base = f"http://127.0.0.1:{port}"
+        _wait_http(f"{base}/healthz", gateway)
+        progress(f"gateway up ({config.workers} worker(s), ledger {'on' if config.ledger else 'off'})")
+        r = httpx.post(f"{base}/v1/qmatrices?id=bank", content=_big_qmatrix_csv(config.big_items),
+                       headers={**headers, "content-type": "text/csv"}, timeout=120)
+        r.raise_for_status()
+        bank_items = [f"b{i:05d}" for i in range(config.big_items)]
+
+        def single(qid: str, items: Sequence[str]) -> Callable[[int], tuple[str, dict[str, Any]]]:
+            def make(k: int) -> tuple[str, dict[str, Any]]:
+                return f"{base}/v1/diagnose", {"student_id": f"s{k}-{rng.random():.9f}", "qmatrix_id": qid,
+                                                "responses": _responses(rng, items)}
+            return make
+
+        # Warm-up (imports, connection pools, caches), not measured.
+        _scenario("warm-up", "fedcd", gateway.pid, single("example-prealgebra", EXAMPLE_ITEMS), n=30, concurrency=4,
+                  headers=headers, config=config)
+        for name, qid, items, n, concurrency in (
+            ("diagnosis, 12-item Q-matrix, c=1", "example-prealgebra", EXAMPLE_ITEMS, config.requests_c1, 1),
+            (f"diagnosis, 12-item Q-matrix, c={config.concurrency}", "example-prealgebra", EXAMPLE_ITEMS,
+             config.requests_cmax, config.concurrency),
+            (f"diagnosis, {config.big_items}-item Q-matrix, c=1", "bank", bank_items, config.requests_c1, 1),
+        ):
+            progress(name)
+            results.append(_scenario(name, "fedcd", gateway.pid, single(qid, items), n=n, concurrency=concurrency,
+                                     headers=headers, config=config))
+        repeat_body = {"student_id": "repeat-student", "qmatrix_id": "example-prealgebra",
+                       "responses": _responses(random.Random(7), EXAMPLE_ITEMS)}
+        httpx.post(f"{base}/v1/diagnose", json=repeat_body, headers=headers, timeout=60).raise_for_status()
+        progress("repeat path")
+        results.append(_scenario("identical request again (repeat path), c=1", "fedcd", gateway.pid,
+                                 lambda k: (f"{base}/v1/diagnose", repeat_body), n=config.repeats, concurrency=1,
+                                 headers=headers, config=config,
+                                 notes=["answered from the stored answer: no entity call"]))
+
+        def batch(k: int) -> tuple[str, dict[str, Any]]:
+            students = [{"student_id": f"b{k}-{j}-{rng.random():.9f}", "responses": _responses(rng, EXAMPLE_ITEMS)}
+                        for j in range(config.batch_size)]
+            return f"{base}/v1/diagnose/batch", {"qmatrix_id": "example-prealgebra", "students": students}
+
+        progress("batch")
+        results.append(_scenario(f"batch of {config.batch_size} students, c=1", "fedcd", gateway.pid, batch,
+                                 n=config.batches, concurrency=1, headers=headers, config=config,
+                                 per=f"student (batches of {config.batch_size})",
+                                 per_request_units=config.batch_size))
+        progress("SDK per call")
+        results.append(_sdk_per_call(stub_urls[0], config))
+        if config.compare_litellm:
+            progress("LiteLLM proxy")
+            results += _litellm(config, stub_urls[0], procs, work)
+    finally:
+        procs.stop_all()
+    return {
+        "config": asdict(config),
+        "machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0]},
+        "results": [asdict(r) for r in results],
+        "median_cpu_ms": statistics.median(r.cpu_ms_per_request for r in results if r.target == "fedcd")
+        if results else None,
+        "logs": str(work),
+    }

@@ -1,0 +1,54 @@
+"""What one entity call costs through fedcd's adapter and the official SDK, in this process's CPU time.
+
+``python -m bench.sdk_probe --base-url URL --calls N`` builds the ``openai_compatible`` adapter (the official
+openai SDK, as the gateway uses it), sends N sequential diagnosis prompts to the stub at URL, and prints one
+JSON line: calls, seconds, latency percentiles and CPU milliseconds per call (``time.process_time``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import time
+from importlib.metadata import version
+
+from providers import EntitySpec, PromptContext, PromptItem, build_entity
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--base-url", required=True)
+    parser.add_argument("--calls", type=int, default=300)
+    args = parser.parse_args()
+    spec = EntitySpec(name="probe", kind="openai_compatible", base_url=args.base_url, model="stub", api_key="bench",
+                      max_attempts=1, structured_output="json_schema")
+    context = PromptContext(concepts=("fractions", "equations"), items=(
+        PromptItem(item_id="q1", text="1/2 + 1/3", concepts=("fractions",), score=1.0),
+        PromptItem(item_id="q2", text="2x + 1 = 5", concepts=("equations",), score=0.0),
+    ))
+
+    async def run() -> dict[str, float | int | str]:
+        entity = build_entity(spec)
+        for _ in range(20):  # warm-up: client, connection pool, schema caches
+            await entity.respond(context)
+        latencies = []
+        cpu, wall = time.process_time(), time.perf_counter()
+        for _ in range(args.calls):
+            start = time.perf_counter()
+            await entity.respond(context)
+            latencies.append((time.perf_counter() - start) * 1000)
+        cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+        await entity.aclose()
+        latencies.sort()
+        return {"calls": args.calls, "seconds": wall, "cpu_ms_per_call": cpu * 1000 / args.calls,
+                "p50_ms": latencies[len(latencies) // 2], "p90_ms": latencies[int(0.9 * (len(latencies) - 1))],
+                "p99_ms": latencies[int(0.99 * (len(latencies) - 1))],
+                "adapter": "openai_compatible (build_entity: retries, deadline, concurrency wrappers)",
+                "sdk": f"openai {version('openai')}"}
+
+    print(json.dumps(asyncio.run(run())), flush=True)
+
+
+if __name__ == "__main__":
+    main()
