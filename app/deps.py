@@ -1,14 +1,16 @@
 """Dependencies, each declared once as an ``Annotated`` alias and used as a type (all async: none waits
 for a threadpool slot).
 
-Every route but ``/healthz`` depends on :data:`PrincipalDep` (any valid key) or
+Every route but ``/healthz`` and ``/metrics`` depends on :data:`PrincipalDep` (any valid key) or
 :data:`AdminDep` (an admin key): a missing or bad key is 401 with ``WWW-Authenticate:
-Bearer``, a client key on an admin route 403.
+Bearer``, a client key on an admin route 403. ``/metrics`` takes no API key (its counts span every
+tenant, so no tenant's key may read them): it is public, or needs ``FEDCD_METRICS_TOKEN``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hmac
 from typing import Annotated
 
 from fastapi import Depends, HTTPException, Request, status
@@ -36,6 +38,7 @@ __all__ = [
     "JobRunnerDep",
     "KeyStoreDep",
     "LedgerDep",
+    "MetricsAccessDep",
     "PolicyStoreDep",
     "PrincipalDep",
     "QMatrixStoreDep",
@@ -114,6 +117,17 @@ async def _admin(principal: Annotated[Principal, Depends(_principal)]) -> Princi
     return principal
 
 
+async def _metrics_access(
+    request: Request, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
+) -> None:
+    token = request.app.state.settings.metrics_token
+    if token is None:
+        return
+    given = credentials.credentials if credentials is not None else ""
+    if not hmac.compare_digest(given.encode(), token.get_secret_value().encode()):
+        raise _unauthorized("/metrics needs 'Authorization: Bearer <FEDCD_METRICS_TOKEN>'")
+
+
 _QUERY_NAMES: dict[int, frozenset[str]] = {}
 
 
@@ -144,3 +158,4 @@ DiagnosisServiceDep = Annotated[DiagnosisService, Depends(_diagnosis)]
 CalibrationServiceDep = Annotated[CalibrationService, Depends(_calibration_service)]
 PrincipalDep = Annotated[Principal, Depends(_principal)]
 AdminDep = Annotated[Principal, Depends(_admin)]
+MetricsAccessDep = Depends(_metrics_access)

@@ -151,7 +151,8 @@ def install_error_handlers(app: FastAPI) -> None:
     async def _all_failed(_: Request, exc: AllEntitiesFailed) -> JSONResponse:
         return _json(503, {
             "detail": "no entity answered (each failed or was skipped); no diagnosis was made",
-            "entities": [{"name": o.name, "status": o.status, "error": o.error} for o in exc.outcomes],
+            "entities": [{"name": o.name, "status": o.status, "reason": o.reason, "error": o.error}
+                         for o in exc.outcomes],
         })
 
     @app.exception_handler(Exception)

@@ -6,16 +6,41 @@ import asyncio
 import logging
 from collections.abc import Mapping
 
+from app.settings import Settings
 from diagnosis import DiagnosisPipeline
-from providers import Entity, EntitySpec, build_entity
+from providers import (
+    CircuitBreakers,
+    CircuitState,
+    Entity,
+    EntitySpec,
+    MemoryCircuitStore,
+    RedisCircuitStore,
+    build_entity,
+)
 
-__all__ = ["Federation"]
+__all__ = ["Federation", "circuit_breakers"]
 
 log = logging.getLogger("fedcd.federation")
 
 
+def circuit_breakers(settings: Settings) -> CircuitBreakers | None:
+    """The entities' circuit breakers as configured: shared through Redis when ``redis_url`` is set,
+    in this process otherwise; None when ``circuit_failure_threshold`` is null."""
+    if settings.circuit_failure_threshold is None:
+        return None
+    store = (
+        RedisCircuitStore(settings.redis_url.get_secret_value(), prefix=settings.circuit_key_prefix)
+        if settings.redis_url is not None
+        else MemoryCircuitStore()
+    )
+    return CircuitBreakers(
+        store, failure_threshold=settings.circuit_failure_threshold, reset_timeout_s=settings.circuit_reset_timeout_s
+    )
+
+
 class Federation:
-    """Built once at start-up from settings; tests pass ready-made entities instead."""
+    """Built once at start-up from settings; tests pass ready-made entities instead (used as they
+    are: no wrappers, no breakers)."""
 
     def __init__(
         self,
@@ -23,10 +48,14 @@ class Federation:
         *,
         entities: Mapping[str, Entity] | None = None,
         seed: int | None = None,
+        circuits: CircuitBreakers | None = None,
     ) -> None:
         self.specs = {s.name: s for s in specs}
+        self.circuits = circuits
+        self._guarded: list[str] = []  # entities behind a breaker (built here from their specs)
         if entities is None:
-            entities = {s.name: build_entity(s) for s in specs}
+            entities = {s.name: build_entity(s, circuits=circuits) for s in specs}
+            self._guarded = list(entities) if circuits is not None else []
         self.pipeline = DiagnosisPipeline(entities, seed=seed)
         self._status: dict[str, str] = {}
 
@@ -36,7 +65,7 @@ class Federation:
 
     def adapter(self, name: str) -> object:
         entity: object = self.pipeline.entities[name]
-        while hasattr(entity, "inner"):  # unwrap ConcurrencyLimited / WithDeadline / Retrying
+        while hasattr(entity, "inner"):  # unwrap Observed / CircuitBroken / WithDeadline / ConcurrencyLimited / Retrying
             entity = entity.inner
         return entity
 
@@ -62,5 +91,13 @@ class Federation:
                     self._status[name] = f"error: {exc}"
                     log.error("entity %s: model failed to load: %s", name, exc)
 
+    async def circuit_states(self) -> dict[str, CircuitState]:
+        """Each breaker-guarded entity's circuit state (raises ``CircuitStoreUnavailable``)."""
+        if self.circuits is None or not self._guarded:
+            return {}
+        return await self.circuits.states(self._guarded)
+
     async def aclose(self) -> None:
         await self.pipeline.aclose()
+        if self.circuits is not None:
+            await self.circuits.aclose()

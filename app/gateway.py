@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from app.auth import KeyStore
 from app.bootstrap import ensure_dev_key, train_default_model
 from app.db import Database
-from app.federation import Federation
+from app.federation import Federation, circuit_breakers
 from app.locks import database_lock
 from app.redaction import Redactor
 from app.services.calibration import CalibrationService, start_default_calibration
@@ -76,7 +76,9 @@ class Gateway:
             await self._settle_orphans()
             if self._entities is None and settings.local_fed and settings.train_default_model:
                 await train_default_model(settings)
-        self.federation = Federation(settings.entity_specs, entities=self._entities, seed=settings.noise_seed)
+        self.federation = Federation(
+            settings.entity_specs, entities=self._entities, seed=settings.noise_seed, circuits=circuit_breakers(settings)
+        )
         log.info("federation: %s", ", ".join(self.federation.names) or "(no entities)")
         self.calibration = CalibrationService(
             federation=self.federation, qmatrices=self.qmatrices, calibrations=self.calibrations, jobs=self.jobs,

@@ -11,10 +11,11 @@ from fastapi import Depends, FastAPI
 from app.deps import reject_unknown_query
 from app.errors import install_error_handlers
 from app.gateway import Gateway
-from app.middleware import AccessLog, BodyLimit
+from app.middleware import AccessLog, BodyLimit, RequestMetrics
 from app.openapi import install_openapi
 from app.routes import admin_keys, admin_policy, calibrate, cohort, diagnose, health, local_model, privacy, qmatrices
 from app.routes import entities as entities_routes
+from app.routes import metrics as metrics_routes
 from app.settings import Settings, get_settings
 from app.version import VERSION
 from providers import Entity
@@ -73,9 +74,10 @@ def create_app(
 
     app.add_middleware(BodyLimit, limit_for=body_limit)
     app.add_middleware(AccessLog)
+    app.add_middleware(RequestMetrics)
     for router in (health.router, qmatrices.router, qmatrices.extractions, diagnose.router, calibrate.router,
                    cohort.router, privacy.router, local_model.router, entities_routes.router, admin_keys.router,
-                   admin_policy.router):
+                   admin_policy.router, metrics_routes.router):
         app.include_router(router)
     return app
 

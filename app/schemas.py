@@ -180,6 +180,11 @@ class EntityReport(BaseModel):
     )
     missing: list[str] = []
     error: str | None = None
+    reason: str | None = Field(
+        default=None,
+        description="reason class of a failed or skipped entity: unavailable, timeout, rejected, parse_error, "
+        "circuit_open (its circuit breaker is open: not asked), skipped",
+    )
     model: str = ""
     attempts: int = 0
     repairs: dict[str, int] = Field(default_factory=dict, description="repair rule -> times applied")
@@ -231,6 +236,11 @@ class DiagnoseResponse(BaseModel):
     missing_concepts: list[str] = Field(default_factory=list, description="assessed concepts no entity answered")
     entities: list[EntityReport] | None = None
     failed_entities: list[str] = Field(default_factory=list)
+    failure_reasons: dict[str, str] = Field(
+        default_factory=dict,
+        description="failed entity -> reason class: unavailable, timeout, rejected, parse_error, or circuit_open "
+        "(not asked: its circuit breaker is open after consecutive failed calls)",
+    )
     skipped_entities: list[SkippedEntity] = Field(
         default_factory=list, description="entities that could not serve this request, with the reason"
     )
@@ -268,6 +278,9 @@ class EntityInfo(BaseModel):
     kind: str
     model: str
     status: str = Field(description="ready | loading | not_loaded | configured | error: ...")
+    circuit: Literal["closed", "open", "half_open"] | None = Field(
+        default=None, description="its circuit breaker's state (README 'Circuit breakers'); null: no breaker"
+    )
     temperature: float | None = Field(description="sent to the backend; null: not sent")
     max_tokens: int
     structured_output: str

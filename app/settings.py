@@ -16,7 +16,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, computed_field, model_validator
+from pydantic import AliasChoices, Field, SecretStr, computed_field, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -124,6 +124,27 @@ class Settings(BaseSettings):
     state_dir: Path = Path(".fedcd")
     data_dir: Path | None = None
     noise_seed: int | None = Field(default=None, description="tests only: fixed seed for the privacy noise")
+    # Circuit breakers (README "Circuit breakers"): shared by every worker through Redis when redis_url is set.
+    redis_url: SecretStr | None = Field(
+        default=None, description="redis:// URL of the state shared by workers (circuit breakers); none: in-process"
+    )
+    circuit_failure_threshold: int | None = Field(
+        default=5, ge=1, description="consecutive failed calls that open an entity's circuit; null: no breakers"
+    )
+    circuit_reset_timeout_s: float = Field(
+        default=30.0, gt=0, description="seconds an open circuit waits before one probe call"
+    )
+    circuit_key_prefix: str = Field(default="fedcd:circuit:", min_length=1, description="Redis key prefix")
+    # Metrics (README "Metrics").
+    metrics_token: SecretStr | None = Field(
+        default=None, description="when set, GET /metrics needs 'Authorization: Bearer <token>'; none: public"
+    )
+    prometheus_multiproc_dir: Path | None = Field(
+        default=None,
+        validation_alias=AliasChoices("PROMETHEUS_MULTIPROC_DIR", "prometheus_multiproc_dir"),
+        description="prometheus-client's multiprocess folder (several workers); read from PROMETHEUS_MULTIPROC_DIR, "
+        "the variable the library itself reads",
+    )
     log_level: str = "INFO"
 
     @classmethod

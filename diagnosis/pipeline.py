@@ -94,7 +94,8 @@ class EntityOutcome:
     """What one entity contributed to a diagnosis. ``mastery`` is privatized; raw values are never kept.
 
     ``skipped``: the entity could not serve the request at all; ``mastery`` is None and
-    ``error`` holds the reason."""
+    ``error`` holds the reason. ``reason`` is the reason class of a failed or skipped entity
+    (``EntityError.code``: unavailable, timeout, rejected, parse_error, circuit_open, skipped)."""
 
     name: str
     status: Literal["ok", "partial", "failed", "skipped"]
@@ -102,6 +103,7 @@ class EntityOutcome:
     mastery: dict[str, float] | None = None
     missing: list[str] = field(default_factory=list)
     error: str | None = None
+    reason: str | None = None
     model: str = ""
     attempts: int = 0
     repairs: dict[str, int] = field(default_factory=dict)  # repair rule -> count
@@ -186,12 +188,14 @@ class DiagnosisPipeline:
             prediction = await entity.respond(context)
         except EntitySkipped as exc:
             return EntityOutcome(
-                name=entity.name, status="skipped", latency_ms=(time.perf_counter() - start) * 1000, error=str(exc)
+                name=entity.name, status="skipped", latency_ms=(time.perf_counter() - start) * 1000, error=str(exc),
+                reason=exc.code,
             )
         except EntityError as exc:
             log.warning("entity %s failed: %s", entity.name, exc.reason)
             return EntityOutcome(
-                name=entity.name, status="failed", latency_ms=(time.perf_counter() - start) * 1000, error=exc.reason
+                name=entity.name, status="failed", latency_ms=(time.perf_counter() - start) * 1000, error=exc.reason,
+                reason=exc.code,
             )
         return EntityOutcome(
             name=entity.name,

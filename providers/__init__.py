@@ -1,7 +1,10 @@
 """Federation members: one ``Entity`` protocol, one adapter per backend, prompts and parsing."""
 
+from providers.circuit import CircuitBreakers, CircuitBroken, CircuitState, MemoryCircuitStore
+from providers.circuit_redis import RedisCircuitStore
 from providers.config import DEFAULT_HOSTED, EntityKind, EntitySpec, default_entity_specs
 from providers.errors import (
+    EntityCircuitOpen,
     EntityError,
     EntityParseError,
     EntityRejected,
@@ -14,13 +17,18 @@ from providers.parsing import ParsedMastery, parse_mastery
 from providers.prompts import SYSTEM_PROMPT, build_messages, mastery_schema, user_prompt
 from providers.types import Entity, EntityPrediction, PromptContext, PromptItem, Repair, TokenUsage
 from providers.untrusted import scrub_untrusted_text
+from providers.observed import Observed
 from providers.wrappers import ConcurrencyLimited, RetryPolicy, Retrying, WithDeadline, build_chain
 
 __all__ = [
     "DEFAULT_HOSTED",
     "SYSTEM_PROMPT",
+    "CircuitBreakers",
+    "CircuitBroken",
+    "CircuitState",
     "ConcurrencyLimited",
     "Entity",
+    "EntityCircuitOpen",
     "EntityError",
     "EntityKind",
     "EntityParseError",
@@ -30,9 +38,12 @@ __all__ = [
     "EntitySpec",
     "EntityTimeout",
     "EntityUnavailable",
+    "MemoryCircuitStore",
+    "Observed",
     "ParsedMastery",
     "PromptContext",
     "PromptItem",
+    "RedisCircuitStore",
     "Repair",
     "RetryPolicy",
     "Retrying",

@@ -6,11 +6,14 @@ import asyncio
 from collections.abc import Mapping
 from typing import Any
 
+from providers.circuit import CircuitBreakers
 from providers.config import EntitySpec
 from providers.types import Entity
 from providers.wrappers import RetryPolicy, Sleep, build_chain
 
 __all__ = ["build_adapter", "build_entity"]
+
+_PROBE_MARGIN_S = 5.0
 
 
 def build_adapter(spec: EntitySpec, *, env: Mapping[str, str] | None = None, http_client: Any = None) -> Entity:
@@ -51,13 +54,18 @@ def build_entity(
     env: Mapping[str, str] | None = None,
     http_client: Any = None,
     sleep: Sleep = asyncio.sleep,
+    circuits: CircuitBreakers | None = None,
 ) -> Entity:
-    """Adapter wrapped in concurrency limit, deadline and retries, as the spec says."""
+    """Adapter wrapped in concurrency limit, deadline and retries, as the spec says, behind its circuit
+    breaker when ``circuits`` is given."""
     policy = RetryPolicy(max_attempts=spec.max_attempts)
+    # A probe is one call: it ends within the deadline unless its worker died; then the lease lapses.
+    breaker = circuits.breaker(spec.name, probe_lease_s=spec.deadline_s + _PROBE_MARGIN_S) if circuits else None
     return build_chain(
         build_adapter(spec, env=env, http_client=http_client),
         policy=policy,
         deadline_s=spec.deadline_s,
         concurrency=spec.concurrency,
+        breaker=breaker,
         sleep=sleep,
     )

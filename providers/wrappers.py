@@ -2,9 +2,12 @@
 
 ``build_chain`` stacks them in one fixed order::
 
-    WithDeadline( ConcurrencyLimited( Retrying( adapter ) ) )
+    Observed( CircuitBroken( WithDeadline( ConcurrencyLimited( Retrying( adapter ) ) ) ) )
 
-so the deadline bounds everything a caller waits for: the time queued for one of the entity's
+``Observed`` (``providers.observed``) times and counts every call, refused ones included; the
+circuit breaker (``providers.circuit``, when configured) refuses at once while open, before a
+concurrency slot or a deadline is spent, and counts a call that failed after all its retries as
+one failure. The deadline bounds everything a caller waits for: the time queued for one of the entity's
 concurrency slots *and* all attempts together. (With the deadline inside the limiter, 12 calls to
 a hung entity with 4 slots and a 10 s deadline ended after 10, 20 and 30 s.) The slot is held
 for the whole call, retries included, and released when the deadline cancels it. Adapters build
@@ -20,7 +23,9 @@ from dataclasses import dataclass
 
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt, wait_random_exponential
 
+from providers.circuit import CircuitBreaker, CircuitBroken
 from providers.errors import EntityError, EntityParseError, EntityTimeout, EntityUnavailable
+from providers.observed import Observed, retry_counter
 from providers.types import Entity, EntityPrediction, PromptContext
 
 __all__ = ["Cached", "ConcurrencyLimited", "RetryPolicy", "Retrying", "WithDeadline", "build_chain"]
@@ -63,11 +68,25 @@ class RetryPolicy:
 
 
 class Retrying:
-    """Retries transient failures of the wrapped entity (tenacity), honouring Retry-After."""
+    """Retries transient failures of the wrapped entity (tenacity), honouring Retry-After.
 
-    def __init__(self, inner: Entity, policy: RetryPolicy, *, sleep: Sleep = asyncio.sleep) -> None:
-        self.inner, self.policy, self._sleep = inner, policy, sleep
+    ``on_retry`` is called with each failure about to be retried (the chain counts them in metrics).
+    """
+
+    def __init__(
+        self,
+        inner: Entity,
+        policy: RetryPolicy,
+        *,
+        sleep: Sleep = asyncio.sleep,
+        on_retry: Callable[[BaseException], None] | None = None,
+    ) -> None:
+        self.inner, self.policy, self._sleep, self._on_retry = inner, policy, sleep, on_retry
         self.name = inner.name
+
+    def _before_sleep(self, state: RetryCallState) -> None:
+        if self._on_retry is not None and state.outcome is not None and state.outcome.exception() is not None:
+            self._on_retry(state.outcome.exception())  # type: ignore[arg-type]
 
     async def respond(self, context: PromptContext) -> EntityPrediction:
         retrying = AsyncRetrying(
@@ -75,6 +94,7 @@ class Retrying:
             wait=self.policy.wait_seconds,
             retry=retry_if_exception(self.policy.should_retry),
             sleep=self._sleep,
+            before_sleep=self._before_sleep,
             reraise=True,
         )
         attempts = 0
@@ -161,10 +181,21 @@ class Cached:
 
 
 def build_chain(
-    adapter: Entity, *, policy: RetryPolicy, deadline_s: float, concurrency: int, sleep: Sleep = asyncio.sleep
+    adapter: Entity,
+    *,
+    policy: RetryPolicy,
+    deadline_s: float,
+    concurrency: int,
+    breaker: CircuitBreaker | None = None,
+    sleep: Sleep = asyncio.sleep,
 ) -> Entity:
-    """The standard chain (module docstring): deadline outside, so time queued for a slot counts against it."""
-    return WithDeadline(ConcurrencyLimited(Retrying(adapter, policy, sleep=sleep), concurrency), deadline_s)
+    """The standard chain (module docstring): deadline outside, so time queued for a slot counts against it;
+    the breaker (if any) outside that, so an open circuit costs neither; metrics outermost."""
+    retrying = Retrying(adapter, policy, sleep=sleep, on_retry=retry_counter(adapter.name))
+    guarded: Entity = WithDeadline(ConcurrencyLimited(retrying, concurrency), deadline_s)
+    if breaker is not None:
+        guarded = CircuitBroken(guarded, breaker)
+    return Observed(guarded)
 
 
 def timed() -> Callable[[], float]:

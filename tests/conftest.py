@@ -74,6 +74,15 @@ def postgres_url() -> Iterator[str]:
         yield url
 
 
+@pytest.fixture
+def redis_prefix() -> Iterator[str]:
+    """A Redis key prefix for this test alone, its keys deleted after (tests/shared_redis.py)."""
+    from tests.shared_redis import fresh_prefix
+
+    with fresh_prefix() as prefix:
+        yield prefix
+
+
 @pytest.fixture(params=["sqlite", "postgresql"])
 def both_engines(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     """Run the test once on SQLite (the state dir's file) and once on a fresh PostgreSQL database.

@@ -14,6 +14,8 @@ from providers.errors import (
     EntityTimeout,
     EntityUnavailable,
 )
+from providers.circuit import CircuitBreakers, CircuitBroken, MemoryCircuitStore
+from providers.observed import Observed
 from providers.types import EntityPrediction, PromptContext, PromptItem
 from providers.wrappers import ConcurrencyLimited, RetryPolicy, Retrying, WithDeadline, build_chain
 
@@ -347,11 +349,26 @@ async def test_build_chain_stacks_wrappers_in_documented_order():
     chain = build_chain(inner, policy=RetryPolicy(), deadline_s=1.0, concurrency=2, sleep=sleep)
     prediction = await chain.respond(CONTEXT)
 
-    # Assert
-    assert isinstance(chain, WithDeadline)
-    assert isinstance(chain.inner, ConcurrencyLimited)
-    assert isinstance(chain.inner.inner, Retrying) and chain.inner.inner.inner is inner
+    # Assert: no breaker given, so none in the chain
+    assert isinstance(chain, Observed)
+    assert isinstance(chain.inner, WithDeadline)
+    assert isinstance(chain.inner.inner, ConcurrencyLimited)
+    assert isinstance(chain.inner.inner.inner, Retrying) and chain.inner.inner.inner.inner is inner
     assert chain.name == "m" and prediction.attempts == 2
+
+
+async def test_build_chain_puts_the_breaker_outside_the_deadline():
+    # Prepare
+    breakers = CircuitBreakers(MemoryCircuitStore(), failure_threshold=1, reset_timeout_s=60)
+    inner = FakeEntity(name="m")
+
+    # Execute
+    chain = build_chain(inner, policy=RetryPolicy(), deadline_s=1.0, concurrency=2,
+                        breaker=breakers.breaker("m", probe_lease_s=6.0))
+
+    # Assert
+    assert isinstance(chain, Observed) and isinstance(chain.inner, CircuitBroken)
+    assert isinstance(chain.inner.inner, WithDeadline)
 
 
 async def test_time_queued_for_a_slot_counts_against_the_deadline():

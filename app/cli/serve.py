@@ -66,6 +66,12 @@ def serve(
     if settings.auth == "enabled":
         ensure_dev_key(KeyStore(database.sessions), settings.state_dir)
     database.close()
+    # prometheus-client sums the workers' metrics through files in one folder, emptied of an earlier run's
+    # (README "Metrics"); the workers read the variable when they import it.
+    from app.metrics import reset_multiprocess_dir
+
+    metrics_dir = reset_multiprocess_dir(settings.prometheus_multiproc_dir or settings.state_dir / "prometheus")
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(metrics_dir.resolve())
     announce()
     sys.stdout.flush()
     uvicorn.run("app.main:app_from_environment", factory=True, workers=workers, host=host, port=port,

@@ -5,6 +5,7 @@ from fastapi import APIRouter
 from app.deps import FederationDep, PrincipalDep
 from app.routes.responses import AUTH_ERRORS
 from app.schemas import EntityInfo, EntityList
+from providers.circuit import CircuitStoreUnavailable
 
 router = APIRouter(prefix="/v1/entities", tags=["entities"])
 
@@ -12,6 +13,10 @@ router = APIRouter(prefix="/v1/entities", tags=["entities"])
 @router.get("", response_model=EntityList, responses=AUTH_ERRORS)
 async def read_entities(federation: FederationDep, principal: PrincipalDep) -> EntityList:
     """The federation's members; their endpoints (``base_url``) only to admin keys."""
+    try:
+        circuits = await federation.circuit_states()
+    except CircuitStoreUnavailable:
+        circuits = {}  # the breakers let calls through meanwhile; the list still answers
     data = []
     for name in federation.names:
         spec = federation.specs.get(name)
@@ -21,6 +26,7 @@ async def read_entities(federation: FederationDep, principal: PrincipalDep) -> E
                 kind=spec.kind if spec else "custom",
                 model=(spec.model or spec.packaged_model or "") if spec else "",
                 status=federation.status(name),
+                circuit=circuits.get(name),
                 # Anthropic's API version rejects temperature: it is never sent there.
                 temperature=None if (spec is None or spec.kind == "anthropic") else spec.temperature,
                 max_tokens=spec.max_tokens if spec else 0,

@@ -19,6 +19,7 @@ from typing import Any
 from app.db import SHARED_TENANT
 from app.errors import InputError
 from app.limits import check_responses
+from app.metrics import count_charge
 from app.schemas import CalibrateRequest, DatasetRef, PrivacyPolicy
 from app.settings import Settings
 from app.storage import CalibrationStore, PolicyStore, QMatrixStore, StoredQMatrix, budget_rule
@@ -190,6 +191,7 @@ class CalibrationService:
         self.calibrations.save(record, tenant=tenant, qmatrix_version=stored.version)
         if charges:
             await self.ledger.asettle_all(charges, released=f"calibration {record.id}")  # type: ignore[union-attr]
+            count_charge(tenant, "calibration", release * len(charges))  # type: ignore[operator]  # set with charges
         seconds = time.perf_counter() - start
         log.info("calibration %s (%s, %d students) fitted in %.1f s", record.id, record.method, len(data), seconds)
         return {"calibration_id": record.id, "metrics": {**record.metrics, "seconds": seconds}, "notes": record.notes}

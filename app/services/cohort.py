@@ -11,6 +11,7 @@ import asyncio
 
 from app.auth import Principal
 from app.errors import InputError
+from app.metrics import count_charge, count_refusal
 from app.schemas import CohortConcept, CohortReport, CohortReportRequest, StudentIn
 from app.services.diagnosis import DiagnosisService
 from app.storage import budget_rule
@@ -44,6 +45,7 @@ async def cohort_report(body: CohortReportRequest, *, service: DiagnosisService,
                 tenant=tenant, student_ids=ids, epsilon=body.epsilon, mechanism="central_laplace", rule=rule
             )
         except BudgetExceeded as exc:
+            count_refusal(tenant, "cohort")
             raise InputError(("body", "students"), [f"{exc}; no report was released and nobody was charged"], status_code=429) from exc
     try:
         diagnosed, stats, eps_stat, calibration_id = await _release(body, service, q, stored.version, tenant)
@@ -53,6 +55,7 @@ async def cohort_report(body: CohortReportRequest, *, service: DiagnosisService,
         raise
     if charges:
         await ledger.asettle_all(charges, released="cohort-report")  # type: ignore[union-attr]
+        count_charge(tenant, "cohort", body.epsilon * len(charges))
     notes = [
         "each student's diagnosis is made inside the gateway without per-entity noise and never released; "
         "only the noisy sums and histograms are",

@@ -16,13 +16,14 @@ import asyncio
 import hashlib
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
 
 from app.auth import Principal
 from app.errors import InputError, TryLater
 from app.federation import Federation
 from app.limits import check_qmatrix_size, check_responses
+from app.metrics import count_diagnosis, count_refusal
 from app.redaction import Redactor
 from app.schemas import (
     BatchDiagnoseRequest,
@@ -147,7 +148,7 @@ class DiagnosisService:
         self.check_responses(resolved.qmatrix, body.responses, ("body",))
         aggregator = self.aggregator(body, await self.calibration(body, resolved, principal.tenant))
         policy = await self.policy(principal.tenant)
-        return await self._run(body, resolved, body, aggregator, principal.tenant, policy)
+        return await _counted(principal.tenant, self._run(body, resolved, body, aggregator, principal.tenant, policy))
 
     async def diagnose_batch(self, body: BatchDiagnoseRequest, principal: Principal) -> BatchDiagnoseResponse:
         if len(body.students) > self.settings.max_batch_size:
@@ -164,9 +165,12 @@ class DiagnosisService:
         async def one(student: StudentIn) -> DiagnoseResponse | BatchError:
             async with gate:
                 try:
-                    return await self._run(body, resolved, student, aggregator, principal.tenant, policy)
+                    return await _counted(
+                        principal.tenant, self._run(body, resolved, student, aggregator, principal.tenant, policy)
+                    )
                 except AllEntitiesFailed as exc:
-                    detail = {"message": str(exc), "entities": [{"name": o.name, "error": o.error} for o in exc.outcomes]}
+                    detail = {"message": str(exc),
+                              "entities": [{"name": o.name, "reason": o.reason, "error": o.error} for o in exc.outcomes]}
                     return BatchError(student_id=student.student_id, status_code=503, detail=detail)
                 except BudgetExceeded as exc:
                     return BatchError(student_id=student.student_id, status_code=429, detail=str(exc))
@@ -273,6 +277,7 @@ class DiagnosisService:
             missing_concepts=result.missing_concepts,
             entities=[EntityReport(**vars(o)) for o in result.entities] if options.include_entities else None,
             failed_entities=[o.name for o in result.entities if o.status == "failed"],
+            failure_reasons={o.name: o.reason or "error" for o in result.entities if o.status == "failed"},
             skipped_entities=[SkippedEntity(name=o.name, reason=o.error or "")
                               for o in result.entities if o.status == "skipped"],
             privacy=PrivacyBlock(**result.privacy, sensitivity_mode=request.sensitivity),  # type: ignore[arg-type]
@@ -284,6 +289,17 @@ class DiagnosisService:
             request_id=result.request_id,
             latency_ms=result.latency_ms,
         )
+
+
+async def _counted(tenant: str, diagnosis: Awaitable[DiagnoseResponse]) -> DiagnoseResponse:
+    """One student's diagnosis, counted in the metrics (served, ε charged, budget warnings, 429s)."""
+    try:
+        response = await diagnosis
+    except BudgetExceeded:
+        count_refusal(tenant, "diagnosis")
+        raise
+    count_diagnosis(tenant, response)
+    return response
 
 
 def _budget(charge: Charge, policy: PrivacyPolicy, *, charged: float, repeat: bool) -> BudgetBlock:

@@ -95,3 +95,4 @@ async def respond_usable(entity: Entity, context: PromptContext, *, calls: int =
             if call == calls:
                 raise
     raise AssertionError("unreachable")
+

@@ -1,0 +1,183 @@
+"""Prometheus metrics of the gateway: what the HTTP layer and the diagnosis service count, and the
+``/metrics`` page that adds what is read at scrape time (jobs by state from the database, each
+entity's circuit state from the breakers' store). Entity calls are counted in
+``providers.observed``.
+
+Labels are route *templates* (never raw paths), methods, status codes, tenants and entity names:
+a bounded set. No student id is ever a label.
+
+**Several workers.** prometheus-client keeps each process's values in memory, so a scrape would see
+one worker only. With ``PROMETHEUS_MULTIPROC_DIR`` set (to an empty folder, before the workers
+start: the library reads it when it is imported) every worker writes its values to files there and
+``/metrics`` sums them over all workers, those that died or were restarted included (every series
+here is a counter or histogram, which stay right summed over dead workers; the gauges are read at
+scrape time from the shared database and store, so they are right whichever worker answers). The
+server that starts the workers empties the folder first (:func:`reset_multiprocess_dir`): files
+left by an earlier run would be summed too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Literal
+
+from prometheus_client import CONTENT_TYPE_PLAIN_0_0_4, REGISTRY, CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.multiprocess import MultiProcessCollector
+from prometheus_client.registry import Collector
+from sqlalchemy import func, select
+from sqlalchemy.orm import sessionmaker
+
+from app.db import JobRow
+from app.federation import Federation
+from app.schemas import DiagnoseResponse
+from app.settings import Settings
+from providers.circuit import CircuitStoreUnavailable
+
+__all__ = [
+    "CONTENT_TYPE",
+    "HTTP_REQUESTS",
+    "count_charge",
+    "count_diagnosis",
+    "count_refusal",
+    "render_metrics",
+    "reset_multiprocess_dir",
+]
+
+log = logging.getLogger("fedcd.metrics")
+
+# The text format every Prometheus version reads (fedcd's metric names need nothing newer).
+CONTENT_TYPE = CONTENT_TYPE_PLAIN_0_0_4
+_HTTP_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
+_JOB_STATES = ("queued", "running", "succeeded", "failed")
+_CIRCUIT_STATES = ("closed", "open", "half_open")
+
+HTTP_REQUESTS = Histogram(
+    "fedcd_http_request_duration_seconds",
+    "HTTP requests by method, route template and status code",
+    ["method", "route", "status"],
+    buckets=_HTTP_BUCKETS,
+)
+DIAGNOSES = Counter(
+    "fedcd_diagnoses_total",
+    "Diagnoses served (single and batch), by tenant; repeat=true: an identical request's stored answer, free",
+    ["tenant", "repeat"],
+)
+EPSILON_CHARGED = Counter(
+    "fedcd_privacy_epsilon_charged_total",
+    "ε charged to students' privacy budgets, by tenant and source (diagnosis, cohort, calibration)",
+    ["tenant", "source"],
+)
+BUDGET_REFUSALS = Counter(
+    "fedcd_privacy_budget_refusals_total",
+    "Requests refused (429) because a student's privacy budget for the period was spent, by tenant and source",
+    ["tenant", "source"],
+)
+BUDGET_WARNINGS = Counter(
+    "fedcd_privacy_budget_warnings_total",
+    "Diagnoses whose response carried budget_warning (the student is near the cap), by tenant",
+    ["tenant"],
+)
+CALIBRATION_MISMATCHES = Counter(
+    "fedcd_calibration_mismatch_total",
+    "Diagnoses served at a noise level other than the one their calibration was fitted at, by tenant",
+    ["tenant"],
+)
+
+
+ChargeSource = Literal["diagnosis", "cohort", "calibration"]
+
+
+def count_charge(tenant: str, source: ChargeSource, epsilon: float) -> None:
+    """ε settled on students' ledgers (after the release: a refunded charge is never counted)."""
+    if epsilon > 0:
+        EPSILON_CHARGED.labels(tenant, source).inc(epsilon)
+
+
+def count_refusal(tenant: str, source: ChargeSource) -> None:
+    """A request refused with 429: a student's budget was spent."""
+    BUDGET_REFUSALS.labels(tenant, source).inc()
+
+
+def count_diagnosis(tenant: str, response: DiagnoseResponse) -> None:
+    """Everything one served diagnosis counts for (called by the diagnosis service)."""
+    budget = response.budget
+    DIAGNOSES.labels(tenant, "true" if budget is not None and budget.repeat else "false").inc()
+    if budget is not None:
+        count_charge(tenant, "diagnosis", budget.charged_epsilon)
+        if budget.budget_warning is not None:
+            BUDGET_WARNINGS.labels(tenant).inc()
+    if response.calibration_mismatch:
+        CALIBRATION_MISMATCHES.labels(tenant).inc()
+
+
+class _Snapshot(Collector):
+    """Metric families read just before this scrape."""
+
+    def __init__(self, families: Iterable[Metric]) -> None:
+        self.families = list(families)
+
+    def collect(self) -> Iterator[Metric]:
+        yield from self.families
+
+
+def _job_counts(sessions: sessionmaker) -> dict[tuple[str, str], int]:
+    with sessions() as session:
+        rows = session.execute(select(JobRow.kind, JobRow.status, func.count()).group_by(JobRow.kind, JobRow.status))
+        return {(kind, status): count for kind, status, count in rows}
+
+
+def _jobs_family(counts: dict[tuple[str, str], int]) -> GaugeMetricFamily:
+    family = GaugeMetricFamily("fedcd_jobs", "Jobs by kind and state, read from the database", labels=["kind", "state"])
+    for kind in sorted({kind for kind, _ in counts}):
+        for state in sorted(set(_JOB_STATES) | {s for k, s in counts if k == kind}):
+            family.add_metric([kind, state], counts.get((kind, state), 0))
+    return family
+
+
+async def _circuit_families(federation: Federation) -> list[GaugeMetricFamily]:
+    up = GaugeMetricFamily("fedcd_circuit_store_up", "1 when the circuit breakers' store answered this scrape")
+    state = GaugeMetricFamily(
+        "fedcd_entity_circuit_state", "1 for each entity's current circuit state (closed, open, half_open)",
+        labels=["entity", "state"],
+    )
+    try:
+        states = await federation.circuit_states()
+    except CircuitStoreUnavailable as exc:
+        log.warning("metrics: circuit states unavailable: %s", exc)
+        up.add_metric([], 0)
+        return [up]
+    for entity, current in states.items():
+        for name in _CIRCUIT_STATES:
+            state.add_metric([entity, name], 1 if name == current else 0)
+    up.add_metric([], 1)
+    return [up, state]
+
+
+def _counted(multiproc_dir: Path | None) -> CollectorRegistry:
+    """This process's registry, or — with several workers — one summing every worker's files."""
+    if multiproc_dir is None:
+        return REGISTRY
+    registry = CollectorRegistry()
+    MultiProcessCollector(registry, path=str(multiproc_dir))
+    return registry
+
+
+async def render_metrics(settings: Settings, federation: Federation, sessions: sessionmaker) -> bytes:
+    """The text exposition format of every fedcd metric."""
+    counts, circuits = await asyncio.gather(asyncio.to_thread(_job_counts, sessions), _circuit_families(federation))
+    snapshot = CollectorRegistry(auto_describe=False)
+    snapshot.register(_Snapshot([_jobs_family(counts), *circuits]))
+    counted = await asyncio.to_thread(generate_latest, _counted(settings.prometheus_multiproc_dir))
+    return counted + generate_latest(snapshot)
+
+
+def reset_multiprocess_dir(directory: Path) -> Path:
+    """Create ``directory`` or empty it of an earlier run's metric files; call before starting workers."""
+    directory.mkdir(parents=True, exist_ok=True)
+    for stale in directory.glob("*.db"):
+        stale.unlink()
+    return directory
