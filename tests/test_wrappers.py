@@ -390,7 +390,8 @@ async def test_time_queued_for_a_slot_counts_against_the_deadline():
 
     # Assert: every caller gets its EntityTimeout at ~0.4 s, not after 0.4/0.8/1.2 s as slots free up.
     assert all(isinstance(exc, EntityTimeout) for _, exc in outcomes)
-    assert max(elapsed for elapsed, _ in outcomes) < 0.7
+    # (the old order would end the last four after 1.2 s; the slack is for a loaded CI machine)
+    assert max(elapsed for elapsed, _ in outcomes) < 1.0
     assert hung.calls == 4 and hung.in_flight == 0  # only 4 ever started; each was cancelled, its slot freed
 
 
