@@ -53,6 +53,7 @@ class GatewayBenchConfig:
     max_seconds: float = 120.0  # per scenario
     compare_litellm: bool = False
     litellm_command: str | None = None  # default: `litellm` on PATH
+    profile: bool = False  # py-spy (if installed) samples the gateway during the concurrency-1 scenario
     seed: int = 0
 
 
@@ -261,12 +262,51 @@ def _litellm(config: GatewayBenchConfig, stub_url: str, procs: _Processes, work:
     return results
 
 
+def _start_profile(pid: int, work: Path, procs: _Processes) -> tuple[subprocess.Popen[bytes], Path]:
+    command = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
+    if not Path(command).exists():
+        raise RuntimeError("--profile needs py-spy (pip install py-spy)")
+    out = work / "profile.txt"
+    # --nonblocking: sample without pausing the gateway (pausing would add latency to what is measured);
+    # --gil: only the thread holding the GIL, i.e. where the gateway's Python CPU goes.
+    proc = procs.start("py-spy", [command, "record", "--pid", str(pid), "--nonblocking", "--gil", "--format", "raw",
+                                  "--rate", "250", "--output", str(out), "--subprocesses"], dict(os.environ))
+    time.sleep(1.0)
+    return proc, out
+
+
+def _stop_profile(profile: tuple[subprocess.Popen[bytes], Path]) -> str:
+    """The profile's top frames by own samples and by inclusive samples, as text."""
+    proc, out = profile
+    proc.send_signal(2)  # SIGINT: py-spy writes its output and exits
+    proc.wait(timeout=60)
+    own: dict[str, int] = {}
+    inclusive: dict[str, int] = {}
+    total = 0
+    for line in out.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not count.isdigit():
+            continue
+        n = int(count)
+        frames = [f.split(" (")[0] + " (" + f.split(" (")[-1] if " (" in f else f for f in stack.split(";")]
+        if not frames:
+            continue
+        total += n
+        own[frames[-1]] = own.get(frames[-1], 0) + n
+        for frame in set(frames):
+            inclusive[frame] = inclusive.get(frame, 0) + n
+    def top(table: dict[str, int], k: int) -> list[str]:
+        return [f"{100 * v / total:5.1f}%  {name}" for name, v in sorted(table.items(), key=lambda kv: -kv[1])[:k]]
+    return "\n".join([f"samples of the thread holding the GIL: {total}", "", "own time:", *top(own, 25), "", "inclusive:", *top(inclusive, 40)])
+
+
 def run_gateway_bench(config: GatewayBenchConfig, *, progress: Callable[[str], None] = lambda _: None) -> dict[str, Any]:
     """Run every scenario; returns the results as plain data (``bench.report`` writes them)."""
     rng = random.Random(config.seed)
     work = Path(tempfile.mkdtemp(prefix="fedcd-bench-"))
     procs = _Processes(work)
     results: list[ScenarioResult] = []
+    profile_text = None
     try:
         stub_urls = []
         for k in range(config.entities):
@@ -303,6 +343,7 @@ def run_gateway_bench(config: GatewayBenchConfig, *, progress: Callable[[str], N
         # Warm-up (imports, connection pools, caches), not measured.
         _scenario("warm-up", "fedcd", gateway.pid, single("example-prealgebra", EXAMPLE_ITEMS), n=30, concurrency=4,
                   headers=headers, config=config)
+        profile = _start_profile(gateway.pid, work, procs) if config.profile else None
         for name, qid, items, n, concurrency in (
             ("diagnosis, 12-item Q-matrix, c=1", "example-prealgebra", EXAMPLE_ITEMS, config.requests_c1, 1),
             (f"diagnosis, 12-item Q-matrix, c={config.concurrency}", "example-prealgebra", EXAMPLE_ITEMS,
@@ -312,6 +353,9 @@ def run_gateway_bench(config: GatewayBenchConfig, *, progress: Callable[[str], N
             progress(name)
             results.append(_scenario(name, "fedcd", gateway.pid, single(qid, items), n=n, concurrency=concurrency,
                                      headers=headers, config=config))
+            if profile is not None:
+                profile_text = _stop_profile(profile)
+                profile = None
         repeat_body = {"student_id": "repeat-student", "qmatrix_id": "example-prealgebra",
                        "responses": _responses(random.Random(7), EXAMPLE_ITEMS)}
         httpx.post(f"{base}/v1/diagnose", json=repeat_body, headers=headers, timeout=60).raise_for_status()
@@ -345,4 +389,5 @@ def run_gateway_bench(config: GatewayBenchConfig, *, progress: Callable[[str], N
         "median_cpu_ms": statistics.median(r.cpu_ms_per_request for r in results if r.target == "fedcd")
         if results else None,
         "logs": str(work),
+        "profile": profile_text,
     }

@@ -42,6 +42,9 @@ def write_gateway_report(data: dict[str, Any], out: Path, *, command: str, extra
         lines += [extra, ""]
     (out / "report.md").write_text("\n".join(lines))
     paths = [out / "results.json", out / "report.md"]
+    if data.get("profile"):
+        (out / "profile.txt").write_text(data["profile"] + "\n")
+        paths.append(out / "profile.txt")
     try:
         paths.append(_plot(data, out / "latency_throughput.png"))
     except ImportError:  # matplotlib is a dependency; this only guards odd installs

@@ -24,6 +24,7 @@ def bench_gateway(
     max_seconds: Annotated[float, typer.Option(min=1, help="time bound per scenario")] = 120.0,
     compare_litellm: Annotated[bool, typer.Option("--compare-litellm", help="also LiteLLM's proxy (if installed)")] = False,
     litellm_command: Annotated[Optional[str], typer.Option(help="the `litellm` executable")] = None,
+    profile: Annotated[bool, typer.Option("--profile", help="sample the gateway with py-spy during c=1")] = False,
     out: Annotated[Path, typer.Option("--out")] = Path("reports/gateway"),
 ) -> None:
     """Start stub providers, the gateway and a bounded load generator on loopback; write results.json, report.md
@@ -33,7 +34,7 @@ def bench_gateway(
     config = GatewayBenchConfig(
         entities=entities, stub_latency_ms=stub_latency_ms, workers=workers, ledger=ledger, database_url=database_url,
         requests_c1=requests, requests_cmax=requests_concurrent, concurrency=concurrency, max_seconds=max_seconds,
-        compare_litellm=compare_litellm, litellm_command=litellm_command,
+        compare_litellm=compare_litellm, litellm_command=litellm_command, profile=profile,
     )
     data = run_gateway_bench(config, progress=lambda message: err.print(f"[dim]{message} ...[/]"))
     args = ["bench", "gateway", "--entities", str(entities), "--stub-latency-ms", f"{stub_latency_ms:g}", "--workers",
@@ -41,6 +42,8 @@ def bench_gateway(
             "--requests-concurrent", str(requests_concurrent), "--concurrency", str(concurrency), "--out", str(out)]
     if compare_litellm:
         args.append("--compare-litellm")
+    if profile:
+        args.append("--profile")
     paths = write_gateway_report(data, out, command="fedcd " + " ".join(args))
     console.print((out / "report.md").read_text())
     console.print("wrote " + ", ".join(str(p) for p in paths))
