@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from diagnosis.aggregation import Aggregation, Aggregator, MechanismDescription, answered_by
 from diagnosis.calibrated import CalibrationTag
 from diagnosis.posterior.grid import (
@@ -13,7 +15,7 @@ from diagnosis.posterior.grid import (
     Estimate,
     PosteriorSummary,
     _check_level,
-    posterior_summary,
+    posterior_summaries,
 )
 from diagnosis.posterior.kernels import ReportModel
 from diagnosis.posterior.priors import UNIFORM_PRIOR, BetaPrior
@@ -44,6 +46,33 @@ class PosteriorAggregation(Aggregation):
     def __iter__(self) -> Iterator[dict]:
         yield self.mastery
         yield self.intervals
+
+
+def _hashable(value: object) -> object:
+    if isinstance(value, Mapping):
+        return tuple(sorted((k, _hashable(v)) for k, v in value.items()))
+    if isinstance(value, list | tuple):
+        return tuple(_hashable(v) for v in value)
+    return value
+
+
+_REPORT_MODELS: dict[tuple[object, float], ReportModel] = {}
+_REPORT_MODELS_MAX = 256
+
+
+def _report_model(description: Mapping[str, object], tau: float) -> ReportModel:
+    """The report model of a mechanism description and τ, built once per (description, τ): every diagnosis at
+    the same noise level reuses its kernel constants."""
+    try:
+        key = (_hashable(description), tau)
+        model = _REPORT_MODELS.get(key)
+    except TypeError:  # an unhashable description: build it afresh
+        return ReportModel(description, tau)
+    if model is None:
+        if len(_REPORT_MODELS) >= _REPORT_MODELS_MAX:
+            _REPORT_MODELS.clear()
+        model = _REPORT_MODELS[key] = ReportModel(description, tau)
+    return model
 
 
 def _per_entity_mechanisms(
@@ -85,21 +114,23 @@ def posterior_aggregate(
     priors = priors or {}
     errors = entity_error_sd or {}
     descriptions = _per_entity_mechanisms(mechanisms, predictions)
-    models = {e: ReportModel(descriptions[e], float(errors.get(e, default_error_sd))) for e in predictions}
-    mastery: dict[str, float] = {}
-    intervals: dict[str, tuple[float, float]] = {}
-    summaries: dict[str, PosteriorSummary] = {}
+    entities = list(predictions)
+    models = [_report_model(descriptions[e], float(errors.get(e, default_error_sd))) for e in entities]
     contributors, missing = answered_by(predictions, concepts)
-    for concept, names in contributors.items():
-        summary = posterior_summary(
-            [(float(predictions[n][concept]), models[n]) for n in names],
-            priors.get(concept, UNIFORM_PRIOR),
-            level=level,
-            grid_size=grid_size,
-        )
-        summaries[concept] = summary
-        mastery[concept] = summary.estimate(estimate)
-        intervals[concept] = summary.interval
+    answered = list(contributors)
+    # One vectorized posterior over every answered concept (rows) and entity (columns; NaN: no answer).
+    reports = np.full((len(answered), len(entities)), np.nan)
+    for j, entity in enumerate(entities):
+        values = predictions[entity]
+        for i, concept in enumerate(answered):
+            if concept in values:
+                reports[i, j] = float(values[concept])
+    table = posterior_summaries(
+        reports, models, [priors.get(c, UNIFORM_PRIOR) for c in answered], level=level, grid_size=grid_size
+    )
+    summaries = {concept: table[i] for i, concept in enumerate(answered)}
+    mastery = {concept: s.estimate(estimate) for concept, s in summaries.items()}
+    intervals = {concept: s.interval for concept, s in summaries.items()}
     return PosteriorAggregation(
         mastery=mastery,
         missing=missing,

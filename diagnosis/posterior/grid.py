@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import warnings
 from collections.abc import Sequence
@@ -123,11 +124,26 @@ def _exact_values(r: np.ndarray, models: Sequence[ReportModel]) -> np.ndarray:
     return out
 
 
-def _log_weights(r: np.ndarray, models: Sequence[ReportModel], prior: BetaPrior, cells: int) -> np.ndarray:
-    """Unnormalized log posterior cell weights, shape (n, cells); noiseless columns are skipped."""
-    edges = np.linspace(0.0, 1.0, cells + 1)
-    centres = (edges[:-1] + edges[1:]) / 2
-    out = np.broadcast_to(prior.cell_log_masses(edges), (r.shape[0], cells)).copy()
+@functools.lru_cache(maxsize=1024)
+def _prior_log_masses(a: float, b: float, cells: int) -> np.ndarray:
+    """A prior's log cell masses on a ``cells`` grid (cached: a diagnosis reuses a handful of priors)."""
+    masses = BetaPrior(a, b).cell_log_masses(np.linspace(0.0, 1.0, cells + 1))
+    masses.setflags(write=False)
+    return masses
+
+
+def _log_weights(
+    r: np.ndarray, models: Sequence[ReportModel], prior: BetaPrior | Sequence[BetaPrior], cells: int
+) -> np.ndarray:
+    """Unnormalized log posterior cell weights, shape (n, cells); noiseless columns are skipped.
+
+    ``prior``: one for every row, or one per row (a diagnosis puts its concepts in the rows).
+    """
+    centres = (np.arange(cells) + 0.5) / cells
+    if isinstance(prior, BetaPrior):
+        out = np.broadcast_to(_prior_log_masses(prior.a, prior.b, cells), (r.shape[0], cells)).copy()
+    else:
+        out = np.stack([_prior_log_masses(p.a, p.b, cells) for p in prior]) if len(prior) else np.zeros((0, cells))
     for j, model in enumerate(models):
         if model.noiseless:
             continue
@@ -172,19 +188,22 @@ def _summarize(logw: np.ndarray, level: float) -> tuple[np.ndarray, ...]:
 def posterior_summaries(
     reports: np.ndarray | Sequence[Sequence[float]],
     models: Sequence[ReportModel],
-    prior: BetaPrior = UNIFORM_PRIOR,
+    prior: BetaPrior | Sequence[BetaPrior] = UNIFORM_PRIOR,
     *,
     level: float = DEFAULT_LEVEL,
     grid_size: int = DEFAULT_GRID_SIZE,
 ) -> PosteriorSummaries:
-    """Posterior summaries for n independent problems sharing the entities' models and the prior.
+    """Posterior summaries for n independent problems sharing the entities' models.
 
-    ``reports`` has shape (n, len(models)): row i holds student i's report from each entity
-    (NaN where an entity did not answer). Vectorized: use this for simulations and evaluation.
+    ``reports`` has shape (n, len(models)): row i holds problem i's report from each entity (NaN
+    where an entity did not answer) — students of one concept in an evaluation, or the concepts of
+    one diagnosis. ``prior``: shared, or one per row. Vectorized over rows.
     """
     _check_level(level)
     models = list(models)
     r = _as_matrix(reports, len(models))
+    if not isinstance(prior, BetaPrior) and len(prior) != r.shape[0]:
+        raise ValueError(f"one prior per row: got {len(prior)} priors for {r.shape[0]} rows")
     for j, model in enumerate(models):
         col = r[:, j]
         present = col[~np.isnan(col)]
@@ -196,7 +215,8 @@ def posterior_summaries(
     parts: list[tuple[np.ndarray, ...]] = []
     step = max(1, _ROW_BUDGET // cells)
     for start in range(0, n, step):
-        parts.append(_summarize(_log_weights(r[start : start + step], models, prior, cells), level))
+        rows = prior if isinstance(prior, BetaPrior) else prior[start : start + step]
+        parts.append(_summarize(_log_weights(r[start : start + step], models, rows, cells), level))
     if parts:
         mean, median, lower, upper, sd = (np.concatenate(p) for p in zip(*parts))
     else:
