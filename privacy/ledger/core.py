@@ -181,7 +181,7 @@ class PrivacyLedger:
                 earlier = self._find_repeat(conn, tenant, student_id, request_fingerprint, now)
                 if earlier is not None:
                     return self._charge_of(conn, earlier, rule, now, repeat=True)
-            lifetime, queries = self._load(conn, tenant, student_id)
+            lifetime, queries = self._load(conn, tenant, student_id, verify=False)  # the hot path trusts its own state
             spend = self._spend(conn, tenant, student_id, rule, now, lifetime)
             spent_epsilon, spent_delta = spend.accountant.spent(rule.cap_delta)
             for _ in range(releases):
@@ -203,7 +203,9 @@ class PrivacyLedger:
             for _ in range(releases):
                 lifetime.step(**step)
             self._save(conn, tenant, student_id, lifetime, queries + 1, now)
-            return self._charge_of(conn, row, rule, now, repeat=False, lifetime=lifetime)
+            # The window after this charge is the one just composed (spend.accountant took the new releases).
+            renews_at = spend.renews_at if spend.counted or not isinstance(rule.period, Rolling) else now + rule.period.window_s
+            return self._charge(row, rule, spend.accountant, lifetime, renews_at, repeat=False)
 
     def store_answer(
         self, charge_id: str, answer_json: str, *, releases: int | None = None, rule: BudgetRule | None = None
@@ -459,8 +461,9 @@ class PrivacyLedger:
             raise UnknownCharge(f"no privacy charge with id {charge_id!r}")
         return dict(row)
 
-    def _load(self, conn: Connection, tenant: str, student_id: str) -> tuple[Accountant, int]:
-        """The student's lifetime accountant from its saved state, checked against the charges table."""
+    def _load(self, conn: Connection, tenant: str, student_id: str, *, verify: bool = True) -> tuple[Accountant, int]:
+        """The student's lifetime accountant from its saved state, checked against the charges table
+        (``verify``; the charge path skips that aggregate: the state is written in the same transactions)."""
         row = conn.execute(
             select(students).where(students.c.tenant == tenant, students.c.student_id == student_id)
         ).mappings().first()
@@ -477,6 +480,8 @@ class PrivacyLedger:
             accountant.load_state_dict(state)
         except ValueError as exc:
             raise ChargeStateError(f"a student's ledger state is corrupt: {exc}") from exc
+        if not verify:
+            return accountant, row["queries"]
         releases, queries = conn.execute(
             select(func.coalesce(func.sum(charges.c.releases), 0), func.count())
             .where(charges.c.tenant == tenant, charges.c.student_id == student_id, charges.c.status != REFUNDED)
@@ -511,9 +516,16 @@ class PrivacyLedger:
         lifetime: Accountant | None = None,
     ) -> Charge:
         if lifetime is None:
-            lifetime = self._load(conn, row["tenant"], row["student_id"])[0]
+            lifetime = self._load(conn, row["tenant"], row["student_id"], verify=False)[0]
         spend = self._spend(conn, row["tenant"], row["student_id"], rule, now, lifetime)
-        spent_epsilon, spent_delta = spend.accountant.spent(rule.cap_delta)
+        return self._charge(row, rule, spend.accountant, lifetime, spend.renews_at, repeat=repeat)
+
+    @staticmethod
+    def _charge(
+        row: Mapping[str, Any], rule: BudgetRule, window: Accountant, lifetime: Accountant, renews_at: float | None,
+        *, repeat: bool,
+    ) -> Charge:
+        spent_epsilon, spent_delta = window.spent(rule.cap_delta)
         lifetime_epsilon, lifetime_delta = lifetime.spent(rule.cap_delta)
         return Charge(
             id=row["id"], tenant=row["tenant"], student_id=row["student_id"], epsilon=row["epsilon"],
@@ -521,6 +533,6 @@ class PrivacyLedger:
             fingerprint=row["fingerprint"], created_at=row["created_at"], status=row["status"],
             answer_json=row["answer_json"], repeat=repeat, spent_epsilon=spent_epsilon, spent_delta=spent_delta,
             remaining_epsilon=max(0.0, rule.cap_epsilon - spent_epsilon), cap_epsilon=rule.cap_epsilon,
-            period=rule.period.label, renews_at=spend.renews_at, lifetime_epsilon=lifetime_epsilon,
+            period=rule.period.label, renews_at=renews_at, lifetime_epsilon=lifetime_epsilon,
             lifetime_delta=lifetime_delta,
         )
