@@ -114,24 +114,27 @@ async def heldout_protocol(
             train_scores.setdefault(r.item_id, []).append(r.score)
     scorer = _Scorer(q, item_easiness(train_scores), val_held, test_held)
     y = scorer.test_y
-    probs: dict[tuple[str, float | None], np.ndarray] = {}
+    probs: dict[tuple[str, float | None, str], np.ndarray] = {}  # (row, ε, mechanism) -> test P(correct)
     for est in estimates:
         p, filled = scorer.probabilities(est)
-        probs[(est.name, est.epsilon)] = p
+        probs[(est.name, est.epsilon, est.mechanism)] = p
         result.rows.append(_row(est.name, est.epsilon, p, y, mechanism=est.mechanism, filled=filled))
         if est.name.startswith("single:") and est.epsilon is None:
             result.reliability[est.name.removeprefix("single:")] = list(zip(p.tolist(), y.tolist()))
-    probs[("item-difficulty", None)] = scorer.item_only()
-    result.rows.append(_row("item-difficulty", None, probs[("item-difficulty", None)], y))
+    probs[("item-difficulty", None, "none")] = scorer.item_only()
+    result.rows.append(_row("item-difficulty", None, probs[("item-difficulty", None, "none")], y))
     for name, model in baselines(split.train, q, ncdm).items():
-        probs[(name, None)] = _baseline_probs(model, test_obs, test_held, q)
-        result.rows.append(_row(name, None, probs[(name, None)], y))
+        probs[(name, None, "none")] = _baseline_probs(model, test_obs, test_held, q)
+        result.rows.append(_row(name, None, probs[(name, None, "none")], y))
         if name == "ncdm":
             result.baselines["ncdm"] = model.describe()  # type: ignore[attr-defined]
     result.significance = [d.to_json() for d in _significance(probs, y, scorer.owner, seed)]
-    filled = [f"{r.name}@{'inf' if r.epsilon is None else f'{r.epsilon:g}'}: {r.filled}" for r in result.rows if r.filled]
-    if filled:
-        result.notes.append("uncovered concepts counted at the row's validation mean (values filled): " + ", ".join(filled))
+    counts = sorted({r.filled for r in result.rows if r.filled})
+    if counts:
+        result.notes.append(
+            "uncovered concepts (a hidden item's concept the row did not diagnose for that student) count at the row's "
+            f"validation mean; values filled per federation row: {', '.join(map(str, counts))} (column 'filled')"
+        )
     result.notes.append(
         "heldout protocol: link P(correct) = sigmoid(a·mean mastery of the item's concepts + c·item easiness + b), "
         "a ≥ 0 and c ≥ 0, fitted on validation (easiness: logit of the item's smoothed train proportion correct); "
@@ -139,14 +142,16 @@ async def heldout_protocol(
     )
 
 
-def _significance(probs: Mapping[tuple[str, float | None], np.ndarray], y: np.ndarray, owner: np.ndarray,
+def _significance(probs: Mapping[tuple[str, float | None, str], np.ndarray], y: np.ndarray, owner: np.ndarray,
                   seed: int) -> list[PairedDifference]:
+    """``served`` at each noise level against every baseline, and against ``single:local-fed`` at the same noise."""
     out = []
-    for (name, eps), p in probs.items():
+    for (name, eps, mechanism), p in probs.items():
         if name != "served":
             continue
         for baseline in COMPARED_WITH:
-            q = probs.get((baseline, None))
+            same_noise = baseline.startswith("single:")
+            q = probs.get((baseline, eps, mechanism) if same_noise else (baseline, None, "none"))
             if q is None:
                 continue
             diff, low, high = paired_bootstrap_auc(p, q, y, owner, seed=seed)

@@ -106,7 +106,8 @@ def _significance(result: EvaluationResult) -> list[str]:
            f"test students ({result.significance[0]['resamples']} resamples, seed {result.seed}).", "",
            "| served ε | baseline | ΔAUC | 95 % interval | excludes 0 |", "|---|---|---|---|---|"]
     for d in result.significance:
-        out.append(f"| {_eps(d['epsilon'])} | `{d['baseline']}` | {d['diff']:+.3f} | [{d['low']:+.3f}, {d['high']:+.3f}] | "
+        label = f"`{d['baseline']}`" + (" (same noise)" if d["baseline"].startswith("single:") else "")
+        out.append(f"| {_eps(d['epsilon'])} | {label} | {d['diff']:+.3f} | [{d['low']:+.3f}, {d['high']:+.3f}] | "
                    f"{'yes' if d['excludes_zero'] else 'no'} |")
     return [*out, ""]
 

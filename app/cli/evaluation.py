@@ -14,6 +14,10 @@ from app.cli.common import cli, console, err, parse_epsilons
 from app.settings import Settings
 
 
+# The settings the served rows are built from (ServedConfig below).
+SERVED_SETTINGS = ("default_mechanism", "default_epsilon", "sensitivity", "default_calibration_method")
+
+
 @cli.command()
 def evaluate(
     dataset: Annotated[
@@ -136,7 +140,11 @@ def evaluate(
     elif release is not None:
         args += ["--served-release-epsilon", f"{release:g}"]
     args += ["--ncdm-batch-size", str(ncdm_batch_size)] if ncdm else ["--no-ncdm"]
-    command = "fedcd " + " ".join(shlex.quote(a) for a in args)
+    # Server defaults changed from the shipped ones change the served rows: name them in front of the command.
+    current = settings.model_dump(include=set(SERVED_SETTINGS)) if served_config is not None else {}
+    changed = [f"FEDCD_{name.upper()}={value}" for name, value in current.items()
+               if value != Settings.model_fields[name].default]
+    command = " ".join([*changed, "fedcd", *(shlex.quote(a) for a in args)])
     written = write_report(result, out, command=command)  # type: ignore[arg-type]
     console.print(f"wrote {', '.join(str(p) for p in written)}")
 
