@@ -7,7 +7,7 @@ from pathlib import Path
 
 from fastapi import APIRouter, status
 
-from app.deps import CalibrationStoreDep, FederationDep, JobRunnerDep, QMatrixStoreDep, SettingsDep, TenantDep
+from app.deps import CalibrationStoreDep, FederationDep, JobRunnerDep, QMatrixStoreDep, TenantDep
 from app.errors import InputError
 from app.schemas import CalibrateJob, CalibrateRequest, CalibrationList, CalibrationPublic, JobAccepted, JobProgress
 from diagnosis import UnknownEntities
@@ -16,11 +16,8 @@ from evaluation.datasets import DATASET_NAMES
 router = APIRouter(tags=["calibration"])
 
 
-def _check(body: CalibrateRequest, qmatrices: QMatrixStoreDep, federation: FederationDep, settings: SettingsDep) -> None:
+def _check(body: CalibrateRequest, qmatrices: QMatrixStoreDep, federation: FederationDep) -> None:
     """Refuse bad input now (422 naming the field), not minutes later inside the job."""
-    if body.isotonic and (body.method or settings.default_calibration_method) != "stacking":
-        raise InputError(("body", "isotonic"), ["isotonic applies to method 'stacking' only (the server default is "
-                                                f"'{settings.default_calibration_method}')"])
     if body.entities is not None:
         try:
             federation.pipeline.select(body.entities)
@@ -47,14 +44,13 @@ def _check(body: CalibrateRequest, qmatrices: QMatrixStoreDep, federation: Feder
 
 @router.post("/v1/calibrate", status_code=status.HTTP_202_ACCEPTED, response_model=JobAccepted)
 async def create_calibration_job(
-    body: CalibrateRequest, jobs: JobRunnerDep, qmatrices: QMatrixStoreDep, federation: FederationDep, tenant: TenantDep,
-    settings: SettingsDep,
+    body: CalibrateRequest, jobs: JobRunnerDep, qmatrices: QMatrixStoreDep, federation: FederationDep, tenant: TenantDep
 ) -> JobAccepted:
     """Start fitting the aggregation on a validation split; poll ``GET /v1/calibrate/{job_id}``.
 
     The fitted parameters are released with ``release_epsilon`` (charged to each validation student).
     """
-    _check(body, qmatrices, federation, settings)
+    _check(body, qmatrices, federation)
     return JobAccepted(job_id=jobs.submit("calibrate", {**body.model_dump(mode="json"), "tenant": tenant}))
 
 

@@ -211,6 +211,3 @@ def test_isotonic_stacking_through_the_api(tmp_path: Path) -> None:
         assert record["params"]["isotonic"]["good"] and any("isotonic" in n for n in record["notes"])
         r = client.post("/v1/calibrate", json={**body, "method": "bias"})
         assert r.status_code == 422 and "isotonic" in r.text
-    with make_client(tmp_path / "b", entities, default_calibration_method="posterior") as client:
-        r = client.post("/v1/calibrate", json={k: v for k, v in body.items() if k != "method"})
-        assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["body", "isotonic"]
