@@ -12,7 +12,9 @@ Architecture (the reference is EduCDM's ``NCDM``; this is our own implementation
 
 Training minimises the binary cross-entropy of the TRAIN split's responses (partial credit counts
 as a Bernoulli weight, as in ``common``) with Adam, stopping early: a seeded 10 % of the training
-responses is held out, and the epoch with the lowest loss on them is kept (patience 5 epochs).
+responses is held out, and the epoch with the lowest loss on them is kept (patience 5 epochs, counted once 4,000
+optimizer steps have run: from its initialisation the network first idles on a plateau at chance for up to ~1,000
+steps, and stopping there would keep an untrained model).
 
 **New students** (validation and test) are folded in: the item factors and the network are frozen and only θ of each new student is fitted
 to their observed responses (Adam, with a Gaussian prior on θ centred on the training students'
@@ -43,8 +45,9 @@ class NCDMSettings:
 
     hidden: tuple[int, int] = (512, 256)
     dropout: float = 0.5
-    max_epochs: int = 40
-    patience: int = 5  # epochs without a better early-stopping loss before training stops
+    max_epochs: int = 60
+    patience: int = 5  # epochs without a better early-stopping loss before training stops ...
+    min_steps: int = 4000  # ... counted only after this many optimizer steps (training first idles on a plateau)
     early_stopping_fraction: float = 0.1  # of the training responses, held out to choose the epoch
     batch_size: int = 64
     lr: float = 2e-3
@@ -71,8 +74,12 @@ class _Network(nn.Module):
         self.layers = nn.ModuleList([_PositiveLinear(k, h1), _PositiveLinear(h1, h2), _PositiveLinear(h2, 1)])
         self.dropout = nn.Dropout(settings.dropout)
         for module in self.modules():
-            if isinstance(module, nn.Linear | nn.Embedding):
+            if isinstance(module, nn.Linear):
                 nn.init.xavier_normal_(module.weight)
+            elif isinstance(module, nn.Embedding):
+                # unit-variance factors: sigmoid(θ) − sigmoid(B) starts spread over (−½, ½), not ≈ 0 — with
+                # xavier's tiny embeddings the interaction carries no signal and training idles on a plateau
+                nn.init.normal_(module.weight)
         with torch.no_grad():
             # Inputs of the 2nd and 3rd layers are sigmoid outputs (≈ ½ at the start); with |w| > 0 their sum
             # would saturate the next sigmoid and stall training for epochs, so the bias starts by centring it.
@@ -135,7 +142,7 @@ class NCDM(CDMBaseline):
             fit_idx, stop_idx = torch.nonzero(~stop).squeeze(1), torch.nonzero(stop).squeeze(1)
             optimizer = torch.optim.Adam(net.parameters(), lr=s.lr)
             self.loss_trace_, self.stopping_trace_ = [], []
-            best, best_state, waited = float("inf"), None, 0
+            best, best_state, waited, steps = float("inf"), None, 0, 0
             for _ in range(s.max_epochs):
                 net.train()
                 order = fit_idx[torch.randperm(fit_idx.numel(), generator=generator)]
@@ -147,6 +154,7 @@ class NCDM(CDMBaseline):
                     optimizer.zero_grad()
                     loss.backward()
                     optimizer.step()
+                    steps += 1
                     total += float(loss.detach()) * batch.numel()
                 self.loss_trace_.append(total / max(1, order.numel()))
                 net.eval()
@@ -157,7 +165,7 @@ class NCDM(CDMBaseline):
                 if held < best - 1e-4:
                     best, waited = held, 0
                     best_state = {k: v.clone() for k, v in net.state_dict().items()}
-                else:
+                elif steps >= s.min_steps:
                     waited += 1
                     if waited >= s.patience:
                         break

@@ -127,6 +127,7 @@ def test_the_served_rows_follow_the_server_defaults(tmp_path: Path, monkeypatch:
     # Prepare: a server whose defaults differ from the shipped ones.
     monkeypatch.setenv("FEDCD_DEFAULT_EPSILON", "16")
     monkeypatch.setenv("FEDCD_DEFAULT_MECHANISM", "duchi")
+    monkeypatch.setenv("FEDCD_SENSITIVITY", "assessed")
     out = tmp_path / "served"
     # Execute
     result = CliRunner().invoke(cli, ["evaluate", "--dataset", "synthetic", "--protocol", "heldout", "--epsilons", "2,inf",
@@ -136,7 +137,8 @@ def test_the_served_rows_follow_the_server_defaults(tmp_path: Path, monkeypatch:
     data = json.loads((out / "results.json").read_text())
     served = [r for r in data["rows"] if r["name"] == "served"]
     assert {(r["epsilon"], r["mechanism"]) for r in served} == {(16.0, "duchi"), (None, "none")}
-    assert data["served"]["config"]["noise"] == {"mechanism": "duchi", "epsilon": 16.0, "sensitivity": "paper"}
+    assert data["served"]["config"]["noise"] == {"mechanism": "duchi", "epsilon": 16.0, "sensitivity": "assessed"}
     assert data["significance"] and "ncdm" in {r["name"] for r in data["rows"]}
     report = (out / "report.md").read_text()
     assert "Significance" in report and "Targets" in report and "--ncdm-batch-size" in report
+    assert "FEDCD_DEFAULT_EPSILON=16.0" in report and "FEDCD_DEFAULT_MECHANISM=duchi" in report  # reproducible
