@@ -140,11 +140,11 @@ def evaluate(
     elif release is not None:
         args += ["--served-release-epsilon", f"{release:g}"]
     args += ["--ncdm-batch-size", str(ncdm_batch_size)] if ncdm else ["--no-ncdm"]
-    # Server defaults changed from the shipped ones change the served rows: name them in front of the command.
+    # The served rows follow the server's defaults: name them in front of the command, so it reproduces the
+    # report whatever the shipped defaults are when it is rerun.
     current = settings.model_dump(include=set(SERVED_SETTINGS)) if served_config is not None else {}
-    changed = [f"FEDCD_{name.upper()}={value}" for name, value in current.items()
-               if value != Settings.model_fields[name].default]
-    command = " ".join([*changed, "fedcd", *(shlex.quote(a) for a in args)])
+    command = " ".join([*(f"FEDCD_{name.upper()}={current[name]}" for name in SERVED_SETTINGS if name in current),
+                        "fedcd", *(shlex.quote(a) for a in args)])
     written = write_report(result, out, command=command)  # type: ignore[arg-type]
     console.print(f"wrote {', '.join(str(p) for p in written)}")
 

@@ -12,14 +12,15 @@ Architecture (the reference is EduCDM's ``NCDM``; this is our own implementation
 
 Training minimises the binary cross-entropy of the TRAIN split's responses (partial credit counts
 as a Bernoulli weight, as in ``common``) with Adam, stopping early: a seeded 10 % of the training
-responses is held out, and the epoch with the lowest loss on them is kept (patience 5 epochs, counted once 4,000
-optimizer steps have run: from its initialisation the network first idles on a plateau at chance for up to ~1,000
-steps, and stopping there would keep an untrained model).
+responses is held out, and the epoch with the lowest loss on them is kept (patience 5 epochs,
+counted once 4,000 optimizer steps have run: from its initialisation the network first idles on a
+plateau at chance for up to ~1,000 steps, and stopping there would keep an untrained model).
 
-**New students** (validation and test) are folded in: the item factors and the network are frozen and only θ of each new student is fitted
-to their observed responses (Adam, with a Gaussian prior on θ centred on the training students'
-mean and with their spread, so a student with few responses stays near the average instead of
-running to 0 or 1). Everything is seeded; torch threads are capped while it runs.
+**New students** (validation and test) are folded in: the item factors and the network are frozen
+and only θ of each new student is fitted to their observed responses (Adam, with a Gaussian prior
+on θ centred on the training students' mean and with their spread, so a student with few
+responses stays near the average instead of running to 0 or 1). Everything is seeded; torch
+threads are capped while it runs.
 """
 
 from __future__ import annotations
