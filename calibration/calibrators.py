@@ -34,7 +34,6 @@ from diagnosis import (
     DEFAULT_ALPHA,
     NO_NOISE,
     MechanismDescription,
-    ResidualAggregator,
     fit_concept_priors,
     fit_entity_error_sd,
     paper_residuals,

@@ -17,4 +17,7 @@ def make_calibrator(method: str, **options: object) -> Calibrator:
         kind = CALIBRATORS[method]
     except KeyError:
         raise ValueError(f"unknown calibration method {method!r} (use {', '.join(CALIBRATORS)})") from None
-    return kind(**options)  # type: ignore[arg-type]
+    try:
+        return kind(**options)  # type: ignore[arg-type]
+    except TypeError as exc:  # an option another method takes (e.g. isotonic, which only stacking has)
+        raise ValueError(f"calibration method {method!r} does not take {', '.join(sorted(options))}: {exc}") from None

@@ -26,6 +26,7 @@ Predictions = dict[str, dict[str, float]]  # entity -> concept -> privatized val
 class NoiseSetting:
     mechanism: str  # "laplace", "gaussian", ... ; ignored when epsilon is None
     epsilon: float | None  # None: no noise (ε = ∞)
+    sensitivity: str | None = None  # None: the run's sensitivity mode
 
     @property
     def label(self) -> str:
@@ -69,7 +70,7 @@ async def collect_predictions(
                 epsilon=setting.epsilon,
                 mechanism=setting.mechanism,
                 delta=delta,
-                sensitivity=sensitivity,  # type: ignore[arg-type]
+                sensitivity=setting.sensitivity or sensitivity,  # type: ignore[arg-type]
             )
             try:
                 outcomes = (await pipeline.diagnose(request)).entities

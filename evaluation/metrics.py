@@ -9,15 +9,24 @@ Mastery metrics follow the seed paper's formulas (7)–(10), as we read them:
 
 where the sums run over the (student, concept) pairs that have both a prediction and a
 truth. Response-prediction metrics (held-out protocol): AUC (Mann–Whitney, ties counted
-half), ACC at 0.5, RMSE of probabilities, ECE with 15 equal-width bins.
+half), ACC at 0.5, RMSE of probabilities (the square root of the Brier score), ECE with 15
+equal-width bins.
+
+**Labels in [0, 1]: one rule.** Wherever a value serves as a label — a held-out response's
+score, or a true mastery scored by attribute accuracy — a value y counts as y of a positive and
+1 − y of a negative (a Bernoulli weight, as in the link's likelihood and the baselines'
+``evaluation.baselines.common``). So for partial credit (0 < y < 1): AUC is the weighted
+Mann–Whitney statistic over (positive, negative) pairs of *different* observations; accuracy is
+y·[p ≥ ½] + (1 − y)·[p < ½]; ``response_rmse`` is √mean(y(1 − p)² + (1 − y)p²); ECE compares
+the mean prediction with the mean label per bin. For 0/1 labels these are the usual metrics.
+``mae`` and ``rmse`` compare mastery estimates with a continuous truth as numbers (no labels).
 """
 
 from __future__ import annotations
 
 import numpy as np
-from scipy.stats import rankdata
 
-__all__ = ["accuracy", "auc", "ece", "improvement", "mae", "privacy_cost", "reliability_bins", "rmse"]
+__all__ = ["accuracy", "auc", "ece", "improvement", "mae", "privacy_cost", "reliability_bins", "response_rmse", "rmse"]
 
 
 def _pair(pred: np.ndarray | list[float], truth: np.ndarray | list[float]) -> tuple[np.ndarray, np.ndarray]:
@@ -53,19 +62,39 @@ def privacy_cost(*, private_mae: float, nonprivate_mae: float) -> float:
 
 
 def auc(scores: np.ndarray | list[float], labels: np.ndarray | list[float]) -> float:
-    """Area under the ROC curve; NaN when only one class is present."""
+    """Area under the ROC curve with labels in [0, 1] (module docstring); NaN when one class has no weight.
+
+    Pairs of different observations only: an observation is never compared with itself.
+    """
     s, y = _pair(scores, labels)
-    y = y >= 0.5
-    n_pos, n_neg = int(y.sum()), int((~y).sum())
-    if n_pos == 0 or n_neg == 0:
+    if np.any((y < 0) | (y > 1)):
+        raise ValueError("labels must lie in [0, 1]")
+    pos, neg = y, 1.0 - y
+    self_pairs = float(np.sum(pos * neg))
+    total = float(pos.sum() * neg.sum()) - self_pairs
+    if total <= 1e-12:
         return float("nan")
-    ranks = rankdata(s)  # average ranks: a tie between a positive and a negative counts one half
-    return float((ranks[y].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
+    order = np.argsort(s, kind="mergesort")
+    s, pos, neg = s[order], pos[order], neg[order]
+    uniq, start = np.unique(s, return_index=True)
+    neg_group = np.add.reduceat(neg, start)
+    pos_group = np.add.reduceat(pos, start)
+    neg_below = np.concatenate([[0.0], np.cumsum(neg_group)[:-1]])
+    # each positive beats the negatives scored below it, ties count one half (including itself: removed below)
+    wins = float(np.sum(pos_group * (neg_below + 0.5 * neg_group)))
+    return (wins - 0.5 * self_pairs) / total
 
 
 def accuracy(probs: np.ndarray | list[float], labels: np.ndarray | list[float], *, threshold: float = 0.5) -> float:
+    """Expected accuracy at ``threshold``: a label y is right with weight y when p ≥ threshold, else 1 − y."""
     p, y = _pair(probs, labels)
-    return float(np.mean((p >= threshold) == (y >= 0.5))) if p.size else float("nan")
+    return float(np.mean(np.where(p >= threshold, y, 1.0 - y))) if p.size else float("nan")
+
+
+def response_rmse(probs: np.ndarray | list[float], labels: np.ndarray | list[float]) -> float:
+    """√Brier: √mean(y(1 − p)² + (1 − y)p²), the RMSE of P(correct) against labels in [0, 1]."""
+    p, y = _pair(probs, labels)
+    return float(np.sqrt(np.mean(y * (1 - p) ** 2 + (1 - y) * p**2))) if p.size else float("nan")
 
 
 def reliability_bins(

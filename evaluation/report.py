@@ -20,11 +20,22 @@ from evaluation.metrics import improvement, privacy_cost  # noqa: E402
 __all__ = ["write_report"]
 
 FED_ROWS = ("simple-ensemble", "fed-nodp-rc", "fed-dp-norc", "gaussian-dp", "full")
-CLASSICAL = ("irt", "dina", "proportion-correct", "oracle")
+CLASSICAL = ("irt", "dina", "ncdm", "proportion-correct", "item-difficulty", "oracle")
+CDM_BASELINES = ("irt", "dina", "ncdm")
+TARGET_MARGIN = 0.02
+COLORS = {"irt": "grey", "dina": "black", "ncdm": "purple", "proportion-correct": "tan", "item-difficulty": "silver",
+          "oracle": "green"}
 
 
 def _eps(e: float | None) -> str:
     return "∞" if e is None else f"{e:g}"
+
+
+def _noise(r: Row) -> str:
+    """ε with the mechanism where it is not the paper's Laplace (the served noise, the Gaussian rows)."""
+    if r.epsilon is None:
+        return "∞"
+    return f"{r.epsilon:g}" + ("" if r.mechanism == "laplace" else f" ({r.mechanism})")
 
 
 def _f(v: float | None, digits: int = 3) -> str:
@@ -41,10 +52,97 @@ def _groups(result: EvaluationResult) -> list[tuple[str | None, list[Row]]]:
 
 
 def _table(rows: Sequence[Row], metrics: Sequence[str]) -> list[str]:
-    lines = ["| row | ε | " + " | ".join(m.upper() for m in metrics) + " | n |", "|---|---|" + "---|" * len(metrics) + "---|"]
+    lines = ["| row | ε | " + " | ".join(m.upper() for m in metrics) + " | n | filled |",
+             "|---|---|" + "---|" * len(metrics) + "---|---|"]
     for r in rows:
-        lines.append(f"| `{r.name}` | {_eps(r.epsilon)} | " + " | ".join(_f(getattr(r, m)) for m in metrics) + f" | {r.n} |")
+        name = f"**`{r.name}`**" if r.name == "served" else f"`{r.name}`"
+        lines.append(f"| {name} | {_noise(r)} | " + " | ".join(_f(getattr(r, m)) for m in metrics) + f" | {r.n} | {r.filled} |")
     return lines
+
+
+def _served_noise(result: EvaluationResult) -> tuple[float, str] | None:
+    """(ε, mechanism) of the served row at the server's default noise."""
+    return next(((r.epsilon, r.mechanism) for r in result.rows if r.name == "served" and r.epsilon is not None), None)
+
+
+def _ablation_epsilons(rows: Sequence[Row]) -> list[float]:
+    """The finite ε of the paper's ablation rows (the served noise has its own rows)."""
+    return sorted({r.epsilon for r in rows if r.name in FED_ROWS and r.epsilon is not None})
+
+
+def _targets(result: EvaluationResult, rows: Sequence[Row]) -> list[str]:
+    """The issue's targets, computed from the rows: met or missed, and by how much."""
+    clean = next((r for r in rows if r.name == "served" and r.epsilon is None), None)
+    default = next((r for r in rows if r.name == "served" and r.epsilon is not None), None)
+    if clean is None:
+        return []
+    out = ["", "Targets (computed from the rows above):", ""]
+    if result.protocol == "heldout":
+        best = max((r for r in rows if r.name in CDM_BASELINES and r.auc is not None), key=lambda r: r.auc, default=None)
+        if best is None or clean.auc is None:
+            return []
+        gap = clean.auc - best.auc
+        out.append(f"- noiseless `served` AUC {clean.auc:.3f} vs max(irt, dina, ncdm) = `{best.name}` {best.auc:.3f}: "
+                   f"{'met' if gap >= 0 else 'missed'} ({gap:+.3f})")
+        if default is not None and default.auc is not None:
+            gap = default.auc - best.auc
+            out.append(f"- `served` at the defaults ({_noise(default)}) AUC {default.auc:.3f}: within {TARGET_MARGIN} of "
+                       f"{best.auc:.3f}? {'met' if gap >= -TARGET_MARGIN else 'missed'} ({gap:+.3f})")
+    elif result.protocol == "simulated":
+        oracle = next((r for r in rows if r.name == "oracle"), None)
+        if oracle is None or oracle.acc is None or clean.acc is None:
+            return []
+        gap = clean.acc - oracle.acc
+        out.append(f"- noiseless `served` attribute accuracy {clean.acc:.3f} vs the oracle ceiling {oracle.acc:.3f}: "
+                   f"within {TARGET_MARGIN}? {'met' if gap >= -TARGET_MARGIN else 'missed'} ({gap:+.3f})")
+    return out
+
+
+def _significance(result: EvaluationResult) -> list[str]:
+    if not result.significance:
+        return []
+    out = ["## Significance: `served` against each baseline", "",
+           "AUC(served) − AUC(baseline) on the same held-out responses; 95 % interval from a paired bootstrap over "
+           f"test students ({result.significance[0]['resamples']} resamples, seed {result.seed}).", "",
+           "| served ε | baseline | ΔAUC | 95 % interval | excludes 0 |", "|---|---|---|---|---|"]
+    for d in result.significance:
+        label = f"`{d['baseline']}`" + (" (same noise)" if d["baseline"].startswith("single:") else "")
+        out.append(f"| {_eps(d['epsilon'])} | {label} | {d['diff']:+.3f} | [{d['low']:+.3f}, {d['high']:+.3f}] | "
+                   f"{'yes' if d['excludes_zero'] else 'no'} |")
+    return [*out, ""]
+
+
+def _served_section(result: EvaluationResult) -> list[str]:
+    if not result.served:
+        return []
+    out = ["## The served configuration", ""]
+    config = result.served.get("config", {})
+    if config:
+        out.append(f"- noise {config['noise']}, calibration `{config['calibration_method']}` fitted on the validation "
+                   f"split through `calibration.fitting` (as `/v1/calibrate`), aggregation `{config['aggregation']}`, "
+                   f"calibration released {'without noise' if config['release_epsilon'] is None else 'with ε = ' + str(config['release_epsilon'])}")
+    local = result.served.get("local_fed")
+    if local:
+        out.append(f"- local-fed: {json.dumps(local, sort_keys=True)}")
+    calibrations = result.served.get("calibrations", [])
+    groups = calibrations.items() if isinstance(calibrations, dict) else [(None, calibrations)]
+    for generator, fits in groups:
+        for fit in fits:
+            label = f"[{generator}] " if generator else ""
+            out.append(f"- {label}calibration at {fit['noise']}: aggregator `{fit['aggregation']}`, metrics "
+                       f"{ {k: round(v, 4) for k, v in fit['metrics'].items()} }, params {json.dumps(_rounded(fit['params']))}")
+    ncdm = result.baselines.get("ncdm")
+    if ncdm:
+        out.append(f"- ncdm training settings: {json.dumps(ncdm)}")
+    return [*out, ""]
+
+
+def _rounded(value: object) -> object:
+    if isinstance(value, float):
+        return round(value, 4)
+    if isinstance(value, dict):
+        return {k: _rounded(v) for k, v in value.items()}
+    return value
 
 
 def _markdown(result: EvaluationResult, command: str, plots: list[str]) -> str:
@@ -68,13 +166,15 @@ def _markdown(result: EvaluationResult, command: str, plots: list[str]) -> str:
     out.append("")
     for generator, rows in _groups(result):
         suffix = f" — {generator.upper()}-generated students" if generator else ""
-        finite = sorted({r.epsilon for r in rows if r.epsilon is not None})
+        finite = _ablation_epsilons(rows)
         headline = max(finite) if finite else None
         singles_clean = [r for r in rows if r.name.startswith("single:") and r.epsilon is None]
         best_single = (min if lower_better else max)(singles_clean, key=lambda r: getattr(r, metric) or (math.inf if lower_better else -math.inf), default=None)
         out += [f"## Table 2: main comparison{suffix}", ""]
-        main_rows = [r for r in rows if (r.name.startswith("single:") and r.epsilon is None) or r.name in CLASSICAL or r.name in ("simple-ensemble", "fed-nodp-rc") or (r.name in FED_ROWS and r.epsilon == headline)]
+        served = _served_noise(result)
+        main_rows = [r for r in rows if (r.name.startswith("single:") and (r.epsilon is None or (r.epsilon, r.mechanism) == served)) or r.name == "served" or r.name in CLASSICAL or r.name in ("simple-ensemble", "fed-nodp-rc") or (r.name in FED_ROWS and r.epsilon == headline)]
         out += _table(main_rows, metrics)
+        out += _targets(result, rows)
         full = next((r for r in rows if r.name == "full" and r.epsilon == headline), None)
         if best_single and full and metric == "mae" and best_single.mae and full.mae is not None:
             out += ["", f"Improvement (formula 9) of `full` at ε = {_eps(headline)} over the best single entity "
@@ -91,6 +191,7 @@ def _markdown(result: EvaluationResult, command: str, plots: list[str]) -> str:
                 cost = f"{privacy_cost(private_mae=f_row.mae, nonprivate_mae=clean.mae):+.1f} %"
             out.append(f"| {_eps(eps)} | {_f(getattr(f_row, metric, None))} | {_f(getattr(n_row, metric, None))} | {cost} |")
         out.append("")
+    out += _significance(result) + _served_section(result)
     out += ["## Plots", ""] + [f"![{Path(p).stem}]({Path(p).name})" for p in plots] + [""]
     return "\n".join(out)
 
@@ -99,7 +200,7 @@ def _plot_privacy_utility(result: EvaluationResult, folder: Path) -> Path:
     metric = _main_metric(result)
     fig, axes = plt.subplots(1, len(_groups(result)), figsize=(6 * len(_groups(result)), 4), squeeze=False)
     for ax, (generator, rows) in zip(axes[0], _groups(result)):
-        finite = sorted({r.epsilon for r in rows if r.epsilon is not None})
+        finite = _ablation_epsilons(rows)
         xs = [*finite, max(finite) * 2 if finite else 1.0]
         for name in ("fed-dp-norc", "gaussian-dp", "full"):
             ys = [getattr(next((r for r in rows if r.name == name and r.epsilon == e), Row(name)), metric) for e in finite]
@@ -108,7 +209,10 @@ def _plot_privacy_utility(result: EvaluationResult, folder: Path) -> Path:
         for name in CLASSICAL:
             row = next((r for r in rows if r.name == name), None)
             if row is not None and getattr(row, metric) is not None:
-                ax.axhline(getattr(row, metric), linestyle="--", linewidth=0.8, label=name, color={"irt": "grey", "dina": "black", "proportion-correct": "tan", "oracle": "green"}[name])
+                ax.axhline(getattr(row, metric), linestyle="--", linewidth=0.8, label=name, color=COLORS[name])
+        for row in (r for r in rows if r.name == "served" and getattr(r, metric) is not None):
+            ax.axhline(getattr(row, metric), linestyle="-" if row.epsilon is None else ":", linewidth=1.4, color="red",
+                       label=f"served ({_noise(row)})")
         ax.set_xscale("log", base=2)
         ax.set_xticks(xs, [*(f"{e:g}" for e in finite), "∞"])
         ax.set_xlabel("ε per entity answer")

@@ -27,6 +27,7 @@ class Row:
     n: int = 0
     mechanism: str = "none"
     generator: str | None = None  # simulated protocol: which model generated the responses
+    filled: int = 0  # values counted by the uncovered-concept rule (evaluation.harness.fill_uncovered)
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
@@ -55,6 +56,10 @@ class EvaluationResult:
     # For plots: row key -> concept -> MAE; entity -> (predicted, observed) pairs.
     per_concept_error: dict[str, dict[str, float]] = field(default_factory=dict)
     reliability: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
+    # served rows vs baselines: AUC differences with paired-bootstrap intervals (held-out protocol)
+    significance: list[dict[str, Any]] = field(default_factory=list)
+    served: dict[str, Any] = field(default_factory=dict)  # the served configuration and what it calibrated
+    baselines: dict[str, Any] = field(default_factory=dict)  # baseline -> its training settings
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -70,5 +75,8 @@ class EvaluationResult:
             "calibration_method": self.method,
             "seconds": round(self.seconds, 1),
             "notes": self.notes,
+            "served": self.served,
+            "baselines": self.baselines,
             "rows": [r.to_json() for r in self.rows],
+            "significance": self.significance,
         }

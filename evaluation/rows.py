@@ -2,7 +2,8 @@
 
 Names are fixed (they are the paper's ablation, plus our own):
 
-* ``single:<entity>`` — one entity's privatized answer, uncalibrated, at each ε;
+* ``single:<entity>`` — one entity's privatized answer, uncalibrated, at each ε (Laplace), and at
+  the served noise when the ``served`` rows are measured;
 * ``simple-ensemble`` — the plain mean, no noise, no residual correction (RC);
 * ``fed-nodp-rc`` — no noise, calibrated on the validation split;
 * ``fed-dp-norc`` — Laplace noise at ε, plain mean;
@@ -22,7 +23,7 @@ from diagnosis.aggregation import residual_aggregate
 from calibration import ValidationSet, make_calibrator
 from evaluation.collect import Collected, NoiseSetting
 
-__all__ = ["Estimates", "federation_estimates"]
+__all__ = ["Estimates", "federation_estimates", "single_estimates"]
 
 Mastery = dict[str, float]
 
@@ -40,6 +41,20 @@ class Estimates:
 
 def _plain(preds: Sequence[dict[str, dict[str, float]]], concepts: Sequence[Sequence[str]]) -> list[Mastery]:
     return [residual_aggregate(p, c, alpha=0.0).mastery for p, c in zip(preds, concepts)]
+
+
+def single_estimates(val: Collected, test: Collected, *, entity_names: Sequence[str], setting: NoiseSetting) -> list[Estimates]:
+    """``single:<entity>``: each entity's own answer privatized at ``setting``, uncalibrated."""
+    return [
+        Estimates(
+            name=f"single:{entity}",
+            epsilon=setting.epsilon,
+            validation=[dict(p.get(entity, {})) for p in val.predictions[setting]],
+            test=[dict(p.get(entity, {})) for p in test.predictions[setting]],
+            mechanism=setting.mechanism if setting.epsilon is not None else "none",
+        )
+        for entity in entity_names
+    ]
 
 
 def federation_estimates(
@@ -69,17 +84,7 @@ def federation_estimates(
 
     clean = NoiseSetting("laplace", None)
     for eps in [None, *epsilons]:
-        setting = NoiseSetting("laplace", eps)
-        for entity in entity_names:
-            out.append(
-                Estimates(
-                    name=f"single:{entity}",
-                    epsilon=eps,
-                    validation=[dict(p.get(entity, {})) for p in val.predictions[setting]],
-                    test=[dict(p.get(entity, {})) for p in test.predictions[setting]],
-                    mechanism="laplace" if eps is not None else "none",
-                )
-            )
+        out += single_estimates(val, test, entity_names=entity_names, setting=NoiseSetting("laplace", eps))
     out.append(
         Estimates(
             name="simple-ensemble",

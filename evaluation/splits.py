@@ -9,11 +9,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import zlib
+
 import numpy as np
 
 from qmatrix import QMatrix, Response, StudentResponses
 
-__all__ = ["StudentSplit", "holdout_responses", "proportion_correct_truth", "split_students"]
+__all__ = ["HOLDOUT_FRACTION", "StudentSplit", "holdout_responses", "proportion_correct_truth", "split_holdout", "split_students"]
+
+HOLDOUT_FRACTION = 0.2
 
 
 @dataclass(frozen=True)
@@ -56,6 +60,19 @@ def holdout_responses(
     k = min(n - 1, max(1, int(round(fraction * n))))
     held = set(rng.choice(n, size=k, replace=False).tolist())
     return [r for i, r in enumerate(responses) if i not in held], [r for i, r in enumerate(responses) if i in held]
+
+
+def split_holdout(
+    students: Sequence[StudentResponses], seed: int, *, fraction: float = HOLDOUT_FRACTION
+) -> tuple[list[list[Response]], list[list[Response]]]:
+    """(observed, held out) per student, seeded by (seed, student id): the held-out protocol's hiding."""
+    observed, held = [], []
+    for s in students:
+        rng = np.random.default_rng([seed, zlib.crc32(s.student_id.encode())])
+        o, h = holdout_responses(s.responses, fraction=fraction, rng=rng)
+        observed.append(o)
+        held.append(h)
+    return observed, held
 
 
 def proportion_correct_truth(qmatrix: QMatrix, responses: Sequence[Response]) -> dict[str, float]:

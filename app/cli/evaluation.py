@@ -14,6 +14,10 @@ from app.cli.common import cli, console, err, parse_epsilons
 from app.settings import Settings
 
 
+# The settings the served rows are built from (ServedConfig below).
+SERVED_SETTINGS = ("default_mechanism", "default_epsilon", "sensitivity", "default_calibration_method")
+
+
 @cli.command()
 def evaluate(
     dataset: Annotated[
@@ -40,6 +44,14 @@ def evaluate(
     datasets: Annotated[str, typer.Option(help="--privacy-frontier: comma-separated datasets")] = "frcsub,assist0910,simulated",
     mechanisms: Annotated[Optional[str], typer.Option(help="--privacy-frontier: comma-separated mechanisms (default all)")] = None,
     repeats: Annotated[int, typer.Option(min=1, help="--privacy-frontier: noise draws per setting")] = 3,
+    served: Annotated[
+        bool, typer.Option("--served/--no-served", help="heldout/simulated: the served rows, with local-fed trained on the train split")
+    ] = True,
+    served_release_epsilon: Annotated[
+        str, typer.Option(help="ε of the served calibration's DP release; none: released without noise")
+    ] = "none",
+    ncdm: Annotated[bool, typer.Option("--ncdm/--no-ncdm", help="fit the NCDM baseline (PyTorch) on the train split")] = True,
+    ncdm_batch_size: Annotated[int, typer.Option(min=1, help="NCDM minibatch size")] = 64,
 ) -> None:
     """Evaluate the federation against baselines; writes results.json, report.md and plots to OUT."""
     if privacy_frontier:
@@ -48,9 +60,12 @@ def evaluate(
     import shlex
 
     from app.federation import Federation
+    from diagnosis import NoiseLevel
+    from evaluation.baselines import NCDMSettings
     from evaluation.datasets import load_dataset
     from evaluation.protocols import PROTOCOLS, evaluate as run_evaluation
     from evaluation.report import write_report
+    from evaluation.served import ServedConfig
     from evaluation.splits import split_students
     from providers.simulated import simulated_family
 
@@ -75,9 +90,21 @@ def evaluate(
         err.print(f"[red]error:[/] unknown entities: {', '.join(unknown) or '(none given)'}; "
                   f"configured: {', '.join(s.name for s in settings.entity_specs)}; simulated: {', '.join(sims)}")
         raise typer.Exit(2)
+    try:
+        release = None if served_release_epsilon == "none" else float(served_release_epsilon)
+    except ValueError as exc:
+        err.print(f"[red]error:[/] --served-release-epsilon must be a number or none, got {served_release_epsilon!r}")
+        raise typer.Exit(2) from exc
+    # The server's defaults, read from the one Settings object, so the served rows follow any change of default.
+    served_config = ServedConfig(
+        noise=NoiseLevel(mechanism=settings.default_mechanism, epsilon=settings.default_epsilon,
+                         sensitivity=settings.sensitivity),
+        calibration_method=settings.default_calibration_method, aggregation="auto", release_epsilon=release,
+    ) if served and protocol != "paper" else None
     n_eval = n_simulated if protocol == "simulated" else len(data.students)
     split = split_students(list(range(n_eval)), seed=seed)  # type: ignore[arg-type]
-    total = (len(split.validation) + len(split.test)) * (1 + 2 * len(eps)) * (2 if protocol == "simulated" else 1)
+    settings_count = 1 + 2 * len(eps) + (1 if served_config is not None else 0)
+    total = (len(split.validation) + len(split.test)) * settings_count * (2 if protocol == "simulated" else 1)
 
     async def run() -> object:
         federation = Federation(configured)
@@ -87,7 +114,8 @@ def evaluate(
                 task = bar.add_task("requests", total=total)
                 return await run_evaluation(
                     data, chosen, protocol=protocol, epsilons=eps, seed=seed, method=method, sensitivity=sensitivity,
-                    n_simulated=n_simulated, progress=lambda k: bar.advance(task, k),
+                    n_simulated=n_simulated, progress=lambda k: bar.advance(task, k), served=served_config,
+                    ncdm=NCDMSettings(batch_size=ncdm_batch_size, seed=seed) if ncdm else None,
                 )
         finally:
             await federation.aclose()
@@ -107,7 +135,16 @@ def evaluate(
         args += ["--max-items", str(max_items)]
     if protocol == "simulated":
         args += ["--n-simulated", str(n_simulated)]
-    command = "fedcd " + " ".join(shlex.quote(a) for a in args)
+    if not served:
+        args += ["--no-served"]
+    elif release is not None:
+        args += ["--served-release-epsilon", f"{release:g}"]
+    args += ["--ncdm-batch-size", str(ncdm_batch_size)] if ncdm else ["--no-ncdm"]
+    # The served rows follow the server's defaults: name them in front of the command, so it reproduces the
+    # report whatever the shipped defaults are when it is rerun.
+    current = settings.model_dump(include=set(SERVED_SETTINGS)) if served_config is not None else {}
+    command = " ".join([*(f"FEDCD_{name.upper()}={current[name]}" for name in SERVED_SETTINGS if name in current),
+                        "fedcd", *(shlex.quote(a) for a in args)])
     written = write_report(result, out, command=command)  # type: ignore[arg-type]
     console.print(f"wrote {', '.join(str(p) for p in written)}")
 

@@ -57,6 +57,13 @@ class CDMBaseline(ABC):
     def predict_proba(self, responses: np.ndarray, items: np.ndarray | None = None) -> np.ndarray:
         """P(correct) for each item (all, or the ``items`` selected) given each student's observed responses."""
 
+    def predict_pairs(self, responses: np.ndarray, students: np.ndarray, items: np.ndarray) -> np.ndarray:
+        """P(correct) for each (student row of ``responses``, item index) pair — what a held-out score needs."""
+        wanted = np.unique(np.asarray(items, dtype=int))
+        column = {int(i): k for k, i in enumerate(wanted)}
+        probs = self.predict_proba(responses, wanted)
+        return np.array([probs[s, column[int(i)]] for s, i in zip(students, items)], dtype=float)
+
     # --- shared plumbing -------------------------------------------------------------
     _q: np.ndarray | None = None
 

@@ -25,7 +25,6 @@ from evaluation.frontier.metrics import (
     _mae,
     _paired_auc_diff,
     _paired_mae_diff,
-    _split_holdout,
 )
 from evaluation.frontier.results import (
     DEFAULT_EPSILONS,
@@ -37,7 +36,7 @@ from evaluation.frontier.results import (
     Progress,
 )
 from evaluation.simulation import MAX_ORACLE_CONCEPTS, SimulatedStudents
-from evaluation.splits import proportion_correct_truth, split_students
+from evaluation.splits import proportion_correct_truth, split_holdout, split_students
 from privacy.registry import DEFAULT_DELTA, MECHANISM_NAMES
 from providers import Entity
 from qmatrix import Dataset
@@ -92,8 +91,8 @@ async def _dataset_frontier(
     p_test = await collect_predictions(entities, q, test * repeats, settings, seed=seed + 1, **kw)
 
     # Held-out protocol: 20 % hidden (as the heldout protocol); the link is fitted on validation rows.
-    val_obs, val_held = _split_holdout(split.validation, seed)
-    test_obs, test_held = _split_holdout(split.test, seed)
+    val_obs, val_held = split_holdout(split.validation, seed)
+    test_obs, test_held = split_holdout(split.test, seed)
     hval_concepts, htest_concepts = _assessed(q, val_obs), _assessed(q, test_obs)
     hval_truth = [
         {c: v for c, v in proportion_correct_truth(q, list(s.responses)).items() if c in assessed}

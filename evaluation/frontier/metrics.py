@@ -3,17 +3,15 @@
 from __future__ import annotations
 
 import math
-import zlib
 from collections.abc import Sequence
 
 import numpy as np
 
-from evaluation.frontier.results import BOOTSTRAP, HOLDOUT_FRACTION, Mastery
+from evaluation.frontier.results import BOOTSTRAP, Mastery
 from evaluation.link import fit_link
 from evaluation.simulation import DINA_GUESS, DINA_SLIP
-from evaluation.splits import holdout_responses
 from evaluation.metrics import auc as auc_score
-from qmatrix import QMatrix, Response, StudentResponses
+from qmatrix import QMatrix, Response
 
 # --------------------------------------------------------------------------------------------
 # Metrics
@@ -105,17 +103,6 @@ def _paired_auc_diff(a: _HeldoutScores, b: _HeldoutScores, rng: np.random.Genera
         if not math.isnan(d):
             boots.append(d)
     return float(diff), (float(np.std(boots, ddof=1)) if len(boots) > 1 else float("nan"))
-
-
-def _split_holdout(students: Sequence[StudentResponses], seed: int) -> tuple[list[list[Response]], list[list[Response]]]:
-    """Exactly the held-out protocol's hiding (same seed → same hidden responses)."""
-    observed, held = [], []
-    for s in students:
-        rng = np.random.default_rng([seed, zlib.crc32(s.student_id.encode())])
-        o, h = holdout_responses(s.responses, fraction=HOLDOUT_FRACTION, rng=rng)
-        observed.append(o)
-        held.append(h)
-    return observed, held
 
 
 def _constant(val_truths: Sequence[Mastery], concepts: Sequence[Sequence[str]]) -> list[Mastery]:

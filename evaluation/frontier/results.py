@@ -9,7 +9,6 @@ from typing import Any
 
 DEFAULT_EPSILONS: tuple[float, ...] = (0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0)
 POSTPROCESSING = ("mean", "posterior", "posterior-uniform")
-HOLDOUT_FRACTION = 0.2
 DEFAULT_REPEATS = 3  # noise draws per test row and setting in run_privacy_frontier (the committed report)
 BOOTSTRAP = 200  # paired bootstrap resamples (over test students) for AUC differences
 

@@ -82,6 +82,8 @@ def test_every_calibration_says_what_it_releases() -> None:
         assert any("Released without noise" in n for n in make_calibrator(method).fit(data).notes)
     with pytest.raises(ValueError):
         make_calibrator("magic")
+    with pytest.raises(ValueError, match="isotonic"):
+        make_calibrator("bias", isotonic=True)
     with pytest.raises(ValueError):
         BiasCalibrator().fit(ValidationSet.noiseless([], []))
 

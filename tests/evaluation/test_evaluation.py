@@ -121,3 +121,25 @@ def test_privacy_frontier_command_writes_its_report(tmp_path: Path) -> None:
     assert "--privacy-frontier" in (out / "report.md").read_text()
     bad = CliRunner().invoke(cli, ["evaluate", "--privacy-frontier", "--mechanisms", "magic", "--out", str(out)])
     assert bad.exit_code == 2
+
+
+def test_the_served_rows_follow_the_server_defaults(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Prepare: a server whose defaults differ from the shipped ones.
+    monkeypatch.setenv("FEDCD_DEFAULT_EPSILON", "16")
+    monkeypatch.setenv("FEDCD_DEFAULT_MECHANISM", "duchi")
+    monkeypatch.setenv("FEDCD_SENSITIVITY", "assessed")
+    out = tmp_path / "served"
+    # Execute
+    result = CliRunner().invoke(cli, ["evaluate", "--dataset", "synthetic", "--protocol", "heldout", "--epsilons", "2,inf",
+                                      "--max-students", "100", "--out", str(out)])
+    # Assert: the served row is privatized as that server would privatize, and the report says how it compares.
+    assert result.exit_code == 0, result.output
+    data = json.loads((out / "results.json").read_text())
+    served = [r for r in data["rows"] if r["name"] == "served"]
+    assert {(r["epsilon"], r["mechanism"]) for r in served} == {(16.0, "duchi"), (None, "none")}
+    assert data["served"]["config"]["noise"] == {"mechanism": "duchi", "epsilon": 16.0, "sensitivity": "assessed"}
+    assert data["significance"] and "ncdm" in {r["name"] for r in data["rows"]}
+    report = (out / "report.md").read_text()
+    assert "Significance" in report and "Targets" in report and "--ncdm-batch-size" in report
+    assert ("`FEDCD_DEFAULT_MECHANISM=duchi FEDCD_DEFAULT_EPSILON=16.0 FEDCD_SENSITIVITY=assessed "
+            "FEDCD_DEFAULT_CALIBRATION_METHOD=stacking fedcd evaluate") in report  # reproducible whatever the defaults

@@ -6,8 +6,20 @@ import math
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from evaluation.metrics import accuracy, auc, ece, improvement, mae, privacy_cost, reliability_bins, rmse
+from evaluation.metrics import (
+    accuracy,
+    auc,
+    ece,
+    improvement,
+    mae,
+    privacy_cost,
+    reliability_bins,
+    response_rmse,
+    rmse,
+)
 
 
 def test_mae_and_rmse_by_hand() -> None:
@@ -54,3 +66,39 @@ def test_reliability_bins_cover_all_points() -> None:
 def test_size_mismatch_is_refused() -> None:
     with pytest.raises(ValueError):
         mae([0.1, 0.2], [0.1])
+
+
+# --- partial credit: a label y counts as y of a positive and 1 − y of a negative ----------------
+def _pairwise_auc(scores: list[float], labels: list[float]) -> float:
+    num = den = 0.0
+    for i, (si, yi) in enumerate(zip(scores, labels)):
+        for j, (sj, yj) in enumerate(zip(scores, labels)):
+            if i != j:
+                w = yi * (1 - yj)
+                den += w
+                num += w * (1.0 if si > sj else 0.5 if si == sj else 0.0)
+    return num / den
+
+
+def test_auc_with_partial_credit_is_the_weighted_pair_count() -> None:
+    scores, labels = [0.9, 0.7, 0.7, 0.2, 0.1], [1.0, 0.5, 0.25, 0.75, 0.0]
+    assert auc(scores, labels) == pytest.approx(_pairwise_auc(scores, labels))
+    # a half-credit response compared with itself is never a pair: all-½ labels carry no ranking information
+    assert math.isnan(auc([0.3], [0.5]))
+
+
+@given(st.lists(st.tuples(st.integers(0, 4), st.sampled_from([0.0, 0.25, 0.5, 1.0])), min_size=2, max_size=30))
+def test_auc_matches_the_pairwise_definition_and_stays_in_unit_interval(cells: list[tuple[int, float]]) -> None:
+    scores, labels = [float(s) for s, _ in cells], [y for _, y in cells]
+    value = auc(scores, labels)
+    if math.isnan(value):
+        return
+    assert 0.0 <= value <= 1.0 and value == pytest.approx(_pairwise_auc(scores, labels))
+
+
+def test_accuracy_and_rmse_with_partial_credit_by_hand() -> None:
+    # a ¾-credit answer predicted at 0.6: right with weight ¾; Brier ¾·0.4² + ¼·0.6²
+    assert accuracy([0.6], [0.75]) == pytest.approx(0.75)
+    assert accuracy([0.4], [0.75]) == pytest.approx(0.25)
+    assert response_rmse([0.6], [0.75]) == pytest.approx(math.sqrt(0.75 * 0.16 + 0.25 * 0.36))
+    assert response_rmse([0.6, 0.1], [1, 0]) == pytest.approx(rmse([0.6, 0.1], [1, 0]))  # 0/1 labels: the usual RMSE

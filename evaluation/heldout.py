@@ -1,0 +1,160 @@
+"""The held-out protocol: 20 % of each validation and test student's responses are hidden (seeded), the
+diagnosis sees the rest, and every row predicts the hidden ones.
+
+* Federation rows (``single:*``, ``simple-ensemble``, ``fed-*``, ``full``, ``served``) predict
+  through the monotone link of :mod:`evaluation.link` (mastery and the item's train easiness,
+  fitted on validation); ``item-difficulty`` is that link without mastery, the floor a diagnosis
+  must clear.
+* Baselines (``irt``, ``dina``, ``ncdm``, ``proportion-correct``) are fitted on the train students
+  and predict from each test student's observed responses.
+* **Every row is scored on the same held-out responses.** A hidden item whose concepts a row did not
+  diagnose for that student counts at the row's validation-mean estimate of those concepts
+  (:func:`evaluation.harness.fill_uncovered`); the rows' ``filled`` says how often.
+* ``served`` is compared with every baseline and with ``single:local-fed`` by a paired bootstrap
+  over test students (:mod:`evaluation.significance`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from evaluation.baselines import CDMBaseline, response_matrix
+from evaluation.harness import Federation, Mastery, assessed, baselines, collect, fill_uncovered, served_setting
+from evaluation.link import ItemEasiness, fit_link, item_easiness
+from evaluation.metrics import accuracy, auc, ece, response_rmse
+from evaluation.results import EvaluationResult, Row
+from evaluation.rows import Estimates, federation_estimates, single_estimates
+from evaluation.served import served_estimates
+from evaluation.significance import BOOTSTRAP_RESAMPLES, PairedDifference, paired_bootstrap_auc
+from evaluation.splits import proportion_correct_truth, split_holdout
+from qmatrix import QMatrix, Response, StudentResponses
+
+__all__ = ["heldout_protocol"]
+
+COMPARED_WITH = ("irt", "dina", "ncdm", "proportion-correct", "single:local-fed", "item-difficulty")
+
+
+class _Scorer:
+    """Turns a row's mastery estimates into P(correct) for the held-out responses (validation and test)."""
+
+    def __init__(self, q: QMatrix, easiness: ItemEasiness, val_held: Sequence[Sequence[Response]],
+                 test_held: Sequence[Sequence[Response]]) -> None:
+        self.q, self.easiness = q, easiness
+        self.val_held, self.test_held = val_held, test_held
+        self.val_y = np.array([r.score for h in val_held for r in h], dtype=float)
+        self.test_y = np.array([r.score for h in test_held for r in h], dtype=float)
+        self.val_d = easiness([r.item_id for h in val_held for r in h])
+        self.test_d = easiness([r.item_id for h in test_held for r in h])
+        self.owner = np.array([s for s, h in enumerate(test_held) for _ in h])
+
+    def _mean_mastery(self, est: Sequence[Mastery], held: Sequence[Sequence[Response]]) -> np.ndarray:
+        return np.array([np.mean([m[c] for c in self.q.item(r.item_id).concepts]) for m, h in zip(est, held) for r in h])
+
+    def _needed(self, held: Sequence[Sequence[Response]]) -> list[set[str]]:
+        return [{c for r in h for c in self.q.item(r.item_id).concepts} for h in held]
+
+    def probabilities(self, est: Estimates) -> tuple[np.ndarray, int]:
+        """Test P(correct) of one row, and how many concept values the uncovered-concept rule filled."""
+        val, _ = fill_uncovered(est.validation, self._needed(self.val_held), est.validation)
+        test, filled = fill_uncovered(est.test, self._needed(self.test_held), est.validation)
+        link = fit_link(self._mean_mastery(val, self.val_held), self.val_y, self.val_d)
+        return link(self._mean_mastery(test, self.test_held), self.test_d), filled
+
+    def item_only(self) -> np.ndarray:
+        link = fit_link(np.zeros_like(self.val_y), self.val_y, self.val_d)
+        return link(np.zeros_like(self.test_y), self.test_d)
+
+
+def _row(name: str, eps: float | None, probs: np.ndarray, y: np.ndarray, *, mechanism: str = "none", filled: int = 0) -> Row:
+    return Row(name=name, epsilon=eps, auc=auc(probs, y), acc=accuracy(probs, y), rmse=response_rmse(probs, y),
+               ece=ece(probs, y), n=int(probs.size), mechanism=mechanism, filled=filled)
+
+
+def _baseline_probs(model: CDMBaseline, test_obs: Sequence[Sequence[Response]], test_held: Sequence[Sequence[Response]],
+                    q: QMatrix) -> np.ndarray:
+    x = response_matrix([StudentResponses(student_id=str(i), responses=tuple(o)) for i, o in enumerate(test_obs)], q)
+    column = {item: i for i, item in enumerate(q.item_ids)}
+    students = np.array([s for s, h in enumerate(test_held) for _ in h], dtype=int)
+    items = np.array([column[r.item_id] for h in test_held for r in h], dtype=int)
+    return model.predict_pairs(x, students, items)
+
+
+async def heldout_protocol(
+    fed: Federation, q: QMatrix, split, result: EvaluationResult, *, epsilons: Sequence[float], served, ncdm,  # type: ignore[no-untyped-def]
+    seed: int, sensitivity: str, delta: float, concurrency: int, progress,  # type: ignore[no-untyped-def]
+) -> None:
+    val_obs, val_held = split_holdout(split.validation, seed)
+    test_obs, test_held = split_holdout(split.test, seed)
+    result.split = {"train": len(split.train), "validation": len(val_obs), "test": len(test_obs)}
+    # Calibration truth for validation students: proportion correct over all their responses.
+    val_truth = [
+        {c: v for c, v in proportion_correct_truth(q, list(s.responses)).items() if c in concepts}
+        for s, concepts in zip(split.validation, assessed(q, val_obs))
+    ]
+    val_c, test_c, result.entity_failures = await collect(
+        fed, q, val_obs, test_obs, epsilons, sensitivity=sensitivity, delta=delta, seed=seed, concurrency=concurrency,
+        progress=progress, extra=served_setting(served),
+    )
+    estimates = federation_estimates(
+        val_c, test_c, val_truths=val_truth, val_concepts=assessed(q, val_obs), test_concepts=assessed(q, test_obs),
+        entity_names=list(fed.entities), epsilons=epsilons, method=result.method,
+    )
+    for setting in served_setting(served):
+        estimates += single_estimates(val_c, test_c, entity_names=list(fed.entities), setting=setting)
+    if served is not None:
+        run = await served_estimates(fed.entities, q, validation=val_obs, validation_truths=val_truth, test=test_obs,
+                                     config=served, seed=seed, concurrency=concurrency)
+        estimates += run.estimates
+        result.served["calibrations"] = run.calibrations
+    train_scores: dict[str, list[float]] = {}
+    for s in split.train:
+        for r in s.responses:
+            train_scores.setdefault(r.item_id, []).append(r.score)
+    scorer = _Scorer(q, item_easiness(train_scores), val_held, test_held)
+    y = scorer.test_y
+    probs: dict[tuple[str, float | None, str], np.ndarray] = {}  # (row, ε, mechanism) -> test P(correct)
+    for est in estimates:
+        p, filled = scorer.probabilities(est)
+        probs[(est.name, est.epsilon, est.mechanism)] = p
+        result.rows.append(_row(est.name, est.epsilon, p, y, mechanism=est.mechanism, filled=filled))
+        if est.name.startswith("single:") and est.epsilon is None:
+            result.reliability[est.name.removeprefix("single:")] = list(zip(p.tolist(), y.tolist()))
+    probs[("item-difficulty", None, "none")] = scorer.item_only()
+    result.rows.append(_row("item-difficulty", None, probs[("item-difficulty", None, "none")], y))
+    for name, model in baselines(split.train, q, ncdm).items():
+        probs[(name, None, "none")] = _baseline_probs(model, test_obs, test_held, q)
+        result.rows.append(_row(name, None, probs[(name, None, "none")], y))
+        if name == "ncdm":
+            result.baselines["ncdm"] = model.describe()  # type: ignore[attr-defined]
+    result.significance = [d.to_json() for d in _significance(probs, y, scorer.owner, seed)]
+    counts = sorted({r.filled for r in result.rows if r.filled})
+    if counts:
+        result.notes.append(
+            "uncovered concepts (a hidden item's concept the row did not diagnose for that student) count at the row's "
+            f"validation mean; values filled per federation row: {', '.join(map(str, counts))} (column 'filled')"
+        )
+    result.notes.append(
+        "heldout protocol: link P(correct) = sigmoid(a·mean mastery of the item's concepts + c·item easiness + b), "
+        "a ≥ 0 and c ≥ 0, fitted on validation (easiness: logit of the item's smoothed train proportion correct); "
+        "every row scores the same held-out responses; partial credit y counts as y correct and 1 − y wrong"
+    )
+
+
+def _significance(probs: Mapping[tuple[str, float | None, str], np.ndarray], y: np.ndarray, owner: np.ndarray,
+                  seed: int) -> list[PairedDifference]:
+    """``served`` at each noise level against every baseline, and against ``single:local-fed`` at the same noise."""
+    out = []
+    for (name, eps, mechanism), p in probs.items():
+        if name != "served":
+            continue
+        for baseline in COMPARED_WITH:
+            same_noise = baseline.startswith("single:")
+            q = probs.get((baseline, eps, mechanism) if same_noise else (baseline, None, "none"))
+            if q is None:
+                continue
+            diff, low, high = paired_bootstrap_auc(p, q, y, owner, seed=seed)
+            out.append(PairedDifference(row=name, epsilon=eps, baseline=baseline, diff=diff, low=low, high=high,
+                                        resamples=BOOTSTRAP_RESAMPLES))
+    return out

@@ -1,0 +1,168 @@
+"""The ``served`` row: what ``/v1/diagnose`` returns by default, measured as served.
+
+* ``local-fed`` is trained **federatedly on the protocol's train split only** (its students
+  partitioned into simulated institutions, FedAvg, ``fedcd train``'s defaults, seeded) and joins
+  the federation as an entity (:func:`train_local_fed`).
+* Every answer is privatized at the server's default noise (:class:`ServedConfig`, which the CLI
+  builds from ``app.settings.Settings``, so the row follows any change of default), calibrated
+  on the validation split through ``calibration.fitting`` — the functions ``/v1/calibrate`` jobs
+  run — and aggregated with the server's default aggregation (``aggregator_for(record, "auto")``).
+* Validation and test students are then diagnosed through the same ``DiagnosisPipeline.diagnose``
+  call the API makes. The row is measured twice: at the served noise, and without noise (what an
+  operator gets with ``FEDCD_ALLOW_UNNOISED=true`` and ``"epsilon": "none"``; calibrated without
+  noise too).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from calibration import AggregationMode, aggregator_for, answer_validation_student, calibration_record, make_calibrator
+from calibration.fitting import validation_set
+from diagnosis import NO_NOISE_LEVEL, Aggregator, AllEntitiesFailed, DiagnosisPipeline, DiagnosisRequest, NoiseLevel
+from evaluation.rows import Estimates
+from federated import ModelRegistry, train_federated
+from providers import Entity
+from providers.local_fed import LocalFedEntity
+from qmatrix import Dataset, QMatrix, Response, StudentResponses
+
+__all__ = ["LocalFedTraining", "ServedConfig", "served_estimates", "train_local_fed"]
+
+Mastery = dict[str, float]
+
+
+@dataclass(frozen=True, kw_only=True)
+class LocalFedTraining:
+    """How the evaluation trains ``local-fed``: ``fedcd train``'s defaults (FedAvg, IID, no DP)."""
+
+    clients: int = 3
+    rounds: int = 10
+    local_epochs: int = 2
+    threads: int = 2
+
+
+@dataclass(frozen=True, kw_only=True)
+class ServedConfig:
+    """The server's defaults that decide what ``/v1/diagnose`` returns."""
+
+    noise: NoiseLevel
+    calibration_method: str = "stacking"
+    aggregation: AggregationMode = "auto"
+    release_epsilon: float | None = None  # DP release of the calibration (None: released without noise)
+    local_fed: LocalFedTraining | None = field(default_factory=LocalFedTraining)  # None: no local-fed member
+
+
+@dataclass
+class ServedRun:
+    """The served rows' estimates and what each calibration fitted (for the report)."""
+
+    estimates: list[Estimates]
+    calibrations: list[dict[str, Any]]
+
+
+def train_local_fed(
+    train: Sequence[StudentResponses], q: QMatrix, *, simulated: bool, training: LocalFedTraining, seed: int,
+    folder: Path,
+) -> tuple[LocalFedEntity, dict[str, Any]]:
+    """``local-fed`` trained across ``training.clients`` simulated institutions on ``train`` only; the
+    entity serves the signed model from a registry in ``folder``."""
+    dataset = Dataset(name=f"{q.id}-train", qmatrix=q, students=list(train), simulated=simulated)
+    result = train_federated(
+        dataset=dataset, registry=folder, clients=training.clients, rounds=training.rounds,
+        local_epochs=training.local_epochs, seed=seed, threads=training.threads,
+    )
+    if not result.published:
+        raise RuntimeError(f"local-fed was not published: {result.decision}")
+    entity = LocalFedEntity(registry=ModelRegistry(folder))
+    entity.load()
+    facts = {"version": result.version, "train_students": len(train), "clients": training.clients,
+             "rounds": len(result.history), "local_epochs": training.local_epochs, "dp": "none",
+             "trainer_heldout_auc": result.heldout_metrics.get("auc"), "seconds": round(result.seconds, 1)}
+    return entity, facts
+
+
+async def _diagnose_all(
+    pipeline: DiagnosisPipeline, q: QMatrix, students: Sequence[Sequence[Response]], level: NoiseLevel,
+    aggregator: Aggregator, gate: asyncio.Semaphore,
+) -> list[Mastery]:
+    async def one(i: int, responses: Sequence[Response]) -> Mastery:
+        async with gate:
+            request = DiagnosisRequest(
+                student_id=f"served-{i}", qmatrix=q, responses=responses, epsilon=level.epsilon,
+                mechanism=level.mechanism, sensitivity=level.sensitivity, delta=level.delta,  # type: ignore[arg-type]
+            )
+            try:
+                return (await pipeline.diagnose(request, aggregator)).mastery
+            except AllEntitiesFailed:
+                return {}
+
+    return list(await asyncio.gather(*(one(i, r) for i, r in enumerate(students))))
+
+
+async def served_estimates(
+    entities: Mapping[str, Entity],
+    q: QMatrix,
+    *,
+    validation: Sequence[Sequence[Response]],
+    validation_truths: Sequence[Mastery],
+    test: Sequence[Sequence[Response]],
+    config: ServedConfig,
+    seed: int,
+    concurrency: int = 4,
+) -> ServedRun:
+    """The ``served`` rows at ``config.noise`` and without noise (see the module docstring).
+
+    ``entities`` should be ``Cached`` (shared with the rest of the evaluation) so no entity is
+    asked twice; every release is privatized afresh, as live diagnoses are.
+    """
+    pipeline = DiagnosisPipeline(dict(entities), seed=seed + 7)
+    calibrator = make_calibrator(config.calibration_method)
+    gate = asyncio.Semaphore(concurrency)
+    run = ServedRun(estimates=[], calibrations=[])
+    for level in (config.noise, NO_NOISE_LEVEL):
+        async def answer(i: int, responses: Sequence[Response], truth: Mastery, level: NoiseLevel = level):  # type: ignore[no-untyped-def]
+            async with gate:
+                return await answer_validation_student(
+                    pipeline, qmatrix=q, student_id=f"validation-{i}", responses=responses, truth=truth, noise=level,
+                    keep_clean=calibrator.fits_clean_answers,
+                )
+
+        answers = await asyncio.gather(*(answer(i, r, t) for i, (r, t) in enumerate(zip(validation, validation_truths))))
+        data = validation_set(answers, keep_clean=calibrator.fits_clean_answers)
+        fitted = calibrator.fit(data, release_epsilon=config.release_epsilon, rng=np.random.default_rng(seed))
+        record = calibration_record(
+            fitted, record_id=f"served-{'inf' if level.noiseless else level.epsilon}", qmatrix_id=q.id,
+            entities=list(entities), noise=level, truth_source="evaluation validation split", n_students=len(data),
+            version=1,
+        )
+        aggregator = aggregator_for(record, aggregation=config.aggregation)
+        run.estimates.append(Estimates(
+            name="served", epsilon=level.epsilon,
+            validation=await _diagnose_all(pipeline, q, validation, level, aggregator, gate),
+            test=await _diagnose_all(pipeline, q, test, level, aggregator, gate),
+            mechanism="none" if level.noiseless else level.mechanism,
+        ))
+        run.calibrations.append({"noise": level.fields(), "method": record.method, "aggregation": aggregator.kind,
+                                 "metrics": record.metrics, "params": _summary(record.params.to_json())})
+    return run
+
+
+def _summary(params: dict[str, Any]) -> dict[str, Any]:
+    """What a report shows of the fitted parameters: pooled weights in full, per-concept ones as a count."""
+    out = {k: v for k, v in params.items() if not isinstance(v, dict) or k in ("pooled_weights", "entity_error_sd")}
+    for k, v in params.items():
+        if isinstance(v, dict) and k not in out:
+            out[f"{k}_count"] = len(v)
+    return out
+
+
+def local_fed_folder() -> tempfile.TemporaryDirectory[str]:
+    """A temporary registry for the evaluation's own local-fed model (never the gateway's)."""
+    return tempfile.TemporaryDirectory(prefix="fedcd-eval-local-fed-")
