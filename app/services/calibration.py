@@ -57,6 +57,9 @@ class CalibrationService:
 
     def check(self, body: CalibrateRequest, tenant: str) -> None:
         """Refuse bad input now (422 naming the field, 404 for an unknown Q-matrix), not minutes later in the job."""
+        method = body.method or self.settings.default_calibration_method
+        if body.isotonic and method != "stacking":
+            raise InputError(("body", "isotonic"), [f"isotonic maps apply to method 'stacking' only, not '{method}'"])
         if body.entities is not None:
             try:
                 self.federation.pipeline.select(body.entities)
