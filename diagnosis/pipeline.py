@@ -25,6 +25,7 @@ from diagnosis.aggregation import Aggregator, ResidualAggregator
 from diagnosis.calibrated import NoiseLevel, calibration_mismatch
 from privacy import DEFAULT_DELTA, Mechanism, SensitivityMode, make_rng, mechanism_for_request
 from providers import Entity, EntityError, EntityPrediction, EntitySkipped, PromptContext, PromptItem
+from providers.pricing import FREE, Price
 from qmatrix import QMatrix, Response
 
 __all__ = [
@@ -95,7 +96,12 @@ class EntityOutcome:
 
     ``skipped``: the entity could not serve the request at all; ``mastery`` is None and
     ``error`` holds the reason. ``reason`` is the reason class of a failed or skipped entity
-    (``EntityError.code``: unavailable, timeout, rejected, parse_error, circuit_open, skipped)."""
+    (``EntityError.code``: unavailable, timeout, rejected, parse_error, circuit_open, skipped).
+
+    Usage: the tokens the provider reported for the answer and their price (``cost_usd``); a failed or
+    skipped call counts 0 (the adapters report no usage with an error, so tokens a failed call consumed
+    are not counted). ``cache``: ``hit``/``miss`` from a response cache in front of the entity, None
+    without one; a hit used no tokens and costs nothing."""
 
     name: str
     status: Literal["ok", "partial", "failed", "skipped"]
@@ -109,6 +115,8 @@ class EntityOutcome:
     repairs: dict[str, int] = field(default_factory=dict)  # repair rule -> count
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    cost_usd: float = 0.0
+    cache: Literal["hit", "miss"] | None = None
 
 
 @dataclass(frozen=True)
@@ -167,10 +175,16 @@ def _repair_counts(prediction: EntityPrediction) -> dict[str, int]:
 
 
 class DiagnosisPipeline:
-    """Holds the configured entities; ``diagnose`` runs one request through them."""
+    """Holds the configured entities; ``diagnose`` runs one request through them.
 
-    def __init__(self, entities: Mapping[str, Entity], *, seed: int | None = None) -> None:
+    ``prices``: each entity's price (``providers.pricing``); an entity not in it is free (tests,
+    evaluation runs), so its answers report tokens and a cost of 0."""
+
+    def __init__(
+        self, entities: Mapping[str, Entity], *, seed: int | None = None, prices: Mapping[str, Price] | None = None
+    ) -> None:
         self.entities = dict(entities)
+        self.prices = dict(prices or {})
         # One generator per pipeline, seeded from the OS CSPRNG (or a test seed).
         self._rng = make_rng(seed)
 
@@ -208,6 +222,8 @@ class DiagnosisPipeline:
             repairs=_repair_counts(prediction),
             prompt_tokens=prediction.usage.prompt_tokens,
             completion_tokens=prediction.usage.completion_tokens,
+            cost_usd=self.prices.get(entity.name, FREE).cost_usd(prediction.usage),
+            cache=prediction.cache,
         )
 
     def mechanism_for(self, request: DiagnosisRequest) -> Mechanism:
