@@ -186,3 +186,29 @@ def test_tokens_cost_and_cache_lookups_are_counted_in_the_metrics(tmp_path: Path
             sum(e["usage"]["cost_usd"] for e in mine))
         assert value(parsed, "fedcd_response_cache_lookups_total", entity=entity, result="miss") == 1
         assert value(parsed, "fedcd_response_cache_lookups_total", entity=entity, result="hit") == 1
+
+
+def test_workers_share_the_cache_through_redis(tmp_path: Path, redis_prefix: str) -> None:
+    # Prepare: two gateways (as two workers) on one Redis cache prefix, each with its own database
+    from tests.shared_redis import REDIS_URL
+
+    redis = {"redis_url": REDIS_URL, "cache_key_prefix": f"{redis_prefix}cache:", "circuit_key_prefix": f"{redis_prefix}c:"}
+    with gateway(tmp_path / "one", **redis) as one:
+        first = one.post("/v1/diagnose", json=_body("s1")).json()
+    with gateway(tmp_path / "two", **redis) as two:
+        # Execute: the same prompt on the other worker
+        second = two.post("/v1/diagnose", json=_body("s2")).json()
+    # Assert
+    assert (first["usage"]["cache_misses"], second["usage"]["cache_hits"]) == (2, 2)
+    assert second["usage"]["cost_usd"] == 0.0 and second["budget"]["charged_epsilon"] == pytest.approx(16.0)
+
+
+def test_only_the_configured_kinds_are_cached(tmp_path: Path) -> None:
+    # Prepare: caching for a kind none of the entities has
+    with gateway(tmp_path, cache_kinds=["openai"]) as client:
+        # Execute
+        bodies = [client.post("/v1/diagnose", json=_body(s)).json() for s in ("s1", "s2")]
+    # Assert: no cache in front of the simulated entities
+    assert all(e["cache"] is None for b in bodies for e in b["entities"])
+    assert bodies[0]["usage"]["cost_usd"] > 0
+    assert bodies[1]["usage"]["cost_usd"] == pytest.approx(bodies[0]["usage"]["cost_usd"])  # asked and paid again
