@@ -34,6 +34,7 @@ __all__ = [
     "ApiKeyRow",
     "Base",
     "CalibrationRow",
+    "ConfigGenerationRow",
     "Database",
     "JobEventRow",
     "JobItemRow",
@@ -179,6 +180,18 @@ class CalibrationRow(Base):
     version: Mapped[int] = mapped_column(Integer)
     record_json: Mapped[str] = mapped_column(Text)
     created_at: Mapped[str] = mapped_column(String(40), default=utcnow)
+
+
+class ConfigGenerationRow(Base):
+    """A counter per tenant, raised in the same transaction as every write to what a diagnosis reads of the
+    tenant's configuration (Q-matrices, calibrations, privacy policy). A worker caches that configuration
+    and re-reads it only when the counter moved — one indexed read per request instead of one per kind,
+    and a write in any worker invalidates every worker's cache (``app.storage.tenant_config``)."""
+
+    __tablename__ = "config_generations"
+
+    tenant: Mapped[str] = mapped_column(String(64), primary_key=True)
+    generation: Mapped[int] = mapped_column(Integer)
 
 
 def _sqlite_pragmas(dbapi_connection, _record) -> None:  # type: ignore[no-untyped-def]

@@ -29,10 +29,14 @@ from typing import Any
 import httpx
 import psutil
 
-__all__ = ["GatewayBenchConfig", "ScenarioResult", "run_gateway_bench"]
+__all__ = ["BenchSetupError", "GatewayBenchConfig", "ScenarioResult", "run_gateway_bench"]
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE_ITEMS = ["q01", "q02", "q03", "q04", "q05", "q06", "q07", "q08", "q09", "q10", "q11", "q12"]
+
+
+class BenchSetupError(RuntimeError):
+    """A tool the requested bench needs is missing (py-spy, LiteLLM): the user's to install, not a crash."""
 
 
 @dataclass(frozen=True)
@@ -238,7 +242,7 @@ def _sdk_per_call(stub_url: str, config: GatewayBenchConfig) -> ScenarioResult:
 def _litellm(config: GatewayBenchConfig, stub_url: str, procs: _Processes, work: Path) -> list[ScenarioResult]:
     command = config.litellm_command or shutil.which("litellm")
     if command is None:
-        raise RuntimeError("--compare-litellm: no `litellm` command found (install LiteLLM's proxy: `make litellm`)")
+        raise BenchSetupError("--compare-litellm: no `litellm` command found (install LiteLLM's proxy: `make litellm`)")
     cfg = work / "litellm.yaml"
     master_key = f"sk-bench-{secrets.token_hex(16)}"  # authenticated like fedcd's requests are
     cfg.write_text(json.dumps({"model_list": [{"model_name": "stub", "litellm_params": {
@@ -265,7 +269,7 @@ def _litellm(config: GatewayBenchConfig, stub_url: str, procs: _Processes, work:
 def _start_profile(pid: int, work: Path, procs: _Processes) -> tuple[subprocess.Popen[bytes], Path]:
     command = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
     if not Path(command).exists():
-        raise RuntimeError("--profile needs py-spy (pip install py-spy)")
+        raise BenchSetupError("--profile needs py-spy: pip install -e '.[bench]'")
     out = work / "profile.txt"
     # --nonblocking: sample without pausing the gateway (pausing would add latency to what is measured);
     # --gil: only the thread holding the GIL, i.e. where the gateway's Python CPU goes.
@@ -282,6 +286,7 @@ def _stop_profile(profile: tuple[subprocess.Popen[bytes], Path]) -> str:
     proc.wait(timeout=60)
     own: dict[str, int] = {}
     inclusive: dict[str, int] = {}
+    by_library: dict[str, int] = {}
     total = 0
     for line in out.read_text().splitlines():
         stack, _, count = line.rpartition(" ")
@@ -293,11 +298,22 @@ def _stop_profile(profile: tuple[subprocess.Popen[bytes], Path]) -> str:
             continue
         total += n
         own[frames[-1]] = own.get(frames[-1], 0) + n
+        library = _library(frames[-1])
+        by_library[library] = by_library.get(library, 0) + n
         for frame in set(frames):
             inclusive[frame] = inclusive.get(frame, 0) + n
     def top(table: dict[str, int], k: int) -> list[str]:
         return [f"{100 * v / total:5.1f}%  {name}" for name, v in sorted(table.items(), key=lambda kv: -kv[1])[:k]]
-    return "\n".join([f"samples of the thread holding the GIL: {total}", "", "own time:", *top(own, 25), "", "inclusive:", *top(inclusive, 40)])
+    return "\n".join([f"samples of the thread holding the GIL: {total}", "",
+                      "own time by library (the innermost frame's package):", *top(by_library, 20), "",
+                      "own time:", *top(own, 25), "", "inclusive:", *top(inclusive, 60)])
+
+
+def _library(frame: str) -> str:
+    """``SocketStream.send (anyio/_backends/_asyncio.py:1474)`` -> ``anyio``; fedcd's own packages by name."""
+    path = frame.rpartition(" (")[2].rstrip(")")
+    head = path.split("/")[0].split(":")[0]
+    return head.removesuffix(".py") or "?"
 
 
 def run_gateway_bench(config: GatewayBenchConfig, *, progress: Callable[[str], None] = lambda _: None) -> dict[str, Any]:

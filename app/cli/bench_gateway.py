@@ -29,14 +29,18 @@ def bench_gateway(
 ) -> None:
     """Start stub providers, the gateway and a bounded load generator on loopback; write results.json, report.md
     and latency_throughput.png."""
-    from bench import GatewayBenchConfig, run_gateway_bench, write_gateway_report
+    from bench import BenchSetupError, GatewayBenchConfig, run_gateway_bench, write_gateway_report
 
     config = GatewayBenchConfig(
         entities=entities, stub_latency_ms=stub_latency_ms, workers=workers, ledger=ledger, database_url=database_url,
         requests_c1=requests, requests_cmax=requests_concurrent, concurrency=concurrency, max_seconds=max_seconds,
         compare_litellm=compare_litellm, litellm_command=litellm_command, profile=profile,
     )
-    data = run_gateway_bench(config, progress=lambda message: err.print(f"[dim]{message} ...[/]"))
+    try:
+        data = run_gateway_bench(config, progress=lambda message: err.print(f"[dim]{message} ...[/]"))
+    except BenchSetupError as exc:
+        err.print(f"[red]{exc}[/]")
+        raise typer.Exit(2) from None
     args = ["bench", "gateway", "--entities", str(entities), "--stub-latency-ms", f"{stub_latency_ms:g}", "--workers",
             str(workers), "--ledger" if ledger else "--no-ledger", "--requests", str(requests),
             "--requests-concurrent", str(requests_concurrent), "--concurrency", str(concurrency), "--out", str(out)]

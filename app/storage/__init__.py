@@ -3,6 +3,7 @@
 from app.storage.calibrations import CalibrationStore, StoredCalibration
 from app.storage.policies import PolicyStore, budget_rule, default_policy
 from app.storage.qmatrices import QMatrixExists, QMatrixStore, StoredQMatrix
+from app.storage.tenant_config import TenantConfig, TenantConfigCache
 
 __all__ = [
     "CalibrationStore",
@@ -11,6 +12,8 @@ __all__ = [
     "QMatrixStore",
     "StoredCalibration",
     "StoredQMatrix",
+    "TenantConfig",
+    "TenantConfigCache",
     "budget_rule",
     "default_policy",
 ]
