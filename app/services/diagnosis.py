@@ -276,7 +276,10 @@ class DiagnosisService:
             if released == 0:
                 await ledger.arefund(charge.id)
                 return response
-            settled = await ledger.astore_answer(charge.id, response.model_dump_json(), releases=released, rule=rule)
+            if released == charge.releases:  # every entity charged for released: one statement, nothing to recount
+                settled = await ledger.arelease(charge, response.model_dump_json())
+            else:
+                settled = await ledger.astore_answer(charge.id, response.model_dump_json(), releases=released, rule=rule)
         except BaseException:
             # Nothing was released (or the answer never left): give the student's budget back.
             await asyncio.shield(self._refund_quietly(charge, tenant))

@@ -42,7 +42,7 @@ import json
 import time
 import uuid
 from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from sqlalchemy import Connection, func, insert, select, update
@@ -238,6 +238,23 @@ class PrivacyLedger:
                 self._save(conn, row["tenant"], row["student_id"], *self._rebuild(conn, row["tenant"], row["student_id"]), now)
             return self._charge_of(conn, row, rule, now, repeat=False)
 
+    def release(self, charge: Charge, answer_json: str) -> Charge:
+        """Keep the answer of a charge that released everything it charged for — the common case — in one
+        statement: nothing is recounted, so the student's totals returned are those the charge computed (a
+        concurrent charge of the same student made since is not in them; the ledger itself is exact).
+        Raises :class:`ChargeStateError` when the charge is no longer pending (refunded, or released already)."""
+        if not isinstance(answer_json, str):
+            raise TypeError("answer_json must be a JSON string")
+        now = float(self._clock())
+        with self._db.write() as conn:
+            result = conn.execute(
+                update(charges).where(charges.c.id == charge.id, charges.c.status == CHARGED)
+                .values(status=RELEASED, answer_json=answer_json, settled_at=now)
+            )
+        if result.rowcount != 1:
+            raise ChargeStateError(f"charge {charge.id} is no longer pending; its answer cannot be stored")
+        return replace(charge, status=RELEASED, answer_json=answer_json)
+
     def refund(self, charge_id: str) -> None:
         """Undo a charge whose query released nothing; idempotent."""
         now = float(self._clock())
@@ -249,7 +266,12 @@ class PrivacyLedger:
                 return
             if row["status"] == RELEASED:
                 raise ChargeStateError(f"charge {charge_id} released an answer; its privacy spend is final")
-            conn.execute(update(charges).where(charges.c.id == charge_id).values(status=REFUNDED, settled_at=now))
+            refunded = conn.execute(  # guarded like release(): of a refund and a release racing, exactly one wins
+                update(charges).where(charges.c.id == charge_id, charges.c.status == CHARGED)
+                .values(status=REFUNDED, settled_at=now)
+            )
+            if refunded.rowcount != 1:
+                raise ChargeStateError(f"charge {charge_id} released an answer; its privacy spend is final")
             self._save(conn, row["tenant"], row["student_id"], *self._rebuild(conn, row["tenant"], row["student_id"]), now)
 
     def settle_orphans(self, *, live_owners: Collection[str]) -> int:
@@ -347,6 +369,9 @@ class PrivacyLedger:
 
     async def astore_answer(self, charge_id: str, answer_json: str, **kwargs: Any) -> Charge:
         return await asyncio.to_thread(lambda: self.store_answer(charge_id, answer_json, **kwargs))
+
+    async def arelease(self, charge: Charge, answer_json: str) -> Charge:
+        return await asyncio.to_thread(self.release, charge, answer_json)
 
     async def arefund(self, charge_id: str) -> None:
         await asyncio.to_thread(self.refund, charge_id)
