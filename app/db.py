@@ -43,10 +43,16 @@ __all__ = [
     "QMatrixRow",
     "TenantRow",
     "WorkerRow",
+    "engine_of",
     "utcnow",
 ]
 
 SHARED_TENANT = "_shared"  # read-only rows every tenant sees; tenant names cannot start with "_"
+
+
+def engine_of(sessions: sessionmaker) -> Engine:
+    """The engine a session factory is bound to, for hot-path reads on a plain connection (no ORM session)."""
+    return sessions.kw["bind"]
 
 
 def utcnow() -> str:

@@ -6,7 +6,7 @@ generation commit together: a reader that sees the new generation also sees the 
 
 from __future__ import annotations
 
-from sqlalchemy import select
+from sqlalchemy import Connection, bindparam, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
@@ -28,10 +28,14 @@ def bump(session: Session, tenant: str) -> None:
     ))
 
 
-def read_generations(session: Session, tenant: str) -> tuple[int, int]:
+_GENERATIONS = ConfigGenerationRow.__table__.c
+# Built once: every request runs it (building a statement costs more than running it on SQLite).
+_READ = select(_GENERATIONS.tenant, _GENERATIONS.generation).where(
+    _GENERATIONS.tenant.in_([bindparam("tenant"), bindparam("shared")])
+)
+
+
+def read_generations(conn: Connection, tenant: str) -> tuple[int, int]:
     """(the tenant's generation, the shared rows' generation); 0 for one never written."""
-    rows = dict(session.execute(
-        select(ConfigGenerationRow.tenant, ConfigGenerationRow.generation)
-        .where(ConfigGenerationRow.tenant.in_((tenant, SHARED_TENANT)))
-    ).all())
+    rows = dict(conn.execute(_READ, {"tenant": tenant, "shared": SHARED_TENANT}).all())
     return rows.get(tenant, 0), rows.get(SHARED_TENANT, 0)

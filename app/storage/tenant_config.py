@@ -15,6 +15,7 @@ import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
+from app.db import engine_of
 from app.schemas import PrivacyPolicyPublic
 from app.storage.calibrations import CalibrationStore, StoredCalibration
 from app.storage.generations import read_generations
@@ -78,8 +79,8 @@ class TenantConfigCache:
 
     def current(self, tenant: str) -> TenantConfig:
         """The tenant's configuration as of now (one statement: the generations)."""
-        with self.qmatrices.sessions() as session:
-            generations = read_generations(session, tenant)
+        with engine_of(self.qmatrices.sessions).connect() as conn:
+            generations = read_generations(conn, tenant)
         with self._lock:
             memo = self._memos.get(tenant)
             if memo is None or memo.generations != generations:
