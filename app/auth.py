@@ -19,10 +19,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
-from sqlalchemy import select, update
+from sqlalchemy import bindparam, select, update
 from sqlalchemy.orm import sessionmaker
 
-from app.db import ApiKeyRow, TenantRow
+from app.db import ApiKeyRow, TenantRow, engine_of
 
 __all__ = [
     "KEY_PREFIX",
@@ -89,6 +89,12 @@ class KeyInfo:
         return not self.revoked and (self.expires_at is None or self.expires_at > now)
 
 
+_KEYS = ApiKeyRow.__table__.c
+_KEY_LOOKUP = select(
+    _KEYS.key_id, _KEYS.tenant, _KEYS.role, _KEYS.key_hash, _KEYS.revoked, _KEYS.expires_at, _KEYS.last_used_at
+).where(_KEYS.key_id == bindparam("key_id"))
+
+
 class KeyStore:
     def __init__(self, sessions: sessionmaker, *, clock: Callable[[], float] = time.time) -> None:
         self.sessions, self._clock = sessions, clock
@@ -121,15 +127,16 @@ class KeyStore:
         match = _KEY.match(api_key)
         if match is None:
             return None
-        with self.sessions() as session:
-            row = session.get(ApiKeyRow, match.group(1))
-            if row is None or not hmac.compare_digest(row.key_hash, _hash(api_key)):
-                return None
-            now = self._clock()
-            if row.revoked or (row.expires_at is not None and row.expires_at <= now):
-                return None
-            principal = Principal(tenant=row.tenant, role=row.role, key_id=row.key_id)  # type: ignore[arg-type]
-            stale = row.last_used_at is None or row.last_used_at < now - _LAST_USED_EVERY_S
+        # A Core statement built once, on a plain connection: every request runs it (see app.storage.generations).
+        with engine_of(self.sessions).connect() as conn:
+            row = conn.execute(_KEY_LOOKUP, {"key_id": match.group(1)}).first()
+        if row is None or not hmac.compare_digest(row.key_hash, _hash(api_key)):
+            return None
+        now = self._clock()
+        if row.revoked or (row.expires_at is not None and row.expires_at <= now):
+            return None
+        principal = Principal(tenant=row.tenant, role=row.role, key_id=row.key_id)  # type: ignore[arg-type]
+        stale = row.last_used_at is None or row.last_used_at < now - _LAST_USED_EVERY_S
         if stale:
             with self.sessions.begin() as session:
                 session.execute(update(ApiKeyRow).where(ApiKeyRow.key_id == principal.key_id).values(last_used_at=now))

@@ -34,6 +34,7 @@ __all__ = [
     "ApiKeyRow",
     "Base",
     "CalibrationRow",
+    "ConfigGenerationRow",
     "Database",
     "JobEventRow",
     "JobItemRow",
@@ -43,10 +44,16 @@ __all__ = [
     "TenantRow",
     "UsageRow",
     "WorkerRow",
+    "engine_of",
     "utcnow",
 ]
 
 SHARED_TENANT = "_shared"  # read-only rows every tenant sees; tenant names cannot start with "_"
+
+
+def engine_of(sessions: sessionmaker) -> Engine:
+    """The engine a session factory is bound to, for hot-path reads on a plain connection (no ORM session)."""
+    return sessions.kw["bind"]
 
 
 def utcnow() -> str:
@@ -180,6 +187,18 @@ class CalibrationRow(Base):
     version: Mapped[int] = mapped_column(Integer)
     record_json: Mapped[str] = mapped_column(Text)
     created_at: Mapped[str] = mapped_column(String(40), default=utcnow)
+
+
+class ConfigGenerationRow(Base):
+    """A counter per tenant, raised in the same transaction as every write to what a diagnosis reads of the
+    tenant's configuration (Q-matrices, calibrations, privacy policy). A worker caches that configuration
+    and re-reads it only when the counter moved — one indexed read per request instead of one per kind,
+    and a write in any worker invalidates every worker's cache (``app.storage.tenant_config``)."""
+
+    __tablename__ = "config_generations"
+
+    tenant: Mapped[str] = mapped_column(String(64), primary_key=True)
+    generation: Mapped[int] = mapped_column(Integer)
 
 
 class UsageRow(Base):

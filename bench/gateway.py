@@ -22,12 +22,14 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import httpx
 import psutil
+
+from bench.profiling import BenchSetupError, Profile, py_spy_command, start_profile
 
 __all__ = ["GatewayBenchConfig", "ScenarioResult", "run_gateway_bench"]
 
@@ -54,6 +56,7 @@ class GatewayBenchConfig:
     compare_litellm: bool = False
     litellm_command: str | None = None  # default: `litellm` on PATH
     profile: bool = False  # py-spy (if installed) samples the gateway during the concurrency-1 scenario
+    baseline: str | None = None  # a git revision: its gateway runs the same scenarios in the same run, for ratios
     seed: int = 0
 
 
@@ -114,9 +117,11 @@ class _Processes:
     def __init__(self, log_dir: Path) -> None:
         self.log_dir, self.procs = log_dir, []  # type: ignore[var-annotated]
 
-    def start(self, name: str, args: Sequence[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
+    def start(
+        self, name: str, args: Sequence[str], env: dict[str, str], cwd: Path = ROOT
+    ) -> subprocess.Popen[bytes]:
         log = (self.log_dir / f"{name}.log").open("ab")
-        proc = subprocess.Popen(list(args), env=env, cwd=ROOT, stdout=log, stderr=log)
+        proc = subprocess.Popen(list(args), env=env, cwd=cwd, stdout=log, stderr=log)
         self.procs.append(proc)
         return proc
 
@@ -204,13 +209,13 @@ def _big_qmatrix_csv(n_items: int, n_concepts: int = 20) -> str:
     return "item_id,text," + ",".join(f"skill{k:02d}" for k in range(n_concepts)) + "\n" + "\n".join(rows) + "\n"
 
 
-def _fedcd_env(config: GatewayBenchConfig, state: Path, stub_urls: Sequence[str]) -> dict[str, str]:
+def _fedcd_env(config: GatewayBenchConfig, state: Path, stub_urls: Sequence[str], root: Path) -> dict[str, str]:
     entities = [
         {"name": f"e{k}", "kind": "openai_compatible", "base_url": f"{stub_urls[k % len(stub_urls)]}/v1",
          "model": "stub", "api_key": "bench", "max_attempts": 1, "structured_output": "json_schema"}
         for k in range(config.entities)
     ]
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "FEDCD_STATE_DIR": str(state), "FEDCD_ENTITIES": json.dumps(entities),
+    env = {**os.environ, "PYTHONPATH": str(root), "FEDCD_STATE_DIR": str(state), "FEDCD_ENTITIES": json.dumps(entities),
            "FEDCD_LOCAL_FED": "false", "FEDCD_DEFAULT_CALIBRATION": "false", "FEDCD_PRELOAD_MODELS": "false",
            "FEDCD_PRIVACY_PERIOD": "lifetime", "FEDCD_PRIVACY_CAP_EPSILON": "1e7" if config.ledger else "null",
            "OPENBLAS_NUM_THREADS": "1"}
@@ -235,10 +240,16 @@ def _sdk_per_call(stub_url: str, config: GatewayBenchConfig) -> ScenarioResult:
     )
 
 
-def _litellm(config: GatewayBenchConfig, stub_url: str, procs: _Processes, work: Path) -> list[ScenarioResult]:
-    command = config.litellm_command or shutil.which("litellm")
+def _litellm_command(config: GatewayBenchConfig) -> str:
+    command = shutil.which(config.litellm_command or "litellm")
     if command is None:
-        raise RuntimeError("--compare-litellm: no `litellm` command found (install LiteLLM's proxy: `make litellm`)")
+        raise BenchSetupError(f"--compare-litellm: no `{config.litellm_command or 'litellm'}` command found "
+                              "(install LiteLLM's proxy: `make litellm`)")
+    return command
+
+
+def _litellm(config: GatewayBenchConfig, stub_url: str, procs: _Processes, work: Path) -> list[ScenarioResult]:
+    command = _litellm_command(config)
     cfg = work / "litellm.yaml"
     master_key = f"sk-bench-{secrets.token_hex(16)}"  # authenticated like fedcd's requests are
     cfg.write_text(json.dumps({"model_list": [{"model_name": "stub", "litellm_params": {
@@ -262,47 +273,101 @@ def _litellm(config: GatewayBenchConfig, stub_url: str, procs: _Processes, work:
     return results
 
 
-def _start_profile(pid: int, work: Path, procs: _Processes) -> tuple[subprocess.Popen[bytes], Path]:
-    command = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
-    if not Path(command).exists():
-        raise RuntimeError("--profile needs py-spy (pip install py-spy)")
-    out = work / "profile.txt"
-    # --nonblocking: sample without pausing the gateway (pausing would add latency to what is measured);
-    # --gil: only the thread holding the GIL, i.e. where the gateway's Python CPU goes.
-    proc = procs.start("py-spy", [command, "record", "--pid", str(pid), "--nonblocking", "--gil", "--format", "raw",
-                                  "--rate", "250", "--output", str(out), "--subprocesses"], dict(os.environ))
-    time.sleep(1.0)
-    return proc, out
+@dataclass
+class _CheckoutRun:
+    results: list[ScenarioResult]
+    profile: str | None
 
 
-def _stop_profile(profile: tuple[subprocess.Popen[bytes], Path]) -> str:
-    """The profile's top frames by own samples and by inclusive samples, as text."""
-    proc, out = profile
-    proc.send_signal(2)  # SIGINT: py-spy writes its output and exits
-    proc.wait(timeout=60)
-    own: dict[str, int] = {}
-    inclusive: dict[str, int] = {}
-    total = 0
-    for line in out.read_text().splitlines():
-        stack, _, count = line.rpartition(" ")
-        if not count.isdigit():
-            continue
-        n = int(count)
-        frames = [f.split(" (")[0] + " (" + f.split(" (")[-1] if " (" in f else f for f in stack.split(";")]
-        if not frames:
-            continue
-        total += n
-        own[frames[-1]] = own.get(frames[-1], 0) + n
-        for frame in set(frames):
-            inclusive[frame] = inclusive.get(frame, 0) + n
-    def top(table: dict[str, int], k: int) -> list[str]:
-        return [f"{100 * v / total:5.1f}%  {name}" for name, v in sorted(table.items(), key=lambda kv: -kv[1])[:k]]
-    return "\n".join([f"samples of the thread holding the GIL: {total}", "", "own time:", *top(own, 25), "", "inclusive:", *top(inclusive, 40)])
+def _fedcd_scenarios(
+    root: Path, label: str, config: GatewayBenchConfig, stub_urls: Sequence[str], procs: _Processes, work: Path,
+    rng: random.Random, progress: Callable[[str], None],
+) -> _CheckoutRun:
+    """Start the gateway of the checkout at ``root`` and run every fedcd scenario against it; stop it after."""
+    results: list[ScenarioResult] = []
+    profile_text = None
+    env = _fedcd_env(config, work / f"state-{label}", stub_urls, root)
+    key = json.loads(subprocess.run(
+        [sys.executable, "-m", "app.cli", "keys", "create", "--tenant", "bench", "--role", "admin", "--json"],
+        env=env, cwd=root, capture_output=True, text=True, check=True, timeout=120,
+    ).stdout)["api_key"]
+    headers = {"Authorization": f"Bearer {key}"}
+    port = _free_port()
+    gateway = procs.start(f"gateway-{label}", [sys.executable, "-m", "app.cli", "serve", "--port", str(port),
+                                               "--workers", str(config.workers)], env, cwd=root)
+    base = f"http://127.0.0.1:{port}"
+    _wait_http(f"{base}/healthz", gateway)
+    progress(f"{label}: gateway up ({config.workers} worker(s), ledger {'on' if config.ledger else 'off'})")
+    r = httpx.post(f"{base}/v1/qmatrices?id=bank", content=_big_qmatrix_csv(config.big_items),
+                   headers={**headers, "content-type": "text/csv"}, timeout=120)
+    r.raise_for_status()
+    bank_items = [f"b{i:05d}" for i in range(config.big_items)]
+
+    def single(qid: str, items: Sequence[str]) -> Callable[[int], tuple[str, dict[str, Any]]]:
+        def make(k: int) -> tuple[str, dict[str, Any]]:
+            return f"{base}/v1/diagnose", {"student_id": f"s{k}-{rng.random():.9f}", "qmatrix_id": qid,
+                                            "responses": _responses(rng, items)}
+        return make
+
+    # Warm-up (imports, connection pools, caches), not measured.
+    _scenario("warm-up", label, gateway.pid, single("example-prealgebra", EXAMPLE_ITEMS), n=30, concurrency=4,
+              headers=headers, config=config)
+    profile: Profile | None = start_profile(gateway.pid, work, procs.start) if config.profile else None
+    for name, qid, items, n, concurrency in (
+        ("diagnosis, 12-item Q-matrix, c=1", "example-prealgebra", EXAMPLE_ITEMS, config.requests_c1, 1),
+        (f"diagnosis, 12-item Q-matrix, c={config.concurrency}", "example-prealgebra", EXAMPLE_ITEMS,
+         config.requests_cmax, config.concurrency),
+        (f"diagnosis, {config.big_items}-item Q-matrix, c=1", "bank", bank_items, config.requests_c1, 1),
+    ):
+        progress(f"{label}: {name}")
+        results.append(_scenario(name, label, gateway.pid, single(qid, items), n=n, concurrency=concurrency,
+                                 headers=headers, config=config))
+        if profile is not None:
+            profile_text = profile.stop()
+            profile = None
+    repeat_body = {"student_id": "repeat-student", "qmatrix_id": "example-prealgebra",
+                   "responses": _responses(random.Random(7), EXAMPLE_ITEMS)}
+    httpx.post(f"{base}/v1/diagnose", json=repeat_body, headers=headers, timeout=60).raise_for_status()
+    progress(f"{label}: repeat path")
+    results.append(_scenario("identical request again (repeat path), c=1", label, gateway.pid,
+                             lambda k: (f"{base}/v1/diagnose", repeat_body), n=config.repeats, concurrency=1,
+                             headers=headers, config=config,
+                             notes=["answered from the stored answer: no entity call"]))
+
+    def batch(k: int) -> tuple[str, dict[str, Any]]:
+        students = [{"student_id": f"b{k}-{j}-{rng.random():.9f}", "responses": _responses(rng, EXAMPLE_ITEMS)}
+                    for j in range(config.batch_size)]
+        return f"{base}/v1/diagnose/batch", {"qmatrix_id": "example-prealgebra", "students": students}
+
+    progress(f"{label}: batch")
+    results.append(_scenario(f"batch of {config.batch_size} students, c=1", label, gateway.pid, batch,
+                             n=config.batches, concurrency=1, headers=headers, config=config,
+                             per=f"student (batches of {config.batch_size})",
+                             per_request_units=config.batch_size))
+    gateway.terminate()
+    gateway.wait(timeout=30)
+    return _CheckoutRun(results, profile_text)
+
+
+def _checkout(revision: str, into: Path) -> Path:
+    """The repository's files at ``revision`` (``git archive``), to run its gateway beside this one."""
+    into.mkdir(parents=True)
+    try:
+        archive = subprocess.run(["git", "-C", str(ROOT), "archive", "--format=tar", revision], capture_output=True,
+                                 check=True, timeout=120).stdout
+    except (OSError, subprocess.CalledProcessError) as exc:
+        raise BenchSetupError(f"--baseline {revision}: not a revision of this repository's git history") from exc
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True, timeout=120)
+    return into
 
 
 def run_gateway_bench(config: GatewayBenchConfig, *, progress: Callable[[str], None] = lambda _: None) -> dict[str, Any]:
     """Run every scenario; returns the results as plain data (``bench.report`` writes them)."""
-    rng = random.Random(config.seed)
+    # Missing tools are reported before minutes of measuring, not after.
+    if config.compare_litellm:
+        _litellm_command(config)
+    if config.profile and py_spy_command() is None:
+        raise BenchSetupError("--profile needs py-spy: pip install -e '.[bench]'")
     work = Path(tempfile.mkdtemp(prefix="fedcd-bench-"))
     procs = _Processes(work)
     results: list[ScenarioResult] = []
@@ -317,64 +382,18 @@ def run_gateway_bench(config: GatewayBenchConfig, *, progress: Callable[[str], N
             _wait_http(f"http://127.0.0.1:{port}/healthz", stub)
             stub_urls.append(f"http://127.0.0.1:{port}")
         progress(f"{len(stub_urls)} stub providers at {config.stub_latency_ms:g} ms")
-        env = _fedcd_env(config, work / "state", stub_urls)
-        key = json.loads(subprocess.run(
-            [sys.executable, "-m", "app.cli", "keys", "create", "--tenant", "bench", "--role", "admin", "--json"],
-            env=env, cwd=ROOT, capture_output=True, text=True, check=True, timeout=120,
-        ).stdout)["api_key"]
-        headers = {"Authorization": f"Bearer {key}"}
-        port = _free_port()
-        gateway = procs.start("gateway", [sys.executable, "-m", "app.cli", "serve", "--port", str(port),
-                                          "--workers", str(config.workers)], env)
-        base = f"http://127.0.0.1:{port}"
-        _wait_http(f"{base}/healthz", gateway)
-        progress(f"gateway up ({config.workers} worker(s), ledger {'on' if config.ledger else 'off'})")
-        r = httpx.post(f"{base}/v1/qmatrices?id=bank", content=_big_qmatrix_csv(config.big_items),
-                       headers={**headers, "content-type": "text/csv"}, timeout=120)
-        r.raise_for_status()
-        bank_items = [f"b{i:05d}" for i in range(config.big_items)]
-
-        def single(qid: str, items: Sequence[str]) -> Callable[[int], tuple[str, dict[str, Any]]]:
-            def make(k: int) -> tuple[str, dict[str, Any]]:
-                return f"{base}/v1/diagnose", {"student_id": f"s{k}-{rng.random():.9f}", "qmatrix_id": qid,
-                                                "responses": _responses(rng, items)}
-            return make
-
-        # Warm-up (imports, connection pools, caches), not measured.
-        _scenario("warm-up", "fedcd", gateway.pid, single("example-prealgebra", EXAMPLE_ITEMS), n=30, concurrency=4,
-                  headers=headers, config=config)
-        profile = _start_profile(gateway.pid, work, procs) if config.profile else None
-        for name, qid, items, n, concurrency in (
-            ("diagnosis, 12-item Q-matrix, c=1", "example-prealgebra", EXAMPLE_ITEMS, config.requests_c1, 1),
-            (f"diagnosis, 12-item Q-matrix, c={config.concurrency}", "example-prealgebra", EXAMPLE_ITEMS,
-             config.requests_cmax, config.concurrency),
-            (f"diagnosis, {config.big_items}-item Q-matrix, c=1", "bank", bank_items, config.requests_c1, 1),
-        ):
-            progress(name)
-            results.append(_scenario(name, "fedcd", gateway.pid, single(qid, items), n=n, concurrency=concurrency,
-                                     headers=headers, config=config))
-            if profile is not None:
-                profile_text = _stop_profile(profile)
-                profile = None
-        repeat_body = {"student_id": "repeat-student", "qmatrix_id": "example-prealgebra",
-                       "responses": _responses(random.Random(7), EXAMPLE_ITEMS)}
-        httpx.post(f"{base}/v1/diagnose", json=repeat_body, headers=headers, timeout=60).raise_for_status()
-        progress("repeat path")
-        results.append(_scenario("identical request again (repeat path), c=1", "fedcd", gateway.pid,
-                                 lambda k: (f"{base}/v1/diagnose", repeat_body), n=config.repeats, concurrency=1,
-                                 headers=headers, config=config,
-                                 notes=["answered from the stored answer: no entity call"]))
-
-        def batch(k: int) -> tuple[str, dict[str, Any]]:
-            students = [{"student_id": f"b{k}-{j}-{rng.random():.9f}", "responses": _responses(rng, EXAMPLE_ITEMS)}
-                        for j in range(config.batch_size)]
-            return f"{base}/v1/diagnose/batch", {"qmatrix_id": "example-prealgebra", "students": students}
-
-        progress("batch")
-        results.append(_scenario(f"batch of {config.batch_size} students, c=1", "fedcd", gateway.pid, batch,
-                                 n=config.batches, concurrency=1, headers=headers, config=config,
-                                 per=f"student (batches of {config.batch_size})",
-                                 per_request_units=config.batch_size))
+        # One generator for both checkouts: they get different students (a repeat of another's student would
+        # measure the repeat path), from the same distribution of responses.
+        rng = random.Random(config.seed)
+        current = _fedcd_scenarios(ROOT, "fedcd", config, stub_urls, procs, work, rng, progress)
+        results += current.results
+        profile_text = current.profile
+        if config.baseline:
+            root = _checkout(config.baseline, work / "baseline")
+            progress(f"baseline: the gateway at {config.baseline}")
+            results += _fedcd_scenarios(
+                root, f"fedcd@{config.baseline}", replace(config, profile=False), stub_urls, procs, work, rng, progress
+            ).results
         progress("SDK per call")
         results.append(_sdk_per_call(stub_urls[0], config))
         if config.compare_litellm:

@@ -38,6 +38,8 @@ def write_gateway_report(data: dict[str, Any], out: Path, *, command: str, extra
         *(_row(r) for r in data["results"]),
         "",
     ]
+    lines += _comparison(data)
+    lines += _targets(data)
     if extra:
         lines += [extra, ""]
     (out / "report.md").write_text("\n".join(lines))
@@ -52,13 +54,78 @@ def write_gateway_report(data: dict[str, Any], out: Path, *, command: str, extra
     return paths
 
 
+def _comparison(data: dict[str, Any]) -> list[str]:
+    """Before/after rows of the same run: the baseline revision's gateway against this one, scenario by scenario."""
+    baseline = data["config"].get("baseline")
+    if not baseline:
+        return []
+    before = {r["name"]: r for r in data["results"] if r["target"] == f"fedcd@{baseline}"}
+    rows = []
+    for r in (r for r in data["results"] if r["target"] == "fedcd" and r["name"] in before):
+        b = before[r["name"]]
+        rows.append(f"| {r['name']} | {b['cpu_ms_per_request']:.2f} | {r['cpu_ms_per_request']:.2f} | "
+                    f"{r['cpu_ms_per_request'] / b['cpu_ms_per_request']:.2f} | {b['added_p50_ms']:+.1f} | "
+                    f"{r['added_p50_ms']:+.1f} | {b['throughput_rps']:.1f} | {r['throughput_rps']:.1f} |")
+    return [f"## Before ({baseline}) and after (this checkout), same run", "",
+            "| scenario | CPU ms before | CPU ms after | after/before | added p50 before | added p50 after | "
+            "req/s before | req/s after |", "|---|---|---|---|---|---|---|---|", *rows, ""]
+
+
+def _targets(data: dict[str, Any]) -> list[str]:
+    """The issue's targets, each computed from this run's rows, met or not (and by how much)."""
+    fedcd = [r for r in data["results"] if r["target"] == "fedcd"]
+    by = {
+        "c1": next((r for r in fedcd if r["name"].startswith("diagnosis, 12-item") and r["concurrency"] == 1), None),
+        "cmax": next((r for r in fedcd if r["name"].startswith("diagnosis, 12-item") and r["concurrency"] > 1), None),
+        "big": next((r for r in fedcd if r["name"].startswith("diagnosis,") and "12-item" not in r["name"]), None),
+        "repeat": next((r for r in fedcd if "repeat" in r["name"]), None),
+        "sdk": next((r for r in data["results"] if r["target"] == "sdk"), None),
+        "litellm": next((r for r in data["results"] if r["target"] == "litellm" and r["concurrency"] == 1), None),
+    }
+    config = data["config"]
+    rows: list[tuple[str, str, float | None, float, bool]] = []  # target, measured what, value, bound, lower-is-better
+
+    def add(name: str, what: str, value: float | None, bound: float, lower: bool = True) -> None:
+        rows.append((name, what, value, bound, lower))
+
+    c1, sdk = by["c1"], by["sdk"]
+    if c1 is not None:
+        add("CPU per diagnosis" + (" (ledger on)" if config["ledger"] else " (ledger OFF)"), "ms, c=1",
+            c1["cpu_ms_per_request"], 15.0)
+        add("added p50 over the stub", "ms, c=1", c1["added_p50_ms"], 8.0)
+        if sdk is not None:
+            add("CPU outside the SDK's calls", f"ms: diagnosis − {config['entities']} × SDK call",
+                c1["cpu_ms_per_request"] - config["entities"] * sdk["cpu_ms_per_request"], 3.0)
+        if by["big"] is not None:
+            add(f"flat in Q-matrix size ({config['big_items']} vs 12 items)", "abs(CPU ratio − 1)",
+                abs(by["big"]["cpu_ms_per_request"] / c1["cpu_ms_per_request"] - 1), 0.10)
+        if by["litellm"] is not None:
+            add("fedcd's diagnosis below LiteLLM's one call", "fedcd CPU / LiteLLM CPU",
+                c1["cpu_ms_per_request"] / by["litellm"]["cpu_ms_per_request"], 1.0)
+    if by["cmax"] is not None:
+        add("throughput per worker", f"diagnoses/s at c={by['cmax']['concurrency']}",
+            by["cmax"]["throughput_rps"] / config["workers"], 80.0, lower=False)
+    if by["repeat"] is not None:
+        add("repeat path", "CPU ms", by["repeat"]["cpu_ms_per_request"], 2.0)
+    lines = ["## Targets (issue 12), from this run", "", "| target | measured as | value | bound | |",
+             "|---|---|---|---|---|"]
+    for name, what, value, bound, lower in rows:
+        if value is None:
+            continue
+        met = value <= bound if lower else value >= bound
+        verdict = "met" if met else f"missed by {abs(value - bound):.3g}"
+        lines.append(f"| {name} | {what} | {value:.3g} | {'≤' if lower else '≥'} {bound:g} | {verdict} |")
+    return lines + [""]
+
+
 def _plot(data: dict[str, Any], path: Path) -> Path:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    rows = [r for r in data["results"] if r["target"] in ("fedcd", "litellm") and r["per"] in ("diagnosis", "call")]
+    rows = [r for r in data["results"]
+            if (r["target"].startswith("fedcd") or r["target"] == "litellm") and r["per"] in ("diagnosis", "call")]
     labels = [f"{r['target']}: {r['name']}" for r in rows]
     fig, (left, right) = plt.subplots(1, 2, figsize=(13, 0.5 * len(rows) + 2.5))
     y = range(len(rows))

@@ -46,6 +46,7 @@ import math
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 
@@ -234,7 +235,7 @@ class BoundedMechanism(Mechanism):
     def epsilon_per_coordinate(self) -> float:
         return self.epsilon / self.dimension
 
-    @property
+    @cached_property  # built once per mechanism (the registry reuses mechanisms across requests)
     def randomizer(self) -> ScalarRandomizer:
         """The scalar randomizer applied to each concept, at ε/dimension."""
         return self._randomizer(self.epsilon_per_coordinate)
@@ -268,6 +269,10 @@ class BoundedMechanism(Mechanism):
         return {k: float(v) for k, v in zip(keys, released)}
 
     def describe(self) -> dict[str, object]:
+        return dict(self._description)  # a copy: callers may add to it
+
+    @cached_property
+    def _description(self) -> dict[str, object]:
         low, high = self.output_range
         return {
             "mechanism": self.name,

@@ -7,6 +7,7 @@ Gaussian) — with different noise shapes; see each class for its guarantee.
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Literal
 
 from privacy.bounded import DuchiMechanism, HybridMechanism, PiecewiseMechanism
@@ -22,6 +23,7 @@ MECHANISM_NAMES: tuple[MechanismName, ...] = ("laplace", "secure_laplace", "gaus
 DEFAULT_DELTA = 1e-5
 
 
+@lru_cache(maxsize=4096)  # mechanisms are frozen; a diagnosis builds the same one twice (charge, release)
 def mechanism_for_request(
     *,
     name: str = "laplace",

@@ -3,10 +3,19 @@
 
 Each adapter only translates: context → SDK call → ``EntityPrediction``. Retries,
 deadlines and limits are wrappers (``providers.wrappers``); the SDK's own retries are off.
+
+The call goes through the SDK's documented low-level verb (``client.post(path, body=…, cast_to=bytes)``,
+README "Undocumented endpoints") rather than ``chat.completions.create``: the same client, base URL,
+auth headers, timeouts, connection pool and error classes, without the SDK's per-call request-body
+transform and response-model construction, which measured about half of the SDK's CPU per call
+(``fedcd bench gateway``). The reply is parsed here, strictly: any shape other than a chat completion
+is a parse error, as the typed path would have made it.
 """
 
 from __future__ import annotations
 
+import json
+from functools import lru_cache
 from types import ModuleType
 from typing import Any
 
@@ -20,11 +29,12 @@ from providers.sdk_errors import map_sdk_errors
 from providers.types import EntityPrediction, PromptContext, TokenUsage
 from providers.wrappers import timed
 
-__all__ = ["GroqEntity", "OpenAIChatEntity", "response_format_for"]
+__all__ = ["ChatCompletionReply", "GroqEntity", "OpenAIChatEntity", "response_format_for"]
 
 
+@lru_cache(maxsize=4096)
 def response_format_for(mode: str, concepts: tuple[str, ...]) -> dict[str, Any] | None:
-    """The ``response_format`` for a structured-output mode.
+    """The ``response_format`` for a structured-output mode (cached per concept tuple: treat it as read-only).
 
     ``json_schema`` is OpenAI's strict schema (OpenAI, Groq, vLLM, Ollama); ``json_object``
     carries the schema alongside, which llama.cpp's server turns into a grammar.
@@ -37,10 +47,46 @@ def response_format_for(mode: str, concepts: tuple[str, ...]) -> dict[str, Any] 
     return None
 
 
+class ChatCompletionReply:
+    """The parts of a chat-completions reply fedcd reads: the first choice's text, the model, token usage."""
+
+    __slots__ = ("content", "model", "usage")
+
+    def __init__(self, content: str, model: str, usage: TokenUsage) -> None:
+        self.content, self.model, self.usage = content, model, usage
+
+    @classmethod
+    def parse(cls, body: bytes) -> ChatCompletionReply:
+        """Raises ``ValueError`` (a parse error for ``map_sdk_errors``) on anything but a chat completion."""
+        data = json.loads(body)
+        if not isinstance(data, dict):
+            raise ValueError("completion is not a JSON object")
+        choices = data.get("choices")
+        if not isinstance(choices, list) or not choices:
+            raise ValueError("completion has no choices")
+        message = choices[0].get("message") if isinstance(choices[0], dict) else None
+        if not isinstance(message, dict):
+            raise ValueError("completion choice has no message")
+        content = message.get("content")
+        if content is not None and not isinstance(content, str):
+            raise ValueError("completion message content is not text")
+        model = data.get("model")
+        return cls(content or "", model if isinstance(model, str) else "", _usage(data.get("usage")))
+
+
+def _usage(value: object) -> TokenUsage:
+    """Token counts as the provider reported them; absent or malformed counts are 0 (nothing billed is invented)."""
+    if not isinstance(value, dict):
+        return TokenUsage()
+    counts = {key: value.get(key) for key in ("prompt_tokens", "completion_tokens")}
+    return TokenUsage(**{key: n for key, n in counts.items() if isinstance(n, int) and not isinstance(n, bool) and n >= 0})
+
+
 class _ChatCompletionsEntity:
     """Shared body of the OpenAI-style adapters; subclasses pick the SDK module and client."""
 
     sdk: ModuleType
+    path: str  # the SDK's own path for chat completions, relative to its base URL
 
     def __init__(self, spec: EntitySpec, client: Any) -> None:
         self.spec, self.client = spec, client
@@ -56,25 +102,17 @@ class _ChatCompletionsEntity:
             kwargs["response_format"] = fmt
         elapsed = timed()
         with map_sdk_errors(self.sdk, self.name):
-            completion = await self.client.chat.completions.create(**kwargs)
-            choices = getattr(completion, "choices", None)
-            if not choices:
-                raise ValueError("completion has no choices")
-            content = choices[0].message.content or ""
-            reported = getattr(completion, "usage", None)
-            usage = TokenUsage(
-                prompt_tokens=getattr(reported, "prompt_tokens", 0) or 0,
-                completion_tokens=getattr(reported, "completion_tokens", 0) or 0,
-            )
-            parsed = parse_billed(content, context.concepts, usage)
+            body = await self.client.post(self.path, body=kwargs, cast_to=bytes)
+            completion = ChatCompletionReply.parse(body)
+            parsed = parse_billed(completion.content, context.concepts, completion.usage)
         return EntityPrediction(
             entity=self.name,
-            model=getattr(completion, "model", None) or spec.model,
+            model=completion.model or spec.model,
             status="partial" if parsed.missing else "ok",
             mastery=parsed.mastery,
             missing=parsed.missing,
             latency_ms=elapsed(),
-            usage=usage,
+            usage=completion.usage,
             repairs=parsed.repairs,
         )
 
@@ -86,6 +124,7 @@ class OpenAIChatEntity(_ChatCompletionsEntity):
     """OpenAI, or any server speaking its chat-completions protocol (``base_url``)."""
 
     sdk = openai
+    path = "/chat/completions"
 
     def __init__(self, spec: EntitySpec, *, api_key: str | None, http_client: Any = None) -> None:
         client = openai.AsyncOpenAI(
@@ -103,6 +142,7 @@ class GroqEntity(_ChatCompletionsEntity):
     """LLaMA (and others) hosted by Groq, through the official ``groq`` SDK."""
 
     sdk = groq
+    path = "/openai/v1/chat/completions"
 
     def __init__(self, spec: EntitySpec, *, api_key: str | None, http_client: Any = None) -> None:
         client = groq.AsyncGroq(

@@ -25,18 +25,24 @@ def bench_gateway(
     compare_litellm: Annotated[bool, typer.Option("--compare-litellm", help="also LiteLLM's proxy (if installed)")] = False,
     litellm_command: Annotated[Optional[str], typer.Option(help="the `litellm` executable")] = None,
     profile: Annotated[bool, typer.Option("--profile", help="sample the gateway with py-spy during c=1")] = False,
+    baseline: Annotated[Optional[str], typer.Option(
+        help="a git revision: its gateway runs the same scenarios in this run (before/after as ratios)")] = None,
     out: Annotated[Path, typer.Option("--out")] = Path("reports/gateway"),
 ) -> None:
     """Start stub providers, the gateway and a bounded load generator on loopback; write results.json, report.md
     and latency_throughput.png."""
-    from bench import GatewayBenchConfig, run_gateway_bench, write_gateway_report
+    from bench import BenchSetupError, GatewayBenchConfig, run_gateway_bench, write_gateway_report
 
     config = GatewayBenchConfig(
         entities=entities, stub_latency_ms=stub_latency_ms, workers=workers, ledger=ledger, database_url=database_url,
         requests_c1=requests, requests_cmax=requests_concurrent, concurrency=concurrency, max_seconds=max_seconds,
-        compare_litellm=compare_litellm, litellm_command=litellm_command, profile=profile,
+        compare_litellm=compare_litellm, litellm_command=litellm_command, profile=profile, baseline=baseline,
     )
-    data = run_gateway_bench(config, progress=lambda message: err.print(f"[dim]{message} ...[/]"))
+    try:
+        data = run_gateway_bench(config, progress=lambda message: err.print(f"[dim]{message} ...[/]"))
+    except BenchSetupError as exc:
+        err.print(f"[red]{exc}[/]")
+        raise typer.Exit(2) from None
     args = ["bench", "gateway", "--entities", str(entities), "--stub-latency-ms", f"{stub_latency_ms:g}", "--workers",
             str(workers), "--ledger" if ledger else "--no-ledger", "--requests", str(requests),
             "--requests-concurrent", str(requests_concurrent), "--concurrency", str(concurrency), "--out", str(out)]
@@ -44,6 +50,8 @@ def bench_gateway(
         args.append("--compare-litellm")
     if profile:
         args.append("--profile")
+    if baseline:
+        args += ["--baseline", baseline]
     paths = write_gateway_report(data, out, command="fedcd " + " ".join(args))
     console.print((out / "report.md").read_text())
     console.print("wrote " + ", ".join(str(p) for p in paths))

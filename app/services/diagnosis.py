@@ -50,6 +50,8 @@ from app.storage import (
     CalibrationStore,
     PolicyStore,
     QMatrixStore,
+    TenantConfig,
+    TenantConfigCache,
     UsageSource,
     UsageStore,
     budget_rule,
@@ -70,7 +72,7 @@ from diagnosis.posterior import DegeneratePosteriorError
 from privacy import BudgetExceeded, Charge, PrivacyLedger, charge_parameters, iso_utc
 from qmatrix import QMatrix, QMatrixError, Response, qmatrix_from_json, qmatrix_to_json
 
-__all__ = ["DiagnosisService", "ResolvedQMatrix"]
+__all__ = ["DiagnosisService", "RequestConfig", "ResolvedQMatrix"]
 
 log = logging.getLogger("fedcd.diagnosis")
 
@@ -82,6 +84,15 @@ class ResolvedQMatrix:
     qmatrix: QMatrix
     version: int | None
     key: str  # what identifies these exact rows in a request fingerprint
+
+
+@dataclass(frozen=True)
+class RequestConfig:
+    """What a request uses of its tenant's configuration."""
+
+    resolved: ResolvedQMatrix
+    calibration: CalibrationRecord | None
+    policy: PrivacyPolicyPublic
 
 
 class DiagnosisService:
@@ -101,6 +112,7 @@ class DiagnosisService:
     ) -> None:
         self.federation, self.qmatrices, self.calibrations = federation, qmatrices, calibrations
         self.policies, self.settings, self.ledger, self.redactor = policies, settings, ledger, redactor
+        self.config = TenantConfigCache(qmatrices=qmatrices, calibrations=calibrations, policies=policies)
         self.usage = usage
 
     @property
@@ -108,7 +120,17 @@ class DiagnosisService:
         return self.federation.pipeline
 
     # -- resolution ---------------------------------------------------------------------------
-    async def resolve_qmatrix(self, options: DiagnoseOptions, tenant: str) -> ResolvedQMatrix:
+    async def configuration(self, options: DiagnoseOptions, tenant: str) -> RequestConfig:
+        """The Q-matrix, calibration and privacy policy a request uses, in one worker-thread hop (cached per
+        tenant until its configuration changes: ``app.storage.tenant_config``)."""
+        return await asyncio.to_thread(self._configuration, options, tenant)
+
+    def _configuration(self, options: DiagnoseOptions, tenant: str) -> RequestConfig:
+        config = self.config.current(tenant)
+        resolved = self._resolve_qmatrix(options, config)
+        return RequestConfig(resolved, self._calibration(options, resolved, config), config.policy())
+
+    def _resolve_qmatrix(self, options: DiagnoseOptions, config: TenantConfig) -> ResolvedQMatrix:
         if options.qmatrix is not None:
             try:
                 q = qmatrix_from_json(options.qmatrix.model_dump())
@@ -118,7 +140,7 @@ class DiagnosisService:
             digest = hashlib.sha256(json.dumps(qmatrix_to_json(q), sort_keys=True).encode()).hexdigest()
             return ResolvedQMatrix(q, None, f"inline:{digest}")
         assert options.qmatrix_id is not None
-        stored = await asyncio.to_thread(self.qmatrices.get, tenant, options.qmatrix_id)
+        stored = config.qmatrix(options.qmatrix_id)
         if stored is None:
             raise InputError(("body", "qmatrix_id"), [f"unknown Q-matrix id '{options.qmatrix_id}'"], status_code=404)
         return ResolvedQMatrix(stored.qmatrix, stored.version, f"{stored.tenant}:{stored.id}:v{stored.version}")
@@ -126,10 +148,12 @@ class DiagnosisService:
     def check_responses(self, q: QMatrix, responses: Sequence[Response], loc: tuple[str | int, ...]) -> None:
         check_responses(q, responses, self.settings, loc)
 
-    async def calibration(self, options: DiagnoseOptions, resolved: ResolvedQMatrix, tenant: str) -> CalibrationRecord | None:
+    def _calibration(
+        self, options: DiagnoseOptions, resolved: ResolvedQMatrix, config: TenantConfig
+    ) -> CalibrationRecord | None:
         """The record a request names, else the tenant's newest for these exact Q-matrix rows (or a shared one)."""
         if options.calibration_id is not None:
-            stored = await asyncio.to_thread(self.calibrations.get, tenant, options.calibration_id)
+            stored = self.calibrations.get(config.tenant, options.calibration_id)
             if stored is None:
                 raise InputError(
                     ("body", "calibration_id"), [f"unknown calibration id '{options.calibration_id}'"], status_code=404
@@ -143,7 +167,7 @@ class DiagnosisService:
             return stored.record
         if resolved.version is None:
             return None  # inline rows: no calibration can have been fitted on them
-        latest = await asyncio.to_thread(self.calibrations.latest_for, tenant, resolved.qmatrix.id, resolved.version)
+        latest = config.latest_calibration(resolved.qmatrix.id, resolved.version)
         return latest.record if latest is not None else None
 
     def aggregator(self, options: DiagnoseOptions, record: CalibrationRecord | None) -> Aggregator:
@@ -157,26 +181,26 @@ class DiagnosisService:
 
     # -- requests ---------------------------------------------------------------------------
     async def policy(self, tenant: str) -> PrivacyPolicyPublic:
-        """The tenant's privacy policy in force (read per request: a change applies to the next one)."""
-        return await asyncio.to_thread(self.policies.current, tenant)
+        """The tenant's privacy policy in force (a change applies to the next request)."""
+        return await asyncio.to_thread(lambda: self.config.current(tenant).policy())
 
     async def diagnose(self, body: DiagnoseRequest, principal: Principal) -> DiagnoseResponse:
-        resolved = await self.resolve_qmatrix(body, principal.tenant)
+        config = await self.configuration(body, principal.tenant)
+        resolved, policy = config.resolved, config.policy
         self.check_responses(resolved.qmatrix, body.responses, ("body",))
-        aggregator = self.aggregator(body, await self.calibration(body, resolved, principal.tenant))
-        policy = await self.policy(principal.tenant)
+        aggregator = self.aggregator(body, config.calibration)
         return await _counted(principal.tenant, self._run(body, resolved, body, aggregator, principal.tenant, policy))
 
     async def diagnose_batch(self, body: BatchDiagnoseRequest, principal: Principal) -> BatchDiagnoseResponse:
         if len(body.students) > self.settings.max_batch_size:
             raise InputError(("body", "students"), [f"at most {self.settings.max_batch_size} students per batch"])
-        resolved = await self.resolve_qmatrix(body, principal.tenant)
+        config = await self.configuration(body, principal.tenant)
+        resolved, policy = config.resolved, config.policy
         for n, student in enumerate(body.students):
             self.check_responses(resolved.qmatrix, student.responses, ("body", "students", n))
         self.select(body.entities)
-        policy = await self.policy(principal.tenant)
         self._check_unnoised(body, policy)
-        aggregator = self.aggregator(body, await self.calibration(body, resolved, principal.tenant))
+        aggregator = self.aggregator(body, config.calibration)
         gate = asyncio.Semaphore(self.settings.batch_concurrency)
 
         async def one(student: StudentIn) -> DiagnoseResponse | BatchError:
@@ -267,7 +291,10 @@ class DiagnosisService:
             if released == 0:
                 await ledger.arefund(charge.id)
                 return response
-            settled = await ledger.astore_answer(charge.id, response.model_dump_json(), releases=released, rule=rule)
+            if released == charge.releases:  # every entity charged for released: one statement, nothing to recount
+                settled = await ledger.arelease(charge, response.model_dump_json())
+            else:
+                settled = await ledger.astore_answer(charge.id, response.model_dump_json(), releases=released, rule=rule)
         except BaseException:
             # Nothing was released (or the answer never left): give the student's budget back.
             await asyncio.shield(self._refund_quietly(charge, tenant))

@@ -3,6 +3,7 @@
 from app.storage.calibrations import CalibrationStore, StoredCalibration
 from app.storage.policies import PolicyStore, budget_rule, default_policy
 from app.storage.qmatrices import QMatrixExists, QMatrixStore, StoredQMatrix
+from app.storage.tenant_config import TenantConfig, TenantConfigCache
 from app.storage.usage import UsageSource, UsageStore, entity_usage, usage_total
 
 __all__ = [
@@ -12,6 +13,8 @@ __all__ = [
     "QMatrixStore",
     "StoredCalibration",
     "StoredQMatrix",
+    "TenantConfig",
+    "TenantConfigCache",
     "UsageSource",
     "UsageStore",
     "budget_rule",

@@ -15,6 +15,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import sessionmaker
 
 from app.db import SHARED_TENANT, CalibrationRow
+from app.storage.generations import bump
 from calibration import CalibrationRecord
 
 __all__ = ["CalibrationStore", "StoredCalibration"]
@@ -52,6 +53,7 @@ class CalibrationStore:
                     version=record.version, record_json=json.dumps(record.to_json()), created_at=record.created_at,
                 )
             )
+            bump(session, tenant)
         return StoredCalibration(record, tenant, qmatrix_version)
 
     @staticmethod

@@ -16,6 +16,7 @@ from sqlalchemy.orm import sessionmaker
 from app.db import PolicyRow, utcnow
 from app.schemas import PeriodIn, PrivacyPolicy, PrivacyPolicyPublic
 from app.settings import Settings
+from app.storage.generations import bump
 from privacy import BudgetRule
 
 __all__ = ["PolicyStore", "budget_rule", "default_policy"]
@@ -70,6 +71,7 @@ class PolicyStore:
                 created_by=created_by,
             )
             session.add(row)
+            bump(session, tenant)
         return self._public(row)
 
     def history(self, tenant: str) -> list[PrivacyPolicyPublic]:

@@ -19,6 +19,7 @@ from sqlalchemy import func, select, update
 from sqlalchemy.orm import sessionmaker
 
 from app.db import SHARED_TENANT, QMatrixRow
+from app.storage.generations import bump
 from qmatrix import QMatrix, qmatrix_from_json, qmatrix_to_json
 
 __all__ = ["QMatrixExists", "QMatrixStore", "StoredQMatrix"]
@@ -126,6 +127,7 @@ class QMatrixStore:
                 raise QMatrixExists(f"Q-matrix '{q.id}' exists; replace it with PUT /v1/qmatrices/{q.id}")
             version = (latest.version + 1) if latest is not None else 1  # ids are never reused with old versions
             session.add(self._row(tenant, q, version))
+            bump(session, tenant)
         stored = StoredQMatrix(q, version, tenant)
         self._remember(stored)
         return stored
@@ -138,6 +140,7 @@ class QMatrixStore:
             if latest is None or latest.deleted_at is not None:
                 return None
             session.add(self._row(tenant, q, latest.version + 1))
+            bump(session, tenant)
         stored = StoredQMatrix(q, latest.version + 1, tenant)
         self._remember(stored)
         return stored
@@ -165,6 +168,8 @@ class QMatrixStore:
                 .where(QMatrixRow.tenant == tenant, QMatrixRow.id == qid, QMatrixRow.deleted_at.is_(None))
                 .values(deleted_at=time.time())
             )
+            if result.rowcount:
+                bump(session, tenant)
         return bool(result.rowcount)
 
     def ids(self, tenant: str) -> list[str]:

@@ -42,7 +42,7 @@ import json
 import time
 import uuid
 from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from sqlalchemy import Connection, func, insert, select, update
@@ -50,6 +50,7 @@ from sqlalchemy import Connection, func, insert, select, update
 from privacy.accountants import Accountant, make_accountant
 from privacy.ledger.engines import LedgerEngines, ledger_url
 from privacy.ledger.errors import BudgetExceeded, ChargeStateError, UnknownCharge
+from privacy.ledger.statements import INSERT_CHARGE, RELEASE, REPEAT, STUDENT, WINDOW
 from privacy.ledger.tables import CHARGED, REFUNDED, RELEASED, charges, students
 from privacy.periods import BudgetRule, Lifetime, Rolling, iso_utc
 
@@ -199,7 +200,7 @@ class PrivacyLedger:
                 "created_at": now, "settled_at": None, "owner": self.owner,
                 "sigma_over_sensitivity": None if sigma_over_sensitivity is None else float(sigma_over_sensitivity),
             }
-            conn.execute(insert(charges).values(**row))
+            conn.execute(INSERT_CHARGE, row)
             for _ in range(releases):
                 lifetime.step(**step)
             self._save(conn, tenant, student_id, lifetime, queries + 1, now)
@@ -238,6 +239,20 @@ class PrivacyLedger:
                 self._save(conn, row["tenant"], row["student_id"], *self._rebuild(conn, row["tenant"], row["student_id"]), now)
             return self._charge_of(conn, row, rule, now, repeat=False)
 
+    def release(self, charge: Charge, answer_json: str) -> Charge:
+        """Keep the answer of a charge that released everything it charged for — the common case — in one
+        statement: nothing is recounted, so the student's totals returned are those the charge computed (a
+        concurrent charge of the same student made since is not in them; the ledger itself is exact).
+        Raises :class:`ChargeStateError` when the charge is no longer pending (refunded, or released already)."""
+        if not isinstance(answer_json, str):
+            raise TypeError("answer_json must be a JSON string")
+        now = float(self._clock())
+        with self._db.write() as conn:
+            result = conn.execute(RELEASE, {"charge_id": charge.id, "answer": answer_json, "now": now})
+        if result.rowcount != 1:
+            raise ChargeStateError(f"charge {charge.id} is no longer pending; its answer cannot be stored")
+        return replace(charge, status=RELEASED, answer_json=answer_json)
+
     def refund(self, charge_id: str) -> None:
         """Undo a charge whose query released nothing; idempotent."""
         now = float(self._clock())
@@ -249,7 +264,12 @@ class PrivacyLedger:
                 return
             if row["status"] == RELEASED:
                 raise ChargeStateError(f"charge {charge_id} released an answer; its privacy spend is final")
-            conn.execute(update(charges).where(charges.c.id == charge_id).values(status=REFUNDED, settled_at=now))
+            refunded = conn.execute(  # guarded like release(): of a refund and a release racing, exactly one wins
+                update(charges).where(charges.c.id == charge_id, charges.c.status == CHARGED)
+                .values(status=REFUNDED, settled_at=now)
+            )
+            if refunded.rowcount != 1:
+                raise ChargeStateError(f"charge {charge_id} released an answer; its privacy spend is final")
             self._save(conn, row["tenant"], row["student_id"], *self._rebuild(conn, row["tenant"], row["student_id"]), now)
 
     def settle_orphans(self, *, live_owners: Collection[str]) -> int:
@@ -348,6 +368,9 @@ class PrivacyLedger:
     async def astore_answer(self, charge_id: str, answer_json: str, **kwargs: Any) -> Charge:
         return await asyncio.to_thread(lambda: self.store_answer(charge_id, answer_json, **kwargs))
 
+    async def arelease(self, charge: Charge, answer_json: str) -> Charge:
+        return await asyncio.to_thread(self.release, charge, answer_json)
+
     async def arefund(self, charge_id: str) -> None:
         await asyncio.to_thread(self.refund, charge_id)
 
@@ -402,11 +425,7 @@ class PrivacyLedger:
         if window.start is None:
             return _Spend(self._clone(lifetime), [], window.renews_at)
         counted = list(conn.execute(
-            select(charges.c.epsilon, charges.c.delta, charges.c.mechanism, charges.c.sigma_over_sensitivity,
-                   charges.c.releases, charges.c.created_at)
-            .where(charges.c.tenant == tenant, charges.c.student_id == student_id, charges.c.status != REFUNDED,
-                   charges.c.created_at >= window.start)
-            .order_by(charges.c.created_at, charges.c.seq)
+            WINDOW, {"tenant": tenant, "student_id": student_id, "since": window.start}
         ).mappings())
         accountant = make_accountant(self.accountant)
         for row in counted:
@@ -439,18 +458,9 @@ class PrivacyLedger:
     def _find_repeat(self, conn: Connection, tenant: str, student_id: str, fingerprint: str, now: float) -> dict | None:
         if self.repeat_window_s <= 0:
             return None
-        row = conn.execute(
-            select(charges)
-            .where(
-                charges.c.tenant == tenant,
-                charges.c.student_id == student_id,
-                charges.c.fingerprint == fingerprint,
-                charges.c.status != REFUNDED,
-                charges.c.created_at >= now - self.repeat_window_s,
-            )
-            .order_by(charges.c.seq.desc())
-            .limit(1)
-        ).mappings().first()
+        row = conn.execute(REPEAT, {
+            "tenant": tenant, "student_id": student_id, "fingerprint": fingerprint, "since": now - self.repeat_window_s,
+        }).mappings().first()
         if row is None or (row["status"] == CHARGED and row["created_at"] < now - self.pending_ttl_s):
             return None  # nothing, or a reservation whose process never stored its answer
         return dict(row)
@@ -464,9 +474,7 @@ class PrivacyLedger:
     def _load(self, conn: Connection, tenant: str, student_id: str, *, verify: bool = True) -> tuple[Accountant, int]:
         """The student's lifetime accountant from its saved state, checked against the charges table
         (``verify``; the charge path skips that aggregate: the state is written in the same transactions)."""
-        row = conn.execute(
-            select(students).where(students.c.tenant == tenant, students.c.student_id == student_id)
-        ).mappings().first()
+        row = conn.execute(STUDENT, {"tenant": tenant, "student_id": student_id}).mappings().first()
         if row is None:
             return make_accountant(self.accountant), 0
         try:

@@ -88,6 +88,12 @@ class LedgerEngines:
         else:
             self.writer = self.reader = create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20)
             self._lock = contextlib.nullcontext()
+        # Built once (see privacy.ledger.statements): the saved state of a student, inserted or replaced.
+        upsert = (sqlite_insert if self.sqlite else pg_insert)(students)
+        self._upsert_student = upsert.on_conflict_do_update(
+            index_elements=[students.c.tenant, students.c.student_id],
+            set_={name: upsert.excluded[name] for name in ("accountant_json", "queries", "updated_at")},
+        )
         if create_tables:
             with self._lock, self.writer.begin() as conn:
                 if not self.sqlite:  # processes starting together must not race on CREATE TABLE
@@ -118,12 +124,8 @@ class LedgerEngines:
         )
 
     def upsert_student(self, conn: Connection, tenant: str, student_id: str, values: dict[str, Any]) -> None:
-        insert = sqlite_insert if self.sqlite else pg_insert
-        conn.execute(
-            insert(students)
-            .values(tenant=tenant, student_id=student_id, **values)
-            .on_conflict_do_update(index_elements=[students.c.tenant, students.c.student_id], set_=values)
-        )
+        """``values``: the student's ``accountant_json``, ``queries`` and ``updated_at``."""
+        conn.execute(self._upsert_student, {"tenant": tenant, "student_id": student_id, **values})
 
     def dispose(self) -> None:
         self.writer.dispose()

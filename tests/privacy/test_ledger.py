@@ -330,6 +330,24 @@ def test_zero_window_disables_repeats(db: Path | str) -> None:
     assert not _charge(ledger, "fp-1").repeat
 
 
+def test_release_keeps_the_answer_in_one_statement_and_only_once(db: Path | str) -> None:
+    ledger = PrivacyLedger(db, cap_epsilon=2.0)
+    charge = _charge(ledger, "fp-1")
+    released = ledger.release(charge, "[1]")
+    assert (released.status, released.answer_json, released.spent_epsilon) == ("released", "[1]", charge.spent_epsilon)
+    again = _charge(ledger, "fp-1")  # the identical request now gets the stored answer
+    assert again.repeat and again.answer_json == "[1]"
+    with pytest.raises(ChargeStateError):
+        ledger.release(charge, "[2]")  # released already
+    refunded = _charge(ledger, "fp-2")
+    ledger.refund(refunded.id)
+    with pytest.raises(ChargeStateError):
+        ledger.release(refunded, "[1]")  # nothing was released: the refund stands
+    with pytest.raises(ChargeStateError, match="final"):
+        ledger.refund(charge.id)
+    assert ledger.status(T, S)["spent_epsilon"] == 0.5
+
+
 # -- refunds --------------------------------------------------------------------------------------
 def test_refund_returns_the_budget_when_nothing_was_released(db: Path | str) -> None:
     ledger = PrivacyLedger(db, cap_epsilon=0.5)

@@ -1,7 +1,7 @@
 """Entity usage per diagnosis (tokens, cost, cache hit or miss): the table GET /v1/usage sums.
 
-Revision ID: 0002_usage
-Revises: 0001
+Revision ID: 0003_usage
+Revises: 0002
 Create Date: 2026-12-01 06:05:00
 """
 
@@ -12,8 +12,8 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0002_usage"
-down_revision: str | None = "0001"
+revision: str = "0003_usage"
+down_revision: str | None = "0002"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

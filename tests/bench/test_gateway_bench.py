@@ -1,0 +1,89 @@
+"""`fedcd bench gateway` end to end at a tiny size (real stub servers, real gateways of this checkout and of the
+previous commit, loopback only), and its report's comparison and target verdicts on known numbers."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bench import GatewayBenchConfig, run_gateway_bench, write_gateway_report
+from bench.report import write_gateway_report as write_report
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _has_previous_commit() -> bool:
+    if shutil.which("git") is None:
+        return False
+    found = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--verify", "-q", "HEAD~1"], capture_output=True)
+    return found.returncode == 0
+
+
+def test_the_bench_runs_every_scenario_and_writes_its_report(tmp_path: Path) -> None:
+    baseline = "HEAD~1" if _has_previous_commit() else None
+    config = GatewayBenchConfig(
+        entities=2, stub_latency_ms=5.0, requests_c1=10, requests_cmax=10, concurrency=3, batches=2, batch_size=2,
+        repeats=10, big_items=50, sdk_calls=10, max_seconds=60.0, baseline=baseline,
+    )
+    data = run_gateway_bench(config)
+    fedcd = [r for r in data["results"] if r["target"] == "fedcd"]
+    assert len(fedcd) == 5 and all(r["ok"] == r["requests"] and r["errors"] == 0 for r in fedcd), fedcd
+    assert all(r["cpu_ms_per_request"] > 0 and r["p50_ms"] > 0 for r in fedcd)
+    assert [r["target"] for r in data["results"]].count("sdk") == 1
+    if baseline:
+        assert sum(r["target"] == f"fedcd@{baseline}" for r in data["results"]) == 5
+    paths = write_gateway_report(data, tmp_path, command="fedcd bench gateway …")
+    report = (tmp_path / "report.md").read_text()
+    assert "## Targets (issue 12)" in report and {p.name for p in paths} >= {"results.json", "report.md"}
+    assert json.loads((tmp_path / "results.json").read_text())["config"]["entities"] == 2
+
+
+def _row(target: str, name: str, cpu: float, *, concurrency: int = 1, added: float = 5.0, rps: float = 10.0,
+         per: str = "diagnosis") -> dict[str, Any]:
+    return {"target": target, "name": name, "ok": 10, "requests": 10, "p50_ms": 55.0, "p90_ms": 60.0,
+            "p99_ms": 70.0, "added_p50_ms": added, "throughput_rps": rps, "cpu_ms_per_request": cpu, "per": per,
+            "concurrency": concurrency}
+
+
+def test_the_report_compares_with_the_baseline_and_states_each_target(tmp_path: Path) -> None:
+    config = {"entities": 3, "stub_latency_ms": 50.0, "workers": 1, "ledger": True, "database_url": None,
+              "big_items": 2000, "baseline": "v0"}
+    rows = [
+        _row("fedcd", "diagnosis, 12-item Q-matrix, c=1", 12.0, added=6.0),
+        _row("fedcd", "diagnosis, 12-item Q-matrix, c=50", 12.0, concurrency=50, rps=90.0),
+        _row("fedcd", "diagnosis, 2000-item Q-matrix, c=1", 14.0),
+        _row("fedcd", "identical request again (repeat path), c=1", 2.5),
+        _row("fedcd@v0", "diagnosis, 12-item Q-matrix, c=1", 36.0),
+        _row("sdk", "one entity call", 2.0, per="call"),
+        _row("litellm", "one pass-through call, c=1", 30.0, per="call"),
+    ]
+    write_report({"config": config, "machine": {"cpus": 2, "python": "3.11"}, "results": rows}, tmp_path, command="x")
+    report = (tmp_path / "report.md").read_text()
+    assert "| diagnosis, 12-item Q-matrix, c=1 | 36.00 | 12.00 | 0.33 |" in report
+    verdicts = {line.split(" | ")[0].lstrip("| "): line.rsplit(" | ", 1)[1].rstrip(" |")
+                for line in report.splitlines() if line.count(" | ") == 4 and not line.startswith("| target")}
+    assert verdicts["CPU per diagnosis (ledger on)"] == "met"
+    assert verdicts["CPU outside the SDK's calls"] == "missed by 3"  # 12 − 3 × 2 = 6 > 3
+    assert verdicts["flat in Q-matrix size (2000 vs 12 items)"].startswith("missed by 0.0667")
+    assert verdicts["throughput per worker"] == "met"
+    assert verdicts["repeat path"] == "missed by 0.5"
+    assert verdicts["fedcd's diagnosis below LiteLLM's one call"] == "met"
+
+
+@pytest.mark.parametrize("option", [["--profile"], ["--compare-litellm", "--litellm-command", "/nonexistent/litellm"]])
+def test_a_missing_tool_is_a_clear_error_not_a_traceback(option: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    from typer.testing import CliRunner
+
+    from app.cli import cli
+
+    if option == ["--profile"]:
+        monkeypatch.setattr("bench.gateway.py_spy_command", lambda: None)
+    result = CliRunner().invoke(cli, ["bench", "gateway", "--requests", "10", "--requests-concurrent", "10",
+                                      "--concurrency", "2", "--out", "/tmp/unused-bench", *option])
+    assert result.exit_code == 2, result.output
+    assert "py-spy" in result.output or "litellm" in result.output.lower()
