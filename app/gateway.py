@@ -108,6 +108,10 @@ class Gateway:
         await self.jobs.aclose()
         if self.federation is not None:
             await self.federation.aclose()
+        try:  # the usage rows still buffered (app.storage.usage)
+            await asyncio.to_thread(self.usage.flush)
+        except Exception:
+            log.exception("usage records buffered at shutdown could not be written")
         with contextlib.suppress(Exception):  # a clean shutdown should not fail on a lost database
             await asyncio.to_thread(self.workers.deregister)
         if self.ledger is not None:
@@ -138,6 +142,7 @@ class Gateway:
             await asyncio.sleep(self.settings.worker_heartbeat_s)
             try:
                 await asyncio.to_thread(self.workers.heartbeat)
+                await asyncio.to_thread(self.usage.flush)
                 beats += 1
                 if beats % 12 == 0:
                     await self._settle_orphans()

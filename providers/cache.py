@@ -33,7 +33,8 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import Protocol
+from functools import cached_property
+from typing import Any, Protocol
 
 from prometheus_client import Counter
 
@@ -127,8 +128,13 @@ class CacheKey:
             structured_output=spec.structured_output,
         )
 
+    @cached_property
+    def _configuration_digest(self) -> Any:
+        """The hash state after this key's configuration: copied per call, never recomputed."""
+        return hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode())
+
     def for_context(self, context: PromptContext) -> str:
-        digest = hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode())
+        digest = self._configuration_digest.copy()
         digest.update(b"\x1e" + context.model_dump_json().encode())  # pydantic's JSON: fields in declared order
         for message in build_messages(context):
             digest.update(b"\x1e" + message["role"].encode() + b"\x1f" + message["content"].encode())

@@ -15,6 +15,9 @@ __all__ = ["account_usage"]
 async def account_usage(
     store: UsageStore, tenant: str, source: UsageSource, outcomes: Sequence[EntityOutcome], *, job_id: str | None = None
 ) -> None:
-    """Count one diagnosis's (or several's) entity outcomes in the metrics and record them (one insert)."""
+    """Count one diagnosis's (or several's) entity outcomes in the metrics and record them (buffered; the request
+    that finds the buffer due writes it: see ``app.storage.usage``)."""
     count_usage(tenant, outcomes)
-    await asyncio.to_thread(store.record, tenant, source, outcomes, job_id=job_id)
+    store.record(tenant, source, outcomes, job_id=job_id)
+    if store.due():
+        await asyncio.to_thread(store.flush)

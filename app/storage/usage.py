@@ -1,15 +1,22 @@
 """Entity usage per tenant: one row per entity asked in a diagnosis, summed by ``GET /v1/usage``.
 
-A diagnosis's rows go in with one ``INSERT`` (all its entities together), after the pipeline ran —
-whether or not an entity answered: a failed call is a call (with the tokens its provider billed before
-failing, often 0). Skipped entities (not asked) and repeats (the stored answer) write nothing.
-Rows of a calibration job carry its id, so the job reports its own total.
+A diagnosis's rows are recorded after the pipeline ran — whether or not an entity answered: a failed call is
+a call (with the tokens its provider billed before failing, often 0). Skipped entities (not asked) and repeats
+(the stored answer) record nothing. Rows of a calibration job carry its id, so the job reports its own total.
+
+Rows are written in batches — group commit: :meth:`UsageStore.record` only buffers, and the buffer goes in with
+one ``INSERT`` once it is ``flush_s`` old or ``max_rows`` long (the request that finds it due writes it), at every
+maintenance tick of the gateway and at shutdown; every read of this process writes its buffer first. A request
+thus pays no transaction (and no fsync) for its usage. The price: a worker killed with ``kill -9`` loses the rows
+of its last ``flush_s`` (usage is accounting — the privacy ledger is written before every release, never
+batched), and another worker's reads see a row up to ``flush_s`` late.
 """
 
 from __future__ import annotations
 
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any, Literal
 
@@ -68,8 +75,14 @@ def _usage(sums: Sequence[Any]) -> Usage:
 
 
 class UsageStore:
-    def __init__(self, sessions: sessionmaker) -> None:
-        self.sessions = sessions
+    def __init__(
+        self, sessions: sessionmaker, *, flush_s: float = 1.0, max_rows: int = 2000,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.sessions, self.flush_s, self.max_rows, self._clock = sessions, flush_s, max_rows, clock
+        self._rows: list[dict[str, Any]] = []
+        self._oldest: float | None = None  # when the oldest buffered row came in
+        self._lock = threading.Lock()  # the buffer: requests add on the event loop, flushes run in threads
 
     def record(
         self,
@@ -80,6 +93,7 @@ class UsageStore:
         job_id: str | None = None,
         at: float | None = None,
     ) -> None:
+        """Buffer the asked entities' rows (no I/O); :meth:`due` says when :meth:`flush` should write them."""
         when = at if at is not None else time.time()
         rows = [
             {"tenant": tenant, "at": when, "source": source, "entity": o.name, "status": o.status,
@@ -89,11 +103,36 @@ class UsageStore:
         ]
         if not rows:
             return
-        with self.sessions.begin() as session:
-            session.execute(insert(UsageRow), rows)
+        with self._lock:
+            if self._oldest is None:
+                self._oldest = self._clock()
+            self._rows.extend(rows)
+
+    def due(self) -> bool:
+        with self._lock:
+            return bool(self._rows) and (
+                len(self._rows) >= self.max_rows or self._clock() - (self._oldest or 0.0) >= self.flush_s
+            )
+
+    def flush(self) -> int:
+        """Write every buffered row in one transaction; returns how many. On failure they stay buffered."""
+        with self._lock:
+            rows, self._rows, oldest, self._oldest = self._rows, [], self._oldest, None
+        if not rows:
+            return 0
+        try:
+            with self.sessions.begin() as session:
+                session.execute(insert(UsageRow), rows)
+        except BaseException:
+            with self._lock:  # put them back in front, to be written by the next flush
+                self._rows[:0] = rows
+                self._oldest = oldest if self._oldest is None else min(oldest or self._oldest, self._oldest)
+            raise
+        return len(rows)
 
     def report(self, tenant: str, since: datetime) -> UsageReport:
         """The tenant's usage recorded at or after ``since`` (an aware datetime), per entity and in total."""
+        self.flush()
         query = (
             select(UsageRow.entity, *_SUMS)
             .where(UsageRow.tenant == tenant, UsageRow.at >= since.timestamp())
@@ -106,6 +145,7 @@ class UsageStore:
         return UsageReport(tenant=tenant, since=since.astimezone(UTC).isoformat(), total=total, entities=entities)
 
     def job_total(self, tenant: str, job_id: str) -> Usage:
+        self.flush()
         with self.sessions() as session:
             row = session.execute(select(*_SUMS).where(UsageRow.tenant == tenant, UsageRow.job_id == job_id)).one()
         return _usage(row)

@@ -212,3 +212,28 @@ def test_only_the_configured_kinds_are_cached(tmp_path: Path) -> None:
     assert all(e["cache"] is None for b in bodies for e in b["entities"])
     assert bodies[0]["usage"]["cost_usd"] > 0
     assert bodies[1]["usage"]["cost_usd"] == pytest.approx(bodies[0]["usage"]["cost_usd"])  # asked and paid again
+
+
+def test_usage_rows_are_written_in_batches_and_never_lost_on_a_failed_write(tmp_path: Path) -> None:
+    from app.db import Database
+    from app.storage import UsageStore
+    from diagnosis import EntityOutcome
+
+    now = [0.0]
+    store = UsageStore(Database(f"sqlite:///{tmp_path / 'u.db'}").sessions, flush_s=1.0, max_rows=5,
+                       clock=lambda: now[0])
+    outcome = EntityOutcome(name="a", status="ok", latency_ms=1.0, mastery={"c": 0.5}, prompt_tokens=10)
+    store.record("t1", "diagnosis", [outcome, outcome])
+    assert not store.due()  # young and short: buffered
+    now[0] = 1.5
+    assert store.due()  # old enough
+    real_sessions = store.sessions
+    store.sessions = None  # type: ignore[assignment]  # the database is gone: the write fails
+    with pytest.raises(AttributeError):
+        store.flush()
+    store.sessions = real_sessions
+    store.record("t1", "diagnosis", [outcome] * 3)
+    assert store.due()  # 5 rows: full
+    assert store.flush() == 5  # the failed batch was kept and written with the new rows
+    since = datetime.fromtimestamp(0, UTC)
+    assert store.report("t1", since).total.calls == 5 and store.report("t2", since).total.calls == 0
