@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from app.settings import Settings
 from diagnosis import DiagnosisPipeline
@@ -56,12 +56,20 @@ class Federation:
         if entities is None:
             entities = {s.name: build_entity(s, circuits=circuits) for s in specs}
             self._guarded = list(entities) if circuits is not None else []
-        self.pipeline = DiagnosisPipeline(entities, seed=seed)
+        # An entity passed ready-made without a declaration (tests) is tier 0.
+        self.pipeline = DiagnosisPipeline(entities, seed=seed, tiers={s.name: s.tier for s in specs})
         self._status: dict[str, str] = {}
 
     @property
     def names(self) -> list[str]:
         return list(self.pipeline.entities)
+
+    def deadline_s(self, names: Sequence[str] | None) -> float | None:
+        """The longest ``deadline_s`` of the named entities (all when None) that have a declaration: a whole
+        request's default deadline. None when none has one (entities passed ready-made)."""
+        chosen = self.names if names is None else names
+        deadlines = [self.specs[n].deadline_s for n in chosen if n in self.specs]
+        return max(deadlines) if deadlines else None
 
     def adapter(self, name: str) -> object:
         entity: object = self.pipeline.entities[name]

@@ -89,6 +89,20 @@ class Settings(BaseSettings):
     allow_unnoised: bool = Field(
         default=False, description="allow epsilon \"none\" (raw answers: unbounded privacy cost, never charged)"
     )
+    # Selective federation (README "Selective federation"): ask tier 0 first, the paid tiers only when it is unsure.
+    federation_default: Literal["all", "selective"] = Field(
+        default="all", description="federation mode of a request that names none"
+    )
+    selective_threshold: float = Field(
+        default=0.5, gt=0, le=1,
+        description="selective federation stops once every assessed concept's credible interval is narrower than "
+        "this (docs/results/cost/: fedcd bench cost)",
+    )
+    request_deadline_s: float | None = Field(
+        default=None, gt=0,
+        description="one deadline for a whole diagnosis, every tier included; null: the longest deadline_s of the "
+        "entities it selects (so selective never waits longer than asking all at once)",
+    )
     min_cohort_size: int = Field(default=10, ge=2, description="smallest cohort /v1/cohort-report will describe")
     batch_concurrency: int = Field(default=4, ge=1, description="students diagnosed at once in a batch")
     # Request limits (README "Limits"): bigger requests are refused with 413 (body) or 422 (counts).

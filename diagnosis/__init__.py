@@ -24,6 +24,7 @@ from diagnosis.pipeline import (
     UnknownEntities,
     build_context,
 )
+from diagnosis.tiers import AskAll, FederationMode, FederationReport, Selective, Stage, StageReport, Verdict
 from diagnosis.posterior import (
     DEFAULT_ENTITY_ERROR_SD,
     BetaPrior,
@@ -46,6 +47,7 @@ __all__ = [
     "Aggregation",
     "Aggregator",
     "AllEntitiesFailed",
+    "AskAll",
     "BetaPrior",
     "CalibrationTag",
     "DegeneratePosteriorError",
@@ -53,6 +55,8 @@ __all__ = [
     "DiagnosisRequest",
     "DiagnosisResult",
     "EntityOutcome",
+    "FederationMode",
+    "FederationReport",
     "MechanismDescription",
     "NoiseLevel",
     "PosteriorAggregation",
@@ -60,8 +64,12 @@ __all__ = [
     "Privatized",
     "ReportModel",
     "ResidualAggregator",
+    "Selective",
+    "Stage",
+    "StageReport",
     "StackingAggregator",
     "UnknownEntities",
+    "Verdict",
     "build_context",
     "calibration_mismatch",
     "fit_beta_prior",

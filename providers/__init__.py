@@ -2,7 +2,7 @@
 
 from providers.circuit import CircuitBreakers, CircuitBroken, CircuitState, MemoryCircuitStore
 from providers.circuit_redis import RedisCircuitStore
-from providers.config import DEFAULT_HOSTED, EntityKind, EntitySpec, default_entity_specs
+from providers.config import DEFAULT_HOSTED, DEFAULT_TIER, EntityKind, EntitySpec, default_entity_specs
 from providers.errors import (
     EntityCircuitOpen,
     EntityError,
@@ -22,6 +22,7 @@ from providers.wrappers import ConcurrencyLimited, RetryPolicy, Retrying, WithDe
 
 __all__ = [
     "DEFAULT_HOSTED",
+    "DEFAULT_TIER",
     "SYSTEM_PROMPT",
     "CircuitBreakers",
     "CircuitBroken",

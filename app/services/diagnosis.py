@@ -34,6 +34,8 @@ from app.schemas import (
     DiagnoseResponse,
     DiagnoseOptions,
     EntityReport,
+    FederationBlock,
+    FederationStage,
     PrivacyBlock,
     PrivacyPolicy,
     PrivacyPolicyPublic,
@@ -46,9 +48,12 @@ from calibration import CalibrationRecord, aggregator_for
 from diagnosis import (
     Aggregator,
     AllEntitiesFailed,
+    AskAll,
     DiagnosisPipeline,
     DiagnosisRequest,
     DiagnosisResult,
+    FederationMode,
+    Selective,
     UnknownEntities,
 )
 from diagnosis.posterior import DegeneratePosteriorError
@@ -206,7 +211,15 @@ class DiagnosisService:
             delta=options.delta,
             entities=options.entities,
             include_answers=self.settings.send_answer_text,
+            federation=self.federation_mode(options),
+            deadline_s=self.settings.request_deadline_s or self.federation.deadline_s(options.entities),
         )
+
+    def federation_mode(self, options: DiagnoseOptions) -> FederationMode:
+        """The request's federation mode, or the server's default; selective judges by the request's posterior
+        intervals, or by the uncalibrated posterior's when the aggregation is a mean (diagnosis.tiers)."""
+        mode = options.federation or self.settings.federation_default
+        return Selective(threshold=self.settings.selective_threshold) if mode == "selective" else AskAll()
 
     async def _run(
         self,
@@ -288,6 +301,12 @@ class DiagnosisService:
             calibration_mismatch=result.calibration_mismatch,
             request_id=result.request_id,
             latency_ms=result.latency_ms,
+            federation=FederationBlock(
+                mode=result.federation.mode,  # type: ignore[arg-type]
+                threshold=result.federation.threshold,
+                tiers=[FederationStage(**vars(s)) for s in result.federation.stages],  # type: ignore[arg-type]
+                escalated=result.federation.escalated,
+            ),
         )
 
 
@@ -338,5 +357,6 @@ def _fingerprint(
         "include_entities": options.include_entities,
         "aggregation": options.aggregation,
         "estimate": options.estimate,
+        "federation": [request.federation.name, request.federation.threshold],  # resolved (server default applied)
     }
     return hashlib.sha256(json.dumps(content, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
