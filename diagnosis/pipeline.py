@@ -40,6 +40,7 @@ __all__ = [
     "DiagnosisRequest",
     "DiagnosisResult",
     "EntityOutcome",
+    "NoiseSource",
     "Privatized",
     "UnknownEntities",
     "build_context",
@@ -141,6 +142,10 @@ class DiagnosisResult:
     federation: FederationReport = field(default_factory=lambda: FederationReport(mode="all"))
 
 
+# (request, entity name) -> the generator that entity's answer to the request is privatized with.
+NoiseSource = Callable[[DiagnosisRequest, str], np.random.Generator]
+
+
 class AllEntitiesFailed(RuntimeError):
     """No entity produced a usable answer; ``outcomes`` holds each entity's reason."""
 
@@ -190,16 +195,25 @@ class DiagnosisPipeline:
     """Holds the configured entities and their tiers; ``diagnose`` runs one request through them.
 
     ``tiers``: entity -> tier (``EntitySpec.tier``); an entity not listed (one passed ready-made,
-    without a declaration) is tier 0.
+    without a declaration) is tier 0. ``noise``: the generator each (request, entity) answer is
+    privatized with — benchmarks pass one keyed by student and entity, so two runs that ask an entity
+    the same question draw the same noise whatever else they ask (common random numbers); by default
+    every answer draws from the pipeline's one generator.
     """
 
     def __init__(
-        self, entities: Mapping[str, Entity], *, seed: int | None = None, tiers: Mapping[str, int] | None = None
+        self,
+        entities: Mapping[str, Entity],
+        *,
+        seed: int | None = None,
+        tiers: Mapping[str, int] | None = None,
+        noise: NoiseSource | None = None,
     ) -> None:
         self.entities = dict(entities)
         self.tiers = dict(tiers or {})
         # One generator per pipeline, seeded from the OS CSPRNG (or a test seed).
         self._rng = make_rng(seed)
+        self._noise = noise
 
     def select(self, names: Sequence[str] | None) -> dict[str, Entity]:
         if names is None:
@@ -269,7 +283,7 @@ class DiagnosisPipeline:
                     reason="not asked: the request's deadline had passed",
                 ))
                 break
-            asked = await self._ask_stage(stage, selected, mechanism, context, left)
+            asked = await self._ask_stage(request, stage, selected, mechanism, context, left)
             outcomes.extend(asked)
             if not any(o.mastery for o in asked):
                 report.stages.append(StageReport(
@@ -315,16 +329,16 @@ class DiagnosisPipeline:
         )
 
     async def _ask_stage(
-        self, stage: Stage, selected: Mapping[str, Entity], mechanism: Mechanism, context: PromptContext,
-        left: float | None,
+        self, request: DiagnosisRequest, stage: Stage, selected: Mapping[str, Entity], mechanism: Mechanism,
+        context: PromptContext, left: float | None,
     ) -> list[EntityOutcome]:
         """The stage's entities, concurrently, each bounded by the time left of the request's deadline."""
-        def bounded(entity: Entity) -> Entity:
-            return entity if left is None else WithDeadline(entity, left)
+        def guarded(name: str) -> Privatized:
+            entity = selected[name] if left is None else WithDeadline(selected[name], left)
+            rng = self._rng if self._noise is None else self._noise(request, name)
+            return Privatized(entity, mechanism, rng)
 
-        return list(await asyncio.gather(*(
-            self._ask(Privatized(bounded(selected[name]), mechanism, self._rng), context) for name in stage.entities
-        )))
+        return list(await asyncio.gather(*(self._ask(guarded(name), context) for name in stage.entities)))
 
     async def aclose(self) -> None:
         await asyncio.gather(*(e.aclose() for e in self.entities.values()), return_exceptions=True)

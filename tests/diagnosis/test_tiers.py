@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import time
 
+import numpy as np
 import pytest
 
 from diagnosis import (
     AllEntitiesFailed,
     AskAll,
     DiagnosisPipeline,
+    DiagnosisRequest,
     PosteriorAggregator,
     ResidualAggregator,
     Selective,
@@ -157,3 +159,21 @@ def test_a_threshold_outside_0_1_is_refused(threshold: float) -> None:
 def test_the_gauge_must_have_intervals() -> None:
     with pytest.raises(ValueError, match="posterior"):
         Selective(threshold=0.3, gauge=ResidualAggregator())
+
+
+async def test_keyed_noise_gives_an_entity_the_same_draw_whoever_else_is_asked() -> None:
+    # Prepare: noise keyed by (student, entity), as benchmarks use it to compare modes
+    def keyed(request: DiagnosisRequest, entity: str) -> np.random.Generator:
+        return np.random.default_rng([len(request.student_id), len(entity)])
+
+    local, paid = FakeEntity("local", 0.8), FakeEntity("paid", 0.4)
+    pipeline = DiagnosisPipeline({"local": local, "paid": paid}, tiers={"local": 0, "paid": 1}, noise=keyed)
+    # Execute
+    alone = await pipeline.diagnose(_request(epsilon=8.0, federation=Selective(threshold=1.0)), PosteriorAggregator())
+    both = await pipeline.diagnose(_request(epsilon=8.0), PosteriorAggregator())
+    # Assert: tier 0's privatized answer is the same draw; without the key every answer draws afresh
+    assert alone.entities[0].mastery == {o.name: o.mastery for o in both.entities}["local"]
+    assert alone.entities[0].mastery != {c: 0.8 for c in alone.concepts}
+    fresh = DiagnosisPipeline({"local": local}, seed=1)
+    first, second = [await fresh.diagnose(_request(epsilon=8.0)) for _ in range(2)]
+    assert first.entities[0].mastery != second.entities[0].mastery
