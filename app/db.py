@@ -2,7 +2,7 @@
 
 One SQLAlchemy engine on ``Settings.database_url`` (default: an SQLite file in the state
 dir). Tables: tenants and their API keys, Q-matrices (versioned, per tenant), calibration
-records, jobs and their per-student results. The privacy ledger keeps its own tables in the
+records, jobs and their per-student results, entity usage (tokens, cost, cache) per diagnosis. The privacy ledger keeps its own tables in the
 same database (``privacy.ledger``).
 
 Every tenant-owned row carries ``tenant``. Rows shared read-only by every tenant (the
@@ -41,6 +41,7 @@ __all__ = [
     "PolicyRow",
     "QMatrixRow",
     "TenantRow",
+    "UsageRow",
     "WorkerRow",
     "utcnow",
 ]
@@ -179,6 +180,26 @@ class CalibrationRow(Base):
     version: Mapped[int] = mapped_column(Integer)
     record_json: Mapped[str] = mapped_column(Text)
     created_at: Mapped[str] = mapped_column(String(40), default=utcnow)
+
+
+class UsageRow(Base):
+    """One entity's part in one diagnosis (single, batch, cohort or calibration student): what ``GET /v1/usage``
+    sums. Written once per diagnosis, all entities in one statement; never updated."""
+
+    __tablename__ = "usage"
+    __table_args__ = (Index("ix_usage_tenant_at", "tenant", "at"), Index("ix_usage_job", "job_id"))
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    tenant: Mapped[str] = mapped_column(String(64))
+    at: Mapped[float] = mapped_column(Float)  # epoch seconds
+    source: Mapped[str] = mapped_column(String(16))  # diagnosis | cohort | calibration
+    entity: Mapped[str] = mapped_column(String(256))
+    status: Mapped[str] = mapped_column(String(16))  # ok | partial | failed (skipped entities are not recorded)
+    prompt_tokens: Mapped[int] = mapped_column(Integer)
+    completion_tokens: Mapped[int] = mapped_column(Integer)
+    cost_usd: Mapped[float] = mapped_column(Float)
+    cache: Mapped[str | None] = mapped_column(String(8), nullable=True)  # hit | miss | null: no cache
+    job_id: Mapped[str | None] = mapped_column(String(64), nullable=True)  # the calibration job, if any
 
 
 def _sqlite_pragmas(dbapi_connection, _record) -> None:  # type: ignore[no-untyped-def]

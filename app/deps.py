@@ -25,7 +25,7 @@ from app.services.calibration import CalibrationService
 from app.services.diagnosis import DiagnosisService
 from app.services.jobs import JobRunner
 from app.settings import Settings
-from app.storage import CalibrationStore, PolicyStore, QMatrixStore
+from app.storage import CalibrationStore, PolicyStore, QMatrixStore, UsageStore
 from privacy import PrivacyLedger
 
 __all__ = [
@@ -43,6 +43,7 @@ __all__ = [
     "PrincipalDep",
     "QMatrixStoreDep",
     "SettingsDep",
+    "UsageStoreDep",
 ]
 
 AUTH_DISABLED = Principal(tenant="dev", role="admin", key_id="auth-disabled")
@@ -75,6 +76,10 @@ async def _keys(request: Request) -> KeyStore:
 
 async def _policies(request: Request) -> PolicyStore:
     return request.app.state.policies
+
+
+async def _usage(request: Request) -> UsageStore:
+    return request.app.state.usage
 
 
 async def _ledger(request: Request) -> PrivacyLedger | None:
@@ -154,6 +159,7 @@ JobRunnerDep = Annotated[JobRunner, Depends(_jobs)]
 KeyStoreDep = Annotated[KeyStore, Depends(_keys)]
 LedgerDep = Annotated[PrivacyLedger | None, Depends(_ledger)]
 PolicyStoreDep = Annotated[PolicyStore, Depends(_policies)]
+UsageStoreDep = Annotated[UsageStore, Depends(_usage)]
 DiagnosisServiceDep = Annotated[DiagnosisService, Depends(_diagnosis)]
 CalibrationServiceDep = Annotated[CalibrationService, Depends(_calibration_service)]
 PrincipalDep = Annotated[Principal, Depends(_principal)]

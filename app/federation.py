@@ -5,20 +5,28 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 from app.settings import Settings
 from diagnosis import DiagnosisPipeline
 from providers import (
+    CacheKey,
+    CacheStore,
     CircuitBreakers,
     CircuitState,
     Entity,
+    EntityKind,
     EntitySpec,
+    MemoryCacheStore,
     MemoryCircuitStore,
+    RedisCacheStore,
     RedisCircuitStore,
+    ResponseCached,
     build_entity,
+    price_of,
 )
 
-__all__ = ["Federation", "circuit_breakers"]
+__all__ = ["Federation", "ResponseCache", "circuit_breakers", "response_cache"]
 
 log = logging.getLogger("fedcd.federation")
 
@@ -38,9 +46,36 @@ def circuit_breakers(settings: Settings) -> CircuitBreakers | None:
     )
 
 
+@dataclass(frozen=True)
+class ResponseCache:
+    """The response cache (``providers.cache``) and the entity kinds it is put in front of."""
+
+    store: CacheStore
+    kinds: frozenset[EntityKind]
+
+    def wrap(self, spec: EntitySpec, entity: Entity) -> Entity:
+        return ResponseCached(entity, self.store, key=CacheKey.of(spec)) if spec.kind in self.kinds else entity
+
+
+def response_cache(settings: Settings) -> ResponseCache | None:
+    """The response cache as configured: in Redis when ``redis_url`` is set (shared by every worker), in this
+    process otherwise; None when ``cache_enabled`` is off."""
+    if not settings.cache_enabled:
+        return None
+    store: CacheStore = (
+        RedisCacheStore(
+            settings.redis_url.get_secret_value(), prefix=settings.cache_key_prefix,
+            max_entries=settings.cache_max_entries, ttl_s=settings.cache_ttl_s,
+        )
+        if settings.redis_url is not None
+        else MemoryCacheStore(max_entries=settings.cache_max_entries, ttl_s=settings.cache_ttl_s)
+    )
+    return ResponseCache(store, frozenset(settings.cache_kinds))
+
+
 class Federation:
     """Built once at start-up from settings; tests pass ready-made entities instead (used as they
-    are: no wrappers, no breakers)."""
+    are: no wrappers, no breakers, no cache). Each entity is priced from its spec (``providers.pricing``)."""
 
     def __init__(
         self,
@@ -49,16 +84,25 @@ class Federation:
         entities: Mapping[str, Entity] | None = None,
         seed: int | None = None,
         circuits: CircuitBreakers | None = None,
+        cache: ResponseCache | None = None,
     ) -> None:
         self.specs = {s.name: s for s in specs}
-        self.circuits = circuits
+        self.circuits, self.cache = circuits, cache
         self._guarded: list[str] = []  # entities behind a breaker (built here from their specs)
         if entities is None:
-            entities = {s.name: build_entity(s, circuits=circuits) for s in specs}
+            entities = {s.name: self._build(s, circuits, cache) for s in specs}
             self._guarded = list(entities) if circuits is not None else []
         # An entity passed ready-made without a declaration (tests) is tier 0.
-        self.pipeline = DiagnosisPipeline(entities, seed=seed, tiers={s.name: s.tier for s in specs})
+        self.pipeline = DiagnosisPipeline(
+            entities, seed=seed, tiers={s.name: s.tier for s in specs}, prices={s.name: price_of(s) for s in specs}
+        )
         self._status: dict[str, str] = {}
+
+    @staticmethod
+    def _build(spec: EntitySpec, circuits: CircuitBreakers | None, cache: ResponseCache | None) -> Entity:
+        entity = build_entity(spec, circuits=circuits)
+        # The cache outermost: a hit calls no provider, so it costs no breaker probe, slot or deadline.
+        return cache.wrap(spec, entity) if cache is not None else entity
 
     @property
     def names(self) -> list[str]:
@@ -73,7 +117,7 @@ class Federation:
 
     def adapter(self, name: str) -> object:
         entity: object = self.pipeline.entities[name]
-        while hasattr(entity, "inner"):  # unwrap Observed / CircuitBroken / WithDeadline / ConcurrencyLimited / Retrying
+        while hasattr(entity, "inner"):  # unwrap ResponseCached / Observed / CircuitBroken / WithDeadline / … / Retrying
             entity = entity.inner
         return entity
 
@@ -109,3 +153,5 @@ class Federation:
         await self.pipeline.aclose()
         if self.circuits is not None:
             await self.circuits.aclose()
+        if self.cache is not None:
+            await self.cache.store.aclose()

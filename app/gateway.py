@@ -16,14 +16,14 @@ from collections.abc import Mapping
 from app.auth import KeyStore
 from app.bootstrap import ensure_dev_key, train_default_model
 from app.db import Database
-from app.federation import Federation, circuit_breakers
+from app.federation import Federation, circuit_breakers, response_cache
 from app.locks import database_lock
 from app.redaction import Redactor
 from app.services.calibration import CalibrationService, start_default_calibration
 from app.services.diagnosis import DiagnosisService
 from app.services.jobs import JobRunner
 from app.settings import Settings
-from app.storage import CalibrationStore, PolicyStore, QMatrixStore, budget_rule, default_policy
+from app.storage import CalibrationStore, PolicyStore, QMatrixStore, UsageStore, budget_rule, default_policy
 from app.workers import WorkerRegistry
 from privacy import PrivacyLedger
 from providers import Entity
@@ -46,6 +46,7 @@ class Gateway:
         self.calibrations = CalibrationStore(sessions)
         self.keys = KeyStore(sessions)
         self.policies = PolicyStore(sessions, settings)
+        self.usage = UsageStore(sessions)
         self.workers = WorkerRegistry(sessions, stale_s=settings.worker_stale_s)
         self.ledger = (
             PrivacyLedger(
@@ -77,17 +78,18 @@ class Gateway:
             if self._entities is None and settings.local_fed and settings.train_default_model:
                 await train_default_model(settings)
         self.federation = Federation(
-            settings.entity_specs, entities=self._entities, seed=settings.noise_seed, circuits=circuit_breakers(settings)
+            settings.entity_specs, entities=self._entities, seed=settings.noise_seed, circuits=circuit_breakers(settings),
+            cache=response_cache(settings),
         )
         log.info("federation: %s", ", ".join(self.federation.names) or "(no entities)")
         self.calibration = CalibrationService(
             federation=self.federation, qmatrices=self.qmatrices, calibrations=self.calibrations, jobs=self.jobs,
-            policies=self.policies, settings=settings, ledger=self.ledger,
+            policies=self.policies, settings=settings, ledger=self.ledger, usage=self.usage,
         )
         self.diagnosis = DiagnosisService(
             federation=self.federation, qmatrices=self.qmatrices, calibrations=self.calibrations,
             policies=self.policies, settings=settings, ledger=self.ledger,
-            redactor=Redactor.for_state_dir(settings.state_dir),
+            redactor=Redactor.for_state_dir(settings.state_dir), usage=self.usage,
         )
         if settings.preload_models:
             await self.federation.preload()

@@ -14,6 +14,7 @@ from app.gateway import Gateway
 from app.middleware import AccessLog, BodyLimit, RequestMetrics
 from app.openapi import install_openapi
 from app.routes import admin_keys, admin_policy, calibrate, cohort, diagnose, health, local_model, privacy, qmatrices
+from app.routes import usage as usage_routes
 from app.routes import entities as entities_routes
 from app.routes import metrics as metrics_routes
 from app.settings import Settings, get_settings
@@ -61,6 +62,7 @@ def create_app(
     app.state.calibrations = gateway.calibrations
     app.state.keys = gateway.keys
     app.state.policies = gateway.policies
+    app.state.usage = gateway.usage
     app.state.ledger = gateway.ledger
     app.state.jobs = gateway.jobs
     install_error_handlers(app)
@@ -77,7 +79,7 @@ def create_app(
     app.add_middleware(RequestMetrics)
     for router in (health.router, qmatrices.router, qmatrices.extractions, diagnose.router, calibrate.router,
                    cohort.router, privacy.router, local_model.router, entities_routes.router, admin_keys.router,
-                   admin_policy.router, metrics_routes.router):
+                   admin_policy.router, usage_routes.router, metrics_routes.router):
         app.include_router(router)
     return app
 

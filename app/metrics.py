@@ -1,7 +1,7 @@
 """Prometheus metrics of the gateway: what the HTTP layer and the diagnosis service count, and the
 ``/metrics`` page that adds what is read at scrape time (jobs by state from the database, each
 entity's circuit state from the breakers' store). Entity calls are counted in
-``providers.observed``.
+``providers.observed``, response cache lookups in ``providers.cache``.
 
 Labels are route *templates* (never raw paths), methods, status codes, tenants and entity names:
 a bounded set. No student id is ever a label.
@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Literal
 
@@ -35,6 +35,7 @@ from app.db import JobRow
 from app.federation import Federation
 from app.schemas import DiagnoseResponse
 from app.settings import Settings
+from diagnosis import EntityOutcome
 from providers.circuit import CircuitStoreUnavailable
 
 __all__ = [
@@ -43,6 +44,7 @@ __all__ = [
     "count_charge",
     "count_diagnosis",
     "count_refusal",
+    "count_usage",
     "render_metrics",
     "reset_multiprocess_dir",
 ]
@@ -86,6 +88,16 @@ CALIBRATION_MISMATCHES = Counter(
     "Diagnoses served at a noise level other than the one their calibration was fitted at, by tenant",
     ["tenant"],
 )
+ENTITY_TOKENS = Counter(
+    "fedcd_entity_tokens_total",
+    "Tokens entities' providers reported (simulated entities: an estimate), by tenant, entity and kind "
+    "(prompt, completion)",
+    ["tenant", "entity", "kind"],
+)
+ENTITY_COST = Counter(
+    "fedcd_entity_cost_usd_total", "US dollars of entity answers at the configured prices, by tenant and entity",
+    ["tenant", "entity"],
+)
 
 
 ChargeSource = Literal["diagnosis", "cohort", "calibration"]
@@ -112,6 +124,17 @@ def count_diagnosis(tenant: str, response: DiagnoseResponse) -> None:
             BUDGET_WARNINGS.labels(tenant).inc()
     if response.calibration_mismatch:
         CALIBRATION_MISMATCHES.labels(tenant).inc()
+
+
+def count_usage(tenant: str, outcomes: Sequence[EntityOutcome]) -> None:
+    """Tokens and dollars of one diagnosis's entity answers (cache hits and failures count 0)."""
+    for outcome in outcomes:
+        if outcome.prompt_tokens:
+            ENTITY_TOKENS.labels(tenant, outcome.name, "prompt").inc(outcome.prompt_tokens)
+        if outcome.completion_tokens:
+            ENTITY_TOKENS.labels(tenant, outcome.name, "completion").inc(outcome.completion_tokens)
+        if outcome.cost_usd:
+            ENTITY_COST.labels(tenant, outcome.name).inc(outcome.cost_usd)
 
 
 class _Snapshot(Collector):

@@ -40,6 +40,7 @@ __all__ = [
     "EntityInfo",
     "EntityList",
     "EntityReport",
+    "EntityUsage",
     "FederationBlock",
     "FederationStage",
     "Health",
@@ -51,6 +52,8 @@ __all__ = [
     "QMatrixSummary",
     "SkippedEntity",
     "StudentIn",
+    "Usage",
+    "UsageReport",
 ]
 
 
@@ -179,6 +182,40 @@ class BatchDiagnoseRequest(DiagnoseOptions):
     students: list[StudentIn] = Field(min_length=1)
 
 
+class EntityUsage(BaseModel):
+    """What one entity's answer used: the tokens its provider reported and their price."""
+
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost_usd: float = Field(
+        default=0.0, description="tokens × the entity's configured price (README, Cost); 0 for a cache hit, a "
+        "free entity, and a failed call (no provider reports usage with an error)",
+    )
+
+
+class Usage(BaseModel):
+    """Usage summed over entity answers (a diagnosis, a batch, a job, a period)."""
+
+    calls: int = Field(default=0, description="entity answers asked for, cache hits included (skipped entities not)")
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost_usd: float = 0.0
+    cache_hits: int = 0
+    cache_misses: int = 0
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(**{name: getattr(self, name) + getattr(other, name) for name in Usage.model_fields})
+
+
+class UsageReport(BaseModel):
+    """``GET /v1/usage``: the caller's tenant's usage since ``since``."""
+
+    tenant: str
+    since: str = Field(description="ISO 8601 UTC; usage recorded at or after it is counted")
+    total: Usage
+    entities: dict[str, Usage] = Field(description="per entity")
+
+
 class EntityReport(BaseModel):
     name: str
     status: Literal["ok", "partial", "failed", "skipped"]
@@ -196,8 +233,11 @@ class EntityReport(BaseModel):
     model: str = ""
     attempts: int = 0
     repairs: dict[str, int] = Field(default_factory=dict, description="repair rule -> times applied")
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
+    usage: EntityUsage = Field(default_factory=EntityUsage)
+    cache: Literal["hit", "miss"] | None = Field(
+        default=None, description="response cache: hit (answered from the cache, privatized afresh), miss; null: "
+        "no cache in front of this entity"
+    )
 
 
 class PrivacyBlock(BaseModel):
@@ -290,6 +330,11 @@ class DiagnoseResponse(BaseModel):
     latency_ms: float
     budget: BudgetBlock | None = Field(default=None, description="null when no noise was added or the ledger is off")
     federation: FederationBlock | None = Field(default=None, description="which tiers were asked and why")
+    usage: Usage = Field(
+        default_factory=Usage,
+        description="what this request spent, every entity together; zero for a repeat (the stored answer: no entity "
+        "was asked)",
+    )
 
 
 class BatchError(BaseModel):
@@ -302,6 +347,7 @@ class BatchDiagnoseResponse(BaseModel):
     results: list[DiagnoseResponse]
     errors: list[BatchError]
     count: int
+    usage: Usage = Field(default_factory=Usage, description="the sum over the batch's results")
 
 
 class EntityInfo(BaseModel):
@@ -317,6 +363,8 @@ class EntityInfo(BaseModel):
     structured_output: str
     concurrency: int
     deadline_s: float
+    input_usd_per_mtok: float = Field(default=0.0, description="price per million prompt tokens (README, Cost)")
+    output_usd_per_mtok: float = Field(default=0.0, description="price per million completion tokens")
     base_url: str | None = None
 
 
@@ -429,6 +477,7 @@ class CalibrateJob(BaseModel):
     error: str | None = None
     resumed: int = Field(default=0, description="times this job was resumed (after a restart or a dead worker)")
     history: list[JobEvent] = Field(default_factory=list, description="every status change, oldest first")
+    usage: Usage = Field(default_factory=Usage, description="entity usage of the job's finished students so far")
     created_at: str
     updated_at: str
 
@@ -550,6 +599,7 @@ class CohortReport(BaseModel):
     charged_epsilon_per_student: float
     calibration_id: str | None
     notes: list[str]
+    usage: Usage = Field(default_factory=Usage, description="entity usage of diagnosing the cohort")
 
 
 class KeyCreate(BaseModel):

@@ -25,7 +25,7 @@ from pydantic_settings import (
 )
 
 from privacy import EPSILON_MAX, EPSILON_MIN
-from providers import EntitySpec, default_entity_specs
+from providers import EntityKind, EntitySpec, default_entity_specs
 
 __all__ = ["Settings", "get_settings", "is_loopback"]
 
@@ -140,7 +140,7 @@ class Settings(BaseSettings):
     noise_seed: int | None = Field(default=None, description="tests only: fixed seed for the privacy noise")
     # Circuit breakers (README "Circuit breakers"): shared by every worker through Redis when redis_url is set.
     redis_url: SecretStr | None = Field(
-        default=None, description="redis:// URL of the state shared by workers (circuit breakers); none: in-process"
+        default=None, description="redis:// URL of the state shared by workers (circuit breakers, response cache); none: in-process"
     )
     circuit_failure_threshold: int | None = Field(
         default=5, ge=1, description="consecutive failed calls that open an entity's circuit; null: no breakers"
@@ -149,6 +149,19 @@ class Settings(BaseSettings):
         default=30.0, gt=0, description="seconds an open circuit waits before one probe call"
     )
     circuit_key_prefix: str = Field(default="fedcd:circuit:", min_length=1, description="Redis key prefix")
+    # Response cache (README "Response cache"): entity answers before privatization, shared through Redis
+    # when redis_url is set. Hits are privatized afresh and charged like calls: they save money, not ε.
+    cache_enabled: bool = Field(default=True, description="cache entity answers (in-process, or in Redis with redis_url)")
+    cache_ttl_s: float = Field(default=3600.0, gt=0, description="seconds a cached answer is served")
+    cache_max_entries: int = Field(
+        default=10000, ge=1, description="cached answers kept (per process in memory; per key prefix in Redis)"
+    )
+    cache_key_prefix: str = Field(default="fedcd:cache:", min_length=1, description="Redis key prefix of the cache")
+    cache_kinds: list[EntityKind] = Field(
+        default=["openai", "anthropic", "groq", "openai_compatible", "llamacpp", "simulated"],
+        description="entity kinds whose answers are cached; local_fed is not by default (its models are replaced "
+        "while the server runs, and it is free and fast)",
+    )
     # Metrics (README "Metrics").
     metrics_token: SecretStr | None = Field(
         default=None, description="when set, GET /metrics needs 'Authorization: Bearer <token>'; none: public"

@@ -42,6 +42,9 @@ class ValidationAnswer:
     truth: dict[str, float]
     clean: dict[str, dict[str, float]] | None = None  # only for methods that fit on clean answers
     failed: list[str] = field(default_factory=list)  # entities that failed for this student
+    # Every entity outcome of this student's requests (noisy and clean), for usage accounting: neither stored
+    # (to_json) nor compared.
+    outcomes: list[EntityOutcome] = field(default_factory=list, compare=False)
 
     def to_json(self) -> dict[str, Any]:
         return {"answers": self.answers, "mechanism": self.mechanism, "truth": self.truth, "clean": self.clean,
@@ -83,7 +86,7 @@ async def answer_validation_student(
 
     served = request(noise)
     outcomes = await _answers(pipeline, served)
-    clean = None
+    clean, clean_outcomes = None, outcomes
     if keep_clean:
         clean_outcomes = outcomes if noise.noiseless else await _answers(pipeline, request(NoiseLevel(sensitivity=noise.sensitivity)))
         clean = {o.name: o.mastery for o in clean_outcomes if o.mastery is not None}
@@ -94,6 +97,7 @@ async def answer_validation_student(
         truth={c: float(v) for c, v in truth.items() if c in assessed},
         clean=clean,
         failed=[o.name for o in outcomes if o.status == "failed"],
+        outcomes=outcomes if clean_outcomes is outcomes else [*outcomes, *clean_outcomes],
     )
 
 

@@ -32,6 +32,7 @@ from diagnosis.calibrated import NoiseLevel, calibration_mismatch
 from diagnosis.tiers import AskAll, FederationMode, FederationReport, Stage, StageReport
 from privacy import DEFAULT_DELTA, Mechanism, SensitivityMode, make_rng, mechanism_for_request
 from providers import Entity, EntityError, EntityPrediction, EntitySkipped, PromptContext, PromptItem, WithDeadline
+from providers.pricing import FREE, Price
 from qmatrix import QMatrix, Response
 
 __all__ = [
@@ -107,7 +108,12 @@ class EntityOutcome:
 
     ``skipped``: the entity could not serve the request at all; ``mastery`` is None and
     ``error`` holds the reason. ``reason`` is the reason class of a failed or skipped entity
-    (``EntityError.code``: unavailable, timeout, rejected, parse_error, circuit_open, skipped)."""
+    (``EntityError.code``: unavailable, timeout, rejected, parse_error, circuit_open, skipped).
+
+    Usage: the tokens the provider reported for the answer and their price (``cost_usd``); a failed or
+    skipped call counts 0 (the adapters report no usage with an error, so tokens a failed call consumed
+    are not counted). ``cache``: ``hit``/``miss`` from a response cache in front of the entity, None
+    without one; a hit used no tokens and costs nothing."""
 
     name: str
     status: Literal["ok", "partial", "failed", "skipped"]
@@ -121,6 +127,8 @@ class EntityOutcome:
     repairs: dict[str, int] = field(default_factory=dict)  # repair rule -> count
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    cost_usd: float = 0.0
+    cache: Literal["hit", "miss"] | None = None
 
 
 @dataclass(frozen=True)
@@ -192,13 +200,15 @@ def _repair_counts(prediction: EntityPrediction) -> dict[str, int]:
 
 
 class DiagnosisPipeline:
-    """Holds the configured entities and their tiers; ``diagnose`` runs one request through them.
+    """Holds the configured entities, their tiers and prices; ``diagnose`` runs one request through them.
 
     ``tiers``: entity -> tier (``EntitySpec.tier``); an entity not listed (one passed ready-made,
-    without a declaration) is tier 0. ``noise``: the generator each (request, entity) answer is
-    privatized with — benchmarks pass one keyed by student and entity, so two runs that ask an entity
-    the same question draw the same noise whatever else they ask (common random numbers); by default
-    every answer draws from the pipeline's one generator.
+    without a declaration) is tier 0. ``prices``: each entity's price (``providers.pricing``); an
+    entity not in it is free (tests, evaluation runs), so its answers report tokens and a cost of 0.
+    ``noise``: the generator each (request, entity) answer is privatized with — benchmarks pass one
+    keyed by student and entity, so two runs that ask an entity the same question draw the same noise
+    whatever else they ask (common random numbers); by default every answer draws from the
+    pipeline's one generator.
     """
 
     def __init__(
@@ -207,10 +217,12 @@ class DiagnosisPipeline:
         *,
         seed: int | None = None,
         tiers: Mapping[str, int] | None = None,
+        prices: Mapping[str, Price] | None = None,
         noise: NoiseSource | None = None,
     ) -> None:
         self.entities = dict(entities)
         self.tiers = dict(tiers or {})
+        self.prices = dict(prices or {})
         # One generator per pipeline, seeded from the OS CSPRNG (or a test seed).
         self._rng = make_rng(seed)
         self._noise = noise
@@ -249,6 +261,8 @@ class DiagnosisPipeline:
             repairs=_repair_counts(prediction),
             prompt_tokens=prediction.usage.prompt_tokens,
             completion_tokens=prediction.usage.completion_tokens,
+            cost_usd=self.prices.get(entity.name, FREE).cost_usd(prediction.usage),
+            cache=prediction.cache,
         )
 
     def mechanism_for(self, request: DiagnosisRequest) -> Mechanism:

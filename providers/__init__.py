@@ -1,5 +1,7 @@
 """Federation members: one ``Entity`` protocol, one adapter per backend, prompts and parsing."""
 
+from providers.cache import CacheKey, CacheStore, CacheStoreUnavailable, MemoryCacheStore, ResponseCached
+from providers.cache_redis import RedisCacheStore
 from providers.circuit import CircuitBreakers, CircuitBroken, CircuitState, MemoryCircuitStore
 from providers.circuit_redis import RedisCircuitStore
 from providers.config import DEFAULT_HOSTED, DEFAULT_TIER, EntityKind, EntitySpec, default_entity_specs
@@ -14,6 +16,7 @@ from providers.errors import (
 )
 from providers.factory import build_adapter, build_entity
 from providers.parsing import ParsedMastery, parse_mastery
+from providers.pricing import FREE, Price, price_of
 from providers.prompts import SYSTEM_PROMPT, build_messages, mastery_schema, user_prompt
 from providers.types import Entity, EntityPrediction, PromptContext, PromptItem, Repair, TokenUsage
 from providers.untrusted import scrub_untrusted_text
@@ -23,7 +26,11 @@ from providers.wrappers import ConcurrencyLimited, RetryPolicy, Retrying, WithDe
 __all__ = [
     "DEFAULT_HOSTED",
     "DEFAULT_TIER",
+    "FREE",
     "SYSTEM_PROMPT",
+    "CacheKey",
+    "CacheStore",
+    "CacheStoreUnavailable",
     "CircuitBreakers",
     "CircuitBroken",
     "CircuitState",
@@ -39,13 +46,17 @@ __all__ = [
     "EntitySpec",
     "EntityTimeout",
     "EntityUnavailable",
+    "MemoryCacheStore",
     "MemoryCircuitStore",
     "Observed",
     "ParsedMastery",
+    "Price",
     "PromptContext",
     "PromptItem",
+    "RedisCacheStore",
     "RedisCircuitStore",
     "Repair",
+    "ResponseCached",
     "RetryPolicy",
     "Retrying",
     "TokenUsage",
@@ -57,6 +68,7 @@ __all__ = [
     "default_entity_specs",
     "mastery_schema",
     "parse_mastery",
+    "price_of",
     "scrub_untrusted_text",
     "user_prompt",
 ]

@@ -60,6 +60,10 @@ class EntitySpec(BaseModel):
     seed: int = 0
     n_threads: int | None = Field(default=None, ge=1)
     enabled: bool = True
+    # Price in US dollars per million prompt (input) and completion (output) tokens (providers.pricing);
+    # 0: free (embedded, local-fed, simulated unless a price is configured to model a hosted one).
+    input_usd_per_mtok: float = Field(default=0.0, ge=0)
+    output_usd_per_mtok: float = Field(default=0.0, ge=0)
     tier: int = Field(default=1, ge=0, description="selective federation asks lower tiers first; default by kind")
 
     @model_validator(mode="before")
@@ -94,11 +98,24 @@ class EntitySpec(BaseModel):
 
 
 # Hosted providers join the federation only when their key is set (model names configurable).
+# Prices: the vendors' public list prices per million input/output tokens as known to the fedcd developers on
+# 2026-12-01 (not read live from the vendors' pages on that day; check them before relying on the dollar figures):
+# gpt-4o-mini $0.15/$0.60 (OpenAI), claude-haiku-4-5 $1.00/$5.00 (Anthropic), llama-3.3-70b-versatile on Groq
+# $0.59/$0.79. Override per entity (input_usd_per_mtok, output_usd_per_mtok) when they change.
 DEFAULT_HOSTED: tuple[EntitySpec, ...] = (
-    EntitySpec(name="gpt", kind="openai", model="gpt-4o-mini", api_key_env="OPENAI_API_KEY"),
+    EntitySpec(
+        name="gpt", kind="openai", model="gpt-4o-mini", api_key_env="OPENAI_API_KEY",
+        input_usd_per_mtok=0.15, output_usd_per_mtok=0.60,
+    ),
     # Anthropic's current API version rejects `temperature`; the adapter never sends it.
-    EntitySpec(name="claude", kind="anthropic", model="claude-haiku-4-5", api_key_env="ANTHROPIC_API_KEY", temperature=None),
-    EntitySpec(name="llama", kind="groq", model="llama-3.3-70b-versatile", api_key_env="GROQ_API_KEY"),
+    EntitySpec(
+        name="claude", kind="anthropic", model="claude-haiku-4-5", api_key_env="ANTHROPIC_API_KEY", temperature=None,
+        input_usd_per_mtok=1.00, output_usd_per_mtok=5.00,
+    ),
+    EntitySpec(
+        name="llama", kind="groq", model="llama-3.3-70b-versatile", api_key_env="GROQ_API_KEY",
+        input_usd_per_mtok=0.59, output_usd_per_mtok=0.79,
+    ),
 )
 
 # The key-free default: two real LLMs running in-process on the CPU.

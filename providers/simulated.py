@@ -16,6 +16,10 @@ context that require k (the paper protocol's truth). With ε ~ N(0, σ²):
 
 The noise is drawn from a generator seeded by (entity seed, prompt context), so the same
 question gets the same answer, like a deterministic LLM, and runs are reproducible.
+
+Token usage is an ESTIMATE (``providers.tokens``: about 4 characters per token) of what the real
+prompt (``providers.prompts``) and the JSON answer would take; priced like a hosted model
+(``EntitySpec.input_usd_per_mtok``…) it estimates that model's cost.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from typing import Literal
 import numpy as np
 
 from providers.errors import EntityRejected
+from providers.tokens import estimate_usage
 from providers.types import EntityPrediction, PromptContext
 
 __all__ = ["SIMULATED_STYLES", "SimulatedEntity", "simulated_family"]
@@ -87,6 +92,7 @@ class SimulatedEntity:
             status="partial" if missing else "ok",
             mastery=mastery,
             missing=missing,
+            usage=estimate_usage(context, mastery),
             simulated=True,
         )
 

@@ -62,6 +62,8 @@ class EntityPrediction(BaseModel):
 
     ``mastery`` holds a value in [0, 1] for each concept the entity answered usably;
     concepts it left out are listed in ``missing`` (never filled with a made-up value).
+    ``cache`` is set by a response cache in front of the entity (``providers.cache``): ``hit`` (answered
+    from the cache: no provider call, no tokens), ``miss`` (asked, then stored); None: no cache.
     """
 
     entity: str
@@ -75,6 +77,7 @@ class EntityPrediction(BaseModel):
     attempts: int = 1
     simulated: bool = False
     privatized: bool = False
+    cache: Literal["hit", "miss"] | None = None
 
 
 @runtime_checkable

@@ -26,7 +26,7 @@ from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_aft
 from providers.circuit import CircuitBreaker, CircuitBroken
 from providers.errors import EntityError, EntityParseError, EntityTimeout, EntityUnavailable
 from providers.observed import Observed, retry_counter
-from providers.types import Entity, EntityPrediction, PromptContext
+from providers.types import Entity, EntityPrediction, PromptContext, TokenUsage
 
 __all__ = ["Cached", "ConcurrencyLimited", "RetryPolicy", "Retrying", "WithDeadline", "build_chain"]
 
@@ -150,7 +150,8 @@ class Cached:
 
     Used inside one calibration job or evaluation run, *beneath* the privacy wrapper, so
     every reuse is privatized afresh and raw answers stay inside the entity boundary.
-    Concurrent identical requests share one in-flight call. Failures are not cached.
+    Concurrent identical requests share one in-flight call. Failures are not cached. A reuse reports
+    ``cache="hit"`` and no token usage (no provider was called for it), so usage is counted once.
     """
 
     def __init__(self, inner: Entity) -> None:
@@ -163,6 +164,7 @@ class Cached:
     async def respond(self, context: PromptContext) -> EntityPrediction:
         key = context.model_dump_json()
         task = self._answers.get(key)
+        reused = task is not None
         if task is None:
             self.misses += 1
             task = asyncio.ensure_future(self.inner.respond(context))
@@ -170,11 +172,12 @@ class Cached:
         else:
             self.hits += 1
         try:
-            return await asyncio.shield(task)
+            prediction = await asyncio.shield(task)
         except BaseException:
             if self._answers.get(key) is task and task.done():
                 del self._answers[key]
             raise
+        return prediction.model_copy(update={"cache": "hit", "usage": TokenUsage()}) if reused else prediction
 
     async def aclose(self) -> None:
         await self.inner.aclose()

@@ -64,4 +64,6 @@ async def test_cached_answers_each_context_once() -> None:
     cached = Cached(SimulatedEntity("confident"))
     ctx = _contexts(1)[0]
     first, second = await cached.respond(ctx), await cached.respond(ctx)
-    assert first == second and (cached.hits, cached.misses) == (1, 1)
+    assert first.mastery == second.mastery and (cached.hits, cached.misses) == (1, 1)
+    # the reuse called no provider: it says so, and uses no tokens (usage is counted once)
+    assert (second.cache, second.usage.prompt_tokens, first.usage.prompt_tokens > 0) == ("hit", 0, True)

@@ -8,7 +8,7 @@ import json
 
 from fastapi import APIRouter, status
 
-from app.deps import AdminDep, CalibrationServiceDep, CalibrationStoreDep, JobRunnerDep, PrincipalDep
+from app.deps import AdminDep, CalibrationServiceDep, CalibrationStoreDep, JobRunnerDep, PrincipalDep, UsageStoreDep
 from app.errors import InputError
 from app.routes.responses import ADMIN_ERRORS, AUTH_ERRORS
 from app.schemas import (
@@ -45,11 +45,14 @@ async def create_calibration_job(body: CalibrateRequest, service: CalibrationSer
 @router.get("/v1/calibrate/{job_id}", response_model=CalibrateJob, responses={
     **ADMIN_ERRORS, 404: {"description": "unknown job (another tenant's is unknown too)"},
 })
-async def read_calibration_job(job_id: str, jobs: JobRunnerDep, principal: AdminDep) -> CalibrateJob:
+async def read_calibration_job(
+    job_id: str, jobs: JobRunnerDep, usage: UsageStoreDep, principal: AdminDep
+) -> CalibrateJob:
     row = await asyncio.to_thread(jobs.get, job_id, tenant=principal.tenant)
     if row is None or row.kind != "calibrate":
         raise InputError(("path", "job_id"), [f"unknown job id '{job_id}'"], status_code=404)
     history = await asyncio.to_thread(jobs.history, job_id)
+    total = await asyncio.to_thread(usage.job_total, principal.tenant, job_id)
     return CalibrateJob(
         job_id=row.id,
         status=row.status,  # type: ignore[arg-type]
@@ -60,6 +63,7 @@ async def read_calibration_job(job_id: str, jobs: JobRunnerDep, principal: Admin
         error=row.error,
         resumed=row.resumed,
         history=[JobEvent(at=e.at, status=e.status, worker=e.worker, message=e.message) for e in history],
+        usage=total,
         created_at=row.created_at,
         updated_at=row.updated_at,
     )

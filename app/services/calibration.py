@@ -22,9 +22,10 @@ from app.limits import check_responses
 from app.metrics import count_charge
 from app.schemas import CalibrateRequest, DatasetRef, PrivacyPolicy
 from app.settings import Settings
-from app.storage import CalibrationStore, PolicyStore, QMatrixStore, StoredQMatrix, budget_rule
+from app.storage import CalibrationStore, PolicyStore, QMatrixStore, StoredQMatrix, UsageStore, budget_rule
 from app.federation import Federation
 from app.services.jobs import JobContext, JobRunner
+from app.services.usage import account_usage
 from calibration import make_calibrator
 from calibration.fitting import ValidationAnswer, answer_validation_student, calibration_record, validation_set
 from diagnosis import DiagnosisPipeline, NoiseLevel, UnknownEntities
@@ -49,10 +50,11 @@ class CalibrationService:
         jobs: JobRunner,
         policies: PolicyStore,
         settings: Settings,
+        usage: UsageStore,
         ledger: PrivacyLedger | None = None,
     ) -> None:
         self.federation, self.qmatrices, self.calibrations, self.settings = federation, qmatrices, calibrations, settings
-        self.jobs, self.ledger, self.policies = jobs, ledger, policies
+        self.jobs, self.ledger, self.policies, self.usage = jobs, ledger, policies, usage
         jobs.register("calibrate", self.run)
 
     def check(self, body: CalibrateRequest, tenant: str) -> None:
@@ -140,7 +142,10 @@ class CalibrationService:
         )
         selected = self.federation.pipeline.select(request.entities)
         # Cached beneath Privatized: repeated identical prompts are answered once per job.
-        pipeline = DiagnosisPipeline({n: Cached(e) for n, e in selected.items()}, seed=self.settings.noise_seed)
+        pipeline = DiagnosisPipeline(
+            {n: Cached(e) for n, e in selected.items()}, seed=self.settings.noise_seed,
+            prices=self.federation.pipeline.prices,
+        )
         # Items stored in another form (by an earlier version) are answered again rather than misread.
         finished = {i: v for i, v in job.finished_items().items() if "answers" in v}
         failures: dict[str, int] = {}
@@ -157,6 +162,7 @@ class CalibrationService:
                     truth=row["truth"] or proportion_correct_truth(q, responses), noise=noise,
                     keep_clean=calibrator.fits_clean_answers,
                 )
+                await account_usage(self.usage, tenant, "calibration", answer.outcomes, job_id=job.job_id)
                 for name in answer.failed:
                     failures[name] = failures.get(name, 0) + 1
                 job.record_item(idx, answer.to_json(), failed_entities=failures)

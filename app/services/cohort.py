@@ -3,6 +3,8 @@ per-entity noise — nothing per student is released), then release only noisy a
 
 Every student in the cohort is charged the report's ε on their ledger, all or nothing:
 if any student's budget is spent, nothing is released and nothing is charged.
+The entities' usage (tokens, dollars, cache hits) of diagnosing the cohort is recorded once, after every
+student was diagnosed, and returned with the report.
 """
 
 from __future__ import annotations
@@ -12,11 +14,11 @@ import asyncio
 from app.auth import Principal
 from app.errors import InputError
 from app.metrics import count_charge, count_refusal
-from app.schemas import CohortConcept, CohortReport, CohortReportRequest, StudentIn
+from app.schemas import CohortConcept, CohortReport, CohortReportRequest, StudentIn, Usage
 from app.services.diagnosis import DiagnosisService
-from app.storage import budget_rule
+from app.storage import budget_rule, usage_total
 from calibration import aggregator_for
-from diagnosis import AllEntitiesFailed, DiagnosisRequest
+from diagnosis import AllEntitiesFailed, DiagnosisRequest, EntityOutcome
 from privacy import BudgetExceeded, CohortConceptStats, cohort_statistics, make_rng
 from qmatrix import QMatrix
 
@@ -48,7 +50,7 @@ async def cohort_report(body: CohortReportRequest, *, service: DiagnosisService,
             count_refusal(tenant, "cohort")
             raise InputError(("body", "students"), [f"{exc}; no report was released and nobody was charged"], status_code=429) from exc
     try:
-        diagnosed, stats, eps_stat, calibration_id = await _release(body, service, q, stored.version, tenant)
+        diagnosed, stats, eps_stat, calibration_id, usage = await _release(body, service, q, stored.version, tenant)
     except BaseException:
         if charges:
             await asyncio.shield(ledger.asettle_all(charges, released=None))  # type: ignore[union-attr]  # nothing released
@@ -74,18 +76,20 @@ async def cohort_report(body: CohortReportRequest, *, service: DiagnosisService,
         charged_epsilon_per_student=body.epsilon if ledger is not None else 0.0,
         calibration_id=calibration_id,
         notes=notes,
+        usage=usage,
     )
 
 
 async def _release(
     body: CohortReportRequest, service: DiagnosisService, q: QMatrix, version: int, tenant: str
-) -> tuple[list[dict[str, float]], dict[str, CohortConceptStats], float, str | None]:
+) -> tuple[list[dict[str, float]], dict[str, CohortConceptStats], float, str | None, Usage]:
     """Diagnose every student without per-entity noise, then the noisy statistics (the only thing released)."""
     settings, pipeline = service.settings, service.pipeline
     # The same aggregation a diagnosis would use (auto: the record's, or Bayes post-processing).
     latest = await asyncio.to_thread(service.calibrations.latest_for, tenant, q.id, version)
     aggregator = aggregator_for(latest.record if latest else None, alpha=settings.alpha, aggregation="auto")
     gate = asyncio.Semaphore(settings.batch_concurrency)
+    outcomes: list[EntityOutcome] = []
 
     async def one(student: StudentIn) -> dict[str, float] | None:
         async with gate:
@@ -94,11 +98,17 @@ async def _release(
                 entities=body.entities,
             )
             try:
-                return (await pipeline.diagnose(request, aggregator)).mastery
-            except AllEntitiesFailed:
+                result = await pipeline.diagnose(request, aggregator)
+            except AllEntitiesFailed as exc:
+                outcomes.extend(exc.outcomes)
                 return None
+            outcomes.extend(result.entities)
+            return result.mastery
 
-    mastery = await asyncio.gather(*(one(s) for s in body.students))
+    try:
+        mastery = await asyncio.gather(*(one(s) for s in body.students))
+    finally:  # what was asked was used, whatever happens next
+        await asyncio.shield(service.account(tenant, "cohort", outcomes))
     diagnosed = [m for m in mastery if m is not None]
     concepts = [c for c in q.concepts if any(c in m for m in diagnosed)]
     if not concepts:
@@ -106,4 +116,4 @@ async def _release(
     stats, eps_stat = cohort_statistics(
         diagnosed, concepts, epsilon=body.epsilon, bins=body.bins, rng=make_rng(settings.noise_seed)
     )
-    return diagnosed, stats, eps_stat, aggregator.calibration_id
+    return diagnosed, stats, eps_stat, aggregator.calibration_id, usage_total(outcomes)

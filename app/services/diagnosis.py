@@ -8,6 +8,9 @@ Charging rules (README, Privacy model):
   one concept — an entity that failed, was skipped, or answered no concept costs nothing;
 * if anything goes wrong after the charge (every entity failed, a bug, a cancelled request),
   the charge is refunded: nothing was released, so nothing is spent.
+
+Usage (tokens, dollars, cache hits; README "Cost"): every diagnosis's entity outcomes are recorded for
+``GET /v1/usage`` (one insert) and counted in the metrics as soon as the pipeline returns, answered or not.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from app.errors import InputError, TryLater
 from app.federation import Federation
 from app.limits import check_qmatrix_size, check_responses
 from app.metrics import count_diagnosis, count_refusal
+from app.services.usage import account_usage
 from app.redaction import Redactor
 from app.schemas import (
     BatchDiagnoseRequest,
@@ -41,9 +45,19 @@ from app.schemas import (
     PrivacyPolicyPublic,
     SkippedEntity,
     StudentIn,
+    Usage,
 )
 from app.settings import Settings
-from app.storage import CalibrationStore, PolicyStore, QMatrixStore, budget_rule
+from app.storage import (
+    CalibrationStore,
+    PolicyStore,
+    QMatrixStore,
+    UsageSource,
+    UsageStore,
+    budget_rule,
+    entity_usage,
+    usage_total,
+)
 from calibration import CalibrationRecord, aggregator_for
 from diagnosis import (
     Aggregator,
@@ -54,6 +68,7 @@ from diagnosis import (
     DiagnosisResult,
     FederationMode,
     Selective,
+    EntityOutcome,
     UnknownEntities,
 )
 from diagnosis.posterior import DegeneratePosteriorError
@@ -87,9 +102,11 @@ class DiagnosisService:
         settings: Settings,
         ledger: PrivacyLedger | None,
         redactor: Redactor,
+        usage: UsageStore,
     ) -> None:
         self.federation, self.qmatrices, self.calibrations = federation, qmatrices, calibrations
         self.policies, self.settings, self.ledger, self.redactor = policies, settings, ledger, redactor
+        self.usage = usage
 
     @property
     def pipeline(self) -> DiagnosisPipeline:
@@ -183,7 +200,8 @@ class DiagnosisService:
         outcomes = await asyncio.gather(*(one(s) for s in body.students))
         results = [o for o in outcomes if isinstance(o, DiagnoseResponse)]
         errors = [o for o in outcomes if isinstance(o, BatchError)]
-        return BatchDiagnoseResponse(results=results, errors=errors, count=len(results))
+        usage = sum((r.usage for r in results), Usage())
+        return BatchDiagnoseResponse(results=results, errors=errors, count=len(results), usage=usage)
 
     # -- internals --------------------------------------------------------------------------
     @staticmethod
@@ -234,7 +252,7 @@ class DiagnosisService:
         selected = self.select(options.entities)
         self._check_unnoised(options, policy)
         if request.epsilon is None or self.ledger is None:
-            return self._response(await self._diagnose(request, aggregator), request, options, aggregator)
+            return self._response(await self._diagnose(request, aggregator, tenant), request, options, aggregator)
         ledger, rule = self.ledger, budget_rule(policy)
         cost = charge_parameters(self.pipeline.mechanism_for(request))
         fingerprint = _fingerprint(request, options, resolved, aggregator.calibration_id)
@@ -252,9 +270,11 @@ class DiagnosisService:
                 raise TryLater("an identical request for this student is still being answered; retry shortly") from exc
             if stored is not None:
                 earlier = DiagnoseResponse.model_validate_json(stored)
-                return earlier.model_copy(update={"budget": _budget(charge, policy, charged=0.0, repeat=True)})
+                return earlier.model_copy(
+                    update={"budget": _budget(charge, policy, charged=0.0, repeat=True), "usage": Usage()}
+                )
         try:
-            result = await self._diagnose(request, aggregator)
+            result = await self._diagnose(request, aggregator, tenant)
             response = self._response(result, request, options, aggregator)
             released = sum(1 for o in result.entities if o.mastery)  # entities that released ≥ 1 concept
             if released == 0:
@@ -274,11 +294,20 @@ class DiagnosisService:
         except Exception:  # the original error matters more; the refund failure is logged without the student id
             log.exception("refund of charge %s for %s failed", charge.id, self.redactor.student(tenant, charge.student_id))
 
-    async def _diagnose(self, request: DiagnosisRequest, aggregator: Aggregator) -> DiagnosisResult:
+    async def _diagnose(self, request: DiagnosisRequest, aggregator: Aggregator, tenant: str) -> DiagnosisResult:
         try:
-            return await self.pipeline.diagnose(request, aggregator)
+            result = await self.pipeline.diagnose(request, aggregator)
+        except AllEntitiesFailed as exc:
+            await self.account(tenant, "diagnosis", exc.outcomes)
+            raise
         except DegeneratePosteriorError as exc:
             raise InputError(("body", "aggregation"), [f"posterior aggregation impossible: {exc}"]) from exc
+        await self.account(tenant, "diagnosis", result.entities)
+        return result
+
+    async def account(self, tenant: str, source: UsageSource, outcomes: Sequence[EntityOutcome]) -> None:
+        """Record and count what the entities of one diagnosis used (README "Cost")."""
+        await account_usage(self.usage, tenant, source, outcomes)
 
     @staticmethod
     def _response(
@@ -288,7 +317,7 @@ class DiagnosisService:
             student_id=result.student_id,
             mastery=result.mastery,
             missing_concepts=result.missing_concepts,
-            entities=[EntityReport(**vars(o)) for o in result.entities] if options.include_entities else None,
+            entities=[_report(o) for o in result.entities] if options.include_entities else None,
             failed_entities=[o.name for o in result.entities if o.status == "failed"],
             failure_reasons={o.name: o.reason or "error" for o in result.entities if o.status == "failed"},
             skipped_entities=[SkippedEntity(name=o.name, reason=o.error or "")
@@ -307,7 +336,13 @@ class DiagnosisService:
                 tiers=[FederationStage(**vars(s)) for s in result.federation.stages],  # type: ignore[arg-type]
                 escalated=result.federation.escalated,
             ),
+            usage=usage_total(result.entities),
         )
+
+
+def _report(outcome: EntityOutcome) -> EntityReport:
+    fields = {k: v for k, v in vars(outcome).items() if k not in ("prompt_tokens", "completion_tokens", "cost_usd")}
+    return EntityReport(**fields, usage=entity_usage(outcome))
 
 
 async def _counted(tenant: str, diagnosis: Awaitable[DiagnoseResponse]) -> DiagnoseResponse:

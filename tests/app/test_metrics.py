@@ -77,7 +77,9 @@ def test_a_scrape_after_real_requests_shows_every_series(tmp_path: Path) -> None
                        max_attempts=2, timeout_s=5.0)
             for name, server in ((steady, steady_server), (flaky, flaky_server))
         ]  # fmt: skip
-        settings = {"privacy_cap_epsilon": 100.0, "privacy_warning_fraction": 0.5, "circuit_failure_threshold": 2}
+        # No response cache: the students ask the same prompt, and every one of them must reach the servers.
+        settings = {"privacy_cap_epsilon": 100.0, "privacy_warning_fraction": 0.5, "circuit_failure_threshold": 2,
+                    "cache_enabled": False}
         with gateway(tmp_path, specs, tenant=tenant, **settings) as client:
             _, before = samples(client)
 

@@ -1,0 +1,186 @@
+"""A response cache for entity answers: the same question to the same model, with the same decoding
+settings, is answered once per TTL.
+
+``ResponseCached(inner, store, key=CacheKey.of(spec))`` is an Entity. It sits *beneath* the privacy
+wrapper (``diagnosis.pipeline.Privatized``): what it stores is the entity's answer **before**
+privatization, and a hit goes through the privacy mechanism afresh, so it is charged like a call —
+it saves money and latency, never ε (docs/privacy.md).
+
+Key: (entity name, model, temperature, max_tokens, structured_output, sha256 of the prompt context
+*and* the messages rendered from it by ``providers.prompts``). The context holds everything a prompt
+is made from (items, concepts, scores, the Q-matrix id; never a student id), and the rendered
+messages make a change of the prompt template a different key.
+
+Stored: successful answers only (``ok`` and ``partial``). A failure (any ``EntityError``) is never
+stored, so the next identical request asks the entity again. A hit returns the stored answer with
+``cache="hit"`` and zero token usage (no provider was called, nothing is billed); a miss returns
+the entity's answer with ``cache="miss"``. Identical requests arriving while the first one's call is in
+flight (in this process) wait for that call and count as hits; if it fails, each asks the entity itself.
+
+Stores: :class:`MemoryCacheStore` (this process: least-recently-used eviction beyond ``max_entries``,
+entries expire after ``ttl_s``) and ``providers.cache_redis.RedisCacheStore`` (shared by workers). A
+store that fails (Redis down) makes the lookup a miss: the entity is asked, the error is logged and
+counted in ``fedcd_response_cache_errors_total`` — a broken cache costs money, never an answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import logging
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import Protocol
+
+from prometheus_client import Counter
+
+from providers.config import EntitySpec
+from providers.prompts import build_messages
+from providers.types import Entity, EntityPrediction, PromptContext, TokenUsage
+
+__all__ = [
+    "CACHE_ERRORS",
+    "CACHE_LOOKUPS",
+    "CacheKey",
+    "CacheStore",
+    "CacheStoreUnavailable",
+    "MemoryCacheStore",
+    "ResponseCached",
+]
+
+log = logging.getLogger("fedcd.cache")
+
+CACHE_LOOKUPS = Counter(
+    "fedcd_response_cache_lookups_total", "Response cache lookups by entity and result (hit, miss)", ["entity", "result"]
+)
+CACHE_ERRORS = Counter(
+    "fedcd_response_cache_errors_total", "Response cache store failures (lookup or store; the entity was asked)",
+    ["entity"],
+)
+
+
+class CacheStoreUnavailable(RuntimeError):
+    """The cache's store could not be read or written (e.g. Redis is down)."""
+
+
+class CacheStore(Protocol):
+    """Bounded key -> text storage with expiry; ``get`` of an expired or evicted key is None."""
+
+    async def get(self, key: str) -> str | None: ...
+
+    async def put(self, key: str, value: str) -> None: ...
+
+    async def aclose(self) -> None: ...
+
+
+class MemoryCacheStore:
+    """In this process: at most ``max_entries`` (least recently used evicted first), each for ``ttl_s``
+    seconds of ``clock`` (monotonic by default; tests inject their own)."""
+
+    def __init__(self, *, max_entries: int, ttl_s: float, clock: Callable[[], float] = time.monotonic) -> None:
+        if max_entries < 1 or ttl_s <= 0:
+            raise ValueError(f"max_entries must be >= 1 and ttl_s > 0, got {max_entries}, {ttl_s}")
+        self.max_entries, self.ttl_s, self._clock = max_entries, ttl_s, clock
+        self._entries: OrderedDict[str, tuple[float, str]] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    async def get(self, key: str) -> str | None:
+        entry = self._entries.get(key)
+        if entry is None:
+            return None
+        expires_at, value = entry
+        if self._clock() >= expires_at:
+            del self._entries[key]
+            return None
+        self._entries.move_to_end(key)
+        return value
+
+    async def put(self, key: str, value: str) -> None:
+        self._entries[key] = (self._clock() + self.ttl_s, value)
+        self._entries.move_to_end(key)
+        while len(self._entries) > self.max_entries:
+            self._entries.popitem(last=False)
+
+    async def aclose(self) -> None:
+        self._entries.clear()
+
+
+@dataclass(frozen=True, kw_only=True)
+class CacheKey:
+    """The parts of an entity's configuration that change its answer to a given prompt."""
+
+    entity: str
+    model: str
+    temperature: float | None
+    max_tokens: int
+    structured_output: str
+
+    @classmethod
+    def of(cls, spec: EntitySpec) -> CacheKey:
+        return cls(
+            entity=spec.name, model=spec.model, temperature=spec.temperature, max_tokens=spec.max_tokens,
+            structured_output=spec.structured_output,
+        )
+
+    def for_context(self, context: PromptContext) -> str:
+        content = {
+            **asdict(self), "context": context.model_dump(mode="json"), "messages": build_messages(context),
+        }
+        digest = hashlib.sha256(json.dumps(content, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+        return f"{self.entity}:{digest}"
+
+
+class ResponseCached:
+    """Answers from ``store`` when it holds this question's answer; otherwise asks ``inner`` and stores it."""
+
+    def __init__(self, inner: Entity, store: CacheStore, *, key: CacheKey) -> None:
+        if key.entity != inner.name:
+            raise ValueError(f"cache key of entity '{key.entity}' given for entity '{inner.name}'")
+        self.inner, self.store, self.key = inner, store, key
+        self.name = inner.name
+        # key -> the answer of the call in flight for it (None if that call failed)
+        self._in_flight: dict[str, asyncio.Future[EntityPrediction | None]] = {}
+
+    async def respond(self, context: PromptContext) -> EntityPrediction:
+        key = self.key.for_context(context)
+        stored = await self._lookup(key)
+        while stored is None and key in self._in_flight:  # a failed call in flight: the next waiter asks
+            stored = await asyncio.shield(self._in_flight[key])
+        if stored is not None:
+            CACHE_LOOKUPS.labels(self.name, "hit").inc()
+            return stored.model_copy(update={"cache": "hit", "usage": TokenUsage(), "attempts": 0, "latency_ms": 0.0})
+        CACHE_LOOKUPS.labels(self.name, "miss").inc()
+        answered: asyncio.Future[EntityPrediction | None] = asyncio.get_running_loop().create_future()
+        self._in_flight[key] = answered
+        prediction = None
+        try:
+            prediction = await self.inner.respond(context)  # an EntityError propagates: failures are never stored
+            try:
+                await self.store.put(key, prediction.model_dump_json())
+            except CacheStoreUnavailable as exc:
+                self._store_failed(exc)
+        finally:
+            answered.set_result(prediction)
+            if self._in_flight.get(key) is answered:
+                del self._in_flight[key]
+        return prediction.model_copy(update={"cache": "miss"})
+
+    async def _lookup(self, key: str) -> EntityPrediction | None:
+        try:
+            stored = await self.store.get(key)
+        except CacheStoreUnavailable as exc:
+            self._store_failed(exc)
+            return None
+        return EntityPrediction.model_validate_json(stored) if stored is not None else None
+
+    def _store_failed(self, exc: CacheStoreUnavailable) -> None:
+        CACHE_ERRORS.labels(self.name).inc()
+        log.warning("response cache of %s unavailable, asking the entity: %s", self.name, exc)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
