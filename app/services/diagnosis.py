@@ -66,9 +66,9 @@ from diagnosis import (
     DiagnosisPipeline,
     DiagnosisRequest,
     DiagnosisResult,
+    EntityOutcome,
     FederationMode,
     Selective,
-    EntityOutcome,
     UnknownEntities,
 )
 from diagnosis.posterior import DegeneratePosteriorError
