@@ -365,6 +365,7 @@ class EntityInfo(BaseModel):
     deadline_s: float
     input_usd_per_mtok: float = Field(default=0.0, description="price per million prompt tokens (README, Cost)")
     output_usd_per_mtok: float = Field(default=0.0, description="price per million completion tokens")
+    tier: int = Field(default=0, description="selective federation asks lower tiers first (README, Selective federation)")
     base_url: str | None = None
 
 

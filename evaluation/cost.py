@@ -11,7 +11,8 @@
   diagnosed through ``DiagnosisPipeline.diagnose`` once per federation mode: ``all``, and
   ``selective`` at each threshold, with noise keyed by (student, entity) so the modes differ only in
   whom they ask (:func:`keyed_noise`). AUC is scored on the test students' hidden responses; cost and
-  calls are averaged over every diagnosed student (validation and test).
+  calls are averaged over every diagnosed student (validation and test). The AUC loss against ``all``
+  comes with a 95 % paired-bootstrap interval over test students (``evaluation.significance``).
 * **Cache.** Every student of the dataset (all responses) is asked once through the response cache
   (``providers.cache.ResponseCached``, in-process, no expiry within the run) in front of each hosted
   stand-in: the hit rate is the share of prompts identical to an earlier one.
@@ -36,6 +37,7 @@ from evaluation.heldout import HeldoutScorer, train_easiness, validation_truths
 from evaluation.metrics import auc
 from evaluation.rows import Estimates
 from evaluation.served import ServedConfig, local_fed_folder, served_calibration
+from evaluation.significance import BOOTSTRAP_RESAMPLES, paired_bootstrap_auc
 from evaluation.splits import split_holdout, split_students
 from providers import DEFAULT_HOSTED, EntitySpec, build_adapter
 from providers.cache import CacheKey, MemoryCacheStore, ResponseCached
@@ -74,6 +76,10 @@ class ModeRow:
     paid_calls_per_student: float
     calls_per_student: float
     escalated_share: float  # students for whom more than one tier was asked
+    # AUC(all) − AUC(this row) with its 95 % paired-bootstrap interval over test students (evaluation.significance)
+    auc_loss: float
+    auc_loss_low: float
+    auc_loss_high: float
     students: int
     failed: int  # students no entity answered
     seconds: float
@@ -95,16 +101,13 @@ class CostBenchResult:
     def baseline(self) -> ModeRow:
         return next(r for r in self.rows if r.mode == "all")
 
-    def auc_loss(self, row: ModeRow) -> float:
-        return self.baseline.auc - row.auc
-
     def paid_call_cut(self, row: ModeRow) -> float:
         base = self.baseline.paid_calls_per_student
         return 1.0 - row.paid_calls_per_student / base if base > 0 else 0.0
 
     def recommended(self) -> ModeRow | None:
         """The selective row with the largest paid-call cut within :data:`AUC_TOLERANCE` of ``all``."""
-        ok = [r for r in self.rows if r.mode == "selective" and self.auc_loss(r) <= AUC_TOLERANCE]
+        ok = [r for r in self.rows if r.mode == "selective" and r.auc_loss <= AUC_TOLERANCE]
         return max(ok, key=lambda r: (self.paid_call_cut(r), -(r.threshold or 0.0)), default=None)
 
     def to_json(self) -> dict[str, Any]:
@@ -113,7 +116,8 @@ class CostBenchResult:
             "dataset": self.dataset, "split": self.split, "entities": self.entities, "noise": self.noise,
             "calibration_method": self.calibration_method, "local_fed": self.local_fed, "seconds": round(self.seconds, 1),
             "auc_tolerance": AUC_TOLERANCE,
-            "rows": [{**asdict(r), "auc_loss": self.auc_loss(r), "paid_call_cut": self.paid_call_cut(r)} for r in self.rows],
+            "bootstrap_resamples": BOOTSTRAP_RESAMPLES,
+            "rows": [{**asdict(r), "paid_call_cut": self.paid_call_cut(r)} for r in self.rows],
             "recommended_threshold": best.threshold if best else None,
             "cache": self.cache,
         }
@@ -171,12 +175,13 @@ async def _diagnose(
 
 
 def _row(mode: FederationMode, results: Sequence[DiagnosisResult | None], tiers: dict[str, int], score: float,
-         seconds: float) -> ModeRow:
+         loss: tuple[float, float, float], seconds: float) -> ModeRow:
     done = [r for r in results if r is not None]
     asked = [[o for o in r.entities if o.reason not in ("skipped", "circuit_open")] for r in done]
     n = max(len(results), 1)
     return ModeRow(
-        mode=mode.name, threshold=mode.threshold, auc=score,
+        mode=mode.name, threshold=mode.threshold, auc=score, auc_loss=loss[0], auc_loss_low=loss[1],
+        auc_loss_high=loss[2],
         cost_usd_per_student=sum(o.cost_usd for r in done for o in r.entities) / n,
         paid_calls_per_student=sum(1 for a in asked for o in a if tiers.get(o.name, 0) >= 1) / n,
         calls_per_student=sum(len(a) for a in asked) / n,
@@ -236,6 +241,7 @@ async def run_cost_bench(
                       for n in fed.entities],
             noise=config.noise.fields(), calibration_method=record.method, local_fed=fed.local_fed,
         )
+        reference: np.ndarray | None = None  # the test P(correct) of federation all, the first mode
         for mode in _modes(thresholds):
             began = time.perf_counter()
             val = await _diagnose(pipeline, q, val_obs, "val", config, aggregator, mode, gate, progress)
@@ -244,8 +250,10 @@ async def run_cost_bench(
                                   validation=[r.mastery if r else {} for r in val],
                                   test=[r.mastery if r else {} for r in test])
             probabilities, _ = scorer.probabilities(estimates)
+            reference = probabilities if reference is None else reference
+            loss = paired_bootstrap_auc(reference, probabilities, scorer.test_y, scorer.owner, seed=seed)
             score = auc(probabilities, scorer.test_y)
-            result.rows.append(_row(mode, [*val, *test], tiers, score, time.perf_counter() - began))
+            result.rows.append(_row(mode, [*val, *test], tiers, score, loss, time.perf_counter() - began))
     result.cache = await cache_hit_rate(dataset, specs)
     result.seconds = time.perf_counter() - start
     return result

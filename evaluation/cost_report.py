@@ -65,15 +65,17 @@ def _markdown(result: CostBenchResult, command: str) -> str:
     lines += [
         "",
         "Cost and calls are averaged over every diagnosed student (validation and test); AUC is on the test students' "
-        "held-out responses. A paid call is one asked of a tier ≥ 1 entity.",
+        "held-out responses; the AUC loss against `all` has a 95 % paired-bootstrap interval over test students "
+        f"({result.to_json()['bootstrap_resamples']} resamples). A paid call is one asked of a tier ≥ 1 entity.",
         "",
-        "| mode | AUC | AUC loss vs all | $ / 1000 students | paid calls / student | paid-call cut | calls / student "
+        "| mode | AUC | AUC loss vs all [95 % CI] | $ / 1000 students | paid calls / student | paid-call cut | calls / student "
         "| escalated | failed |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in result.rows:
         lines.append(
-            f"| {_label(r)} | {r.auc:.4f} | {result.auc_loss(r):+.4f} | {r.cost_usd_per_student * 1000:.3f} | "
+            f"| {_label(r)} | {r.auc:.4f} | {r.auc_loss:+.4f} [{r.auc_loss_low:+.4f}, {r.auc_loss_high:+.4f}] | "
+            f"{r.cost_usd_per_student * 1000:.3f} | "
             f"{r.paid_calls_per_student:.2f} | {result.paid_call_cut(r):.1%} | {r.calls_per_student:.2f} | "
             f"{r.escalated_share:.1%} | {r.failed} |"
         )

@@ -28,8 +28,11 @@ def _body(student: str = "s1", **extra: object) -> dict[str, object]:
     return {"student_id": student, "qmatrix_id": Q, "responses": RESPONSES, "aggregation": "posterior", **extra}
 
 
-def test_tiers_default_by_kind() -> None:
+def test_tiers_default_by_kind_and_are_listed(tmp_path: Path) -> None:
     assert [s.tier for s in SPECS] == [0, 1]
+    with make_client(tmp_path, _fakes(), specs=SPECS) as client:
+        listed = client.get("/v1/entities").json()["data"]
+    assert {e["name"]: e["tier"] for e in listed} == {"local": 0, "paid": 1}
     assert EntitySpec(name="sim:x", kind="simulated", simulated_style="confident").tier == 1
     assert EntitySpec(name="vllm", kind="openai_compatible", base_url="http://x", model="m", tier=0).tier == 0
 

@@ -45,7 +45,7 @@ def test_escalating_every_student_reproduces_ask_all_on_the_same_noise(bench: Co
     row = next(r for r in bench.rows if r.threshold == NEVER)
     assert row.escalated_share == 1.0 and row.paid_calls_per_student == 3.0
     assert row.cost_usd_per_student == pytest.approx(bench.baseline.cost_usd_per_student)
-    assert bench.auc_loss(row) == pytest.approx(0.0, abs=1e-12)  # common random numbers: same answers, same noise
+    assert [row.auc_loss, row.auc_loss_low, row.auc_loss_high] == pytest.approx([0.0, 0.0, 0.0], abs=1e-12)  # common random numbers: same answers, same noise
 
 
 def test_the_cache_hit_rate_counts_repeated_response_patterns() -> None:
@@ -68,7 +68,7 @@ def test_the_report_names_the_command_and_the_simulated_entities(bench: CostBenc
     data = json.loads((tmp_path / "results.json").read_text())
     always = next(r for r in bench.rows if r.threshold == ALWAYS)
     # The largest paid-call cut within 0.005 AUC of all: ALWAYS (cut 100 %) if it is close enough, else NEVER (0 %).
-    assert data["recommended_threshold"] == (ALWAYS if bench.auc_loss(always) <= 0.005 else NEVER)
+    assert data["recommended_threshold"] == (ALWAYS if always.auc_loss <= 0.005 else NEVER)
     assert [r["threshold"] for r in data["rows"]] == [None, NEVER, ALWAYS]
 
 
