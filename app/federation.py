@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from app.settings import Settings
-from diagnosis import DiagnosisPipeline
+from diagnosis import AskAll, DiagnosisPipeline, FederationMode, Selective
 from providers import (
     CacheKey,
     CacheStore,
@@ -71,6 +71,16 @@ def response_cache(settings: Settings) -> ResponseCache | None:
         else MemoryCacheStore(max_entries=settings.cache_max_entries, ttl_s=settings.cache_ttl_s)
     )
     return ResponseCache(store, frozenset(settings.cache_kinds))
+
+
+def federation_mode(name: str | None, settings: Settings) -> FederationMode:
+    """The federation mode ``name`` (``all``/``selective``; None: the server default) as configured. Selective judges
+    by the request's posterior intervals, or the uncalibrated posterior's when the aggregation is a mean
+    (diagnosis.tiers)."""
+    mode = name or settings.federation_default
+    if mode not in ("all", "selective"):
+        raise ValueError(f"unknown federation mode {mode!r} (use 'all' or 'selective')")
+    return Selective(threshold=settings.selective_threshold) if mode == "selective" else AskAll()
 
 
 class Federation:

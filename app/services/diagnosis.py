@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from app.auth import Principal
 from app.errors import InputError, TryLater
-from app.federation import Federation
+from app.federation import Federation, federation_mode
 from app.limits import check_qmatrix_size, check_responses
 from app.metrics import count_diagnosis, count_refusal
 from app.services.usage import account_usage
@@ -62,13 +62,10 @@ from calibration import CalibrationRecord, aggregator_for
 from diagnosis import (
     Aggregator,
     AllEntitiesFailed,
-    AskAll,
     DiagnosisPipeline,
     DiagnosisRequest,
     DiagnosisResult,
     EntityOutcome,
-    FederationMode,
-    Selective,
     UnknownEntities,
 )
 from diagnosis.posterior import DegeneratePosteriorError
@@ -229,15 +226,9 @@ class DiagnosisService:
             delta=options.delta,
             entities=options.entities,
             include_answers=self.settings.send_answer_text,
-            federation=self.federation_mode(options),
+            federation=federation_mode(options.federation, self.settings),
             deadline_s=self.settings.request_deadline_s or self.federation.deadline_s(options.entities),
         )
-
-    def federation_mode(self, options: DiagnoseOptions) -> FederationMode:
-        """The request's federation mode, or the server's default; selective judges by the request's posterior
-        intervals, or by the uncalibrated posterior's when the aggregation is a mean (diagnosis.tiers)."""
-        mode = options.federation or self.settings.federation_default
-        return Selective(threshold=self.settings.selective_threshold) if mode == "selective" else AskAll()
 
     async def _run(
         self,
