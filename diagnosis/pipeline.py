@@ -110,10 +110,10 @@ class EntityOutcome:
     ``error`` holds the reason. ``reason`` is the reason class of a failed or skipped entity
     (``EntityError.code``: unavailable, timeout, rejected, parse_error, circuit_open, skipped).
 
-    Usage: the tokens the provider reported for the answer and their price (``cost_usd``); a failed or
-    skipped call counts 0 (the adapters report no usage with an error, so tokens a failed call consumed
-    are not counted). ``cache``: ``hit``/``miss`` from a response cache in front of the entity, None
-    without one; a hit used no tokens and costs nothing."""
+    Usage: the tokens the provider reported for the call, every attempt included, and their price
+    (``cost_usd``); a failed call counts what its provider reported before failing (an unreadable answer
+    was billed; a timeout or refusal reports nothing: 0). ``cache``: ``hit``/``miss`` from a response
+    cache in front of the entity, None without one; a hit used no tokens and costs nothing."""
 
     name: str
     status: Literal["ok", "partial", "failed", "skipped"]
@@ -248,7 +248,8 @@ class DiagnosisPipeline:
             log.warning("entity %s failed: %s", entity.name, exc.reason)
             return EntityOutcome(
                 name=entity.name, status="failed", latency_ms=(time.perf_counter() - start) * 1000, error=exc.reason,
-                reason=exc.code,
+                reason=exc.code, prompt_tokens=exc.usage.prompt_tokens, completion_tokens=exc.usage.completion_tokens,
+                cost_usd=self.prices.get(entity.name, FREE).cost_usd(exc.usage),
             )
         return EntityOutcome(
             name=entity.name,

@@ -12,7 +12,7 @@ from typing import Any
 import anthropic
 
 from providers.config import EntitySpec
-from providers.parsing import parse_mastery
+from providers.parsing import parse_billed
 from providers.prompts import mastery_schema, system_prompt, user_prompt
 from providers.sdk_errors import map_sdk_errors
 from providers.types import EntityPrediction, PromptContext, TokenUsage
@@ -47,8 +47,12 @@ class AnthropicEntity:
                 # The SDK hands back a non-JSON 200 body (e.g. a proxy's HTML page) as a plain str.
                 raise ValueError("response is not a message")  # noqa: TRY004 - map_sdk_errors maps ValueError
             text = "".join(getattr(block, "text", "") for block in blocks)
-            parsed = parse_mastery(text, context.concepts)
-        usage = getattr(message, "usage", None)
+            reported = getattr(message, "usage", None)
+            usage = TokenUsage(
+                prompt_tokens=getattr(reported, "input_tokens", 0) or 0,
+                completion_tokens=getattr(reported, "output_tokens", 0) or 0,
+            )
+            parsed = parse_billed(text, context.concepts, usage)
         return EntityPrediction(
             entity=self.name,
             model=getattr(message, "model", None) or spec.model,
@@ -56,10 +60,7 @@ class AnthropicEntity:
             mastery=parsed.mastery,
             missing=parsed.missing,
             latency_ms=elapsed(),
-            usage=TokenUsage(
-                prompt_tokens=getattr(usage, "input_tokens", 0) or 0,
-                completion_tokens=getattr(usage, "output_tokens", 0) or 0,
-            ),
+            usage=usage,
             repairs=parsed.repairs,
         )
 

@@ -128,11 +128,11 @@ class CacheKey:
         )
 
     def for_context(self, context: PromptContext) -> str:
-        content = {
-            **asdict(self), "context": context.model_dump(mode="json"), "messages": build_messages(context),
-        }
-        digest = hashlib.sha256(json.dumps(content, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
-        return f"{self.entity}:{digest}"
+        digest = hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode())
+        digest.update(b"\x1e" + context.model_dump_json().encode())  # pydantic's JSON: fields in declared order
+        for message in build_messages(context):
+            digest.update(b"\x1e" + message["role"].encode() + b"\x1f" + message["content"].encode())
+        return f"{self.entity}:{digest.hexdigest()}"
 
 
 class ResponseCached:

@@ -18,6 +18,10 @@ Each class has a short ``code`` (``unavailable``, ``timeout``, ``rejected``, ``p
 Each adapter converts its SDK's exceptions into this tree in one context manager, so
 retry policy (``providers.wrappers``) and the HTTP layer (``app``) see only these.
 
+``usage`` is what the provider billed before the failure: an answer that could not be read
+(``EntityParseError``) used tokens; ``Retrying`` sums it over the attempts. 0 when nothing was
+reported (a timeout, a connection error, a refusal).
+
 Messages go to logs and API responses and often quote the provider, whose text is untrusted:
 every ``EntityError`` passes its message (and ``EntityParseError`` its excerpt) through
 :func:`providers.untrusted.scrub_untrusted_text`, which redacts anything that looks like a
@@ -28,6 +32,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+from providers.types import TokenUsage
 from providers.untrusted import scrub_untrusted_text
 
 __all__ = [
@@ -48,6 +53,7 @@ class EntityError(Exception):
     def __init__(self, message: str, *, entity: str = "") -> None:
         super().__init__(scrub_untrusted_text(message))
         self.entity = entity
+        self.usage = TokenUsage()
 
     @property
     def reason(self) -> str:

@@ -25,7 +25,7 @@ from typing import Any
 from providers.config import EntitySpec
 from providers.errors import EntityParseError, EntityRejected, EntityUnavailable
 from providers.local_models import packaged_model_path
-from providers.parsing import parse_mastery
+from providers.parsing import parse_billed
 from providers.prompts import build_messages
 from providers.openai_chat import response_format_for
 from providers.types import EntityPrediction, PromptContext, TokenUsage
@@ -105,11 +105,14 @@ class LlamaCppEntity:
         except (RuntimeError, ValueError) as exc:  # llama.cpp decode failures, context overflow
             raise EntityUnavailable(f"llama.cpp failed: {exc}", entity=self.name) from exc
         content = completion["choices"][0]["message"].get("content") or ""
+        reported = completion.get("usage") or {}
+        usage = TokenUsage(
+            prompt_tokens=reported.get("prompt_tokens", 0), completion_tokens=reported.get("completion_tokens", 0)
+        )
         try:
-            parsed = parse_mastery(content, context.concepts)
+            parsed = parse_billed(content, context.concepts, usage)
         except EntityParseError as exc:
             raise tag_entity(exc, self.name)
-        usage = completion.get("usage") or {}
         return EntityPrediction(
             entity=self.name,
             model=self.spec.model or self.model_path.name,
@@ -117,9 +120,7 @@ class LlamaCppEntity:
             mastery=parsed.mastery,
             missing=parsed.missing,
             latency_ms=elapsed(),
-            usage=TokenUsage(
-                prompt_tokens=usage.get("prompt_tokens", 0), completion_tokens=usage.get("completion_tokens", 0)
-            ),
+            usage=usage,
             repairs=parsed.repairs,
         )
 

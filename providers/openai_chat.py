@@ -14,7 +14,7 @@ import groq
 import openai
 
 from providers.config import EntitySpec
-from providers.parsing import parse_mastery
+from providers.parsing import parse_billed
 from providers.prompts import build_messages, mastery_schema
 from providers.sdk_errors import map_sdk_errors
 from providers.types import EntityPrediction, PromptContext, TokenUsage
@@ -61,8 +61,12 @@ class _ChatCompletionsEntity:
             if not choices:
                 raise ValueError("completion has no choices")
             content = choices[0].message.content or ""
-            parsed = parse_mastery(content, context.concepts)
-        usage = getattr(completion, "usage", None)
+            reported = getattr(completion, "usage", None)
+            usage = TokenUsage(
+                prompt_tokens=getattr(reported, "prompt_tokens", 0) or 0,
+                completion_tokens=getattr(reported, "completion_tokens", 0) or 0,
+            )
+            parsed = parse_billed(content, context.concepts, usage)
         return EntityPrediction(
             entity=self.name,
             model=getattr(completion, "model", None) or spec.model,
@@ -70,10 +74,7 @@ class _ChatCompletionsEntity:
             mastery=parsed.mastery,
             missing=parsed.missing,
             latency_ms=elapsed(),
-            usage=TokenUsage(
-                prompt_tokens=getattr(usage, "prompt_tokens", 0) or 0,
-                completion_tokens=getattr(usage, "completion_tokens", 0) or 0,
-            ),
+            usage=usage,
             repairs=parsed.repairs,
         )
 

@@ -30,9 +30,9 @@ from typing import Any
 from pydantic import BaseModel, Field, ValidationError
 
 from providers.errors import EntityParseError
-from providers.types import Repair
+from providers.types import Repair, TokenUsage
 
-__all__ = ["ParsedMastery", "parse_mastery"]
+__all__ = ["ParsedMastery", "parse_billed", "parse_mastery"]
 
 _FENCE = re.compile(r"```(?:json)?\s*(.*?)```", re.DOTALL)
 
@@ -144,3 +144,13 @@ def parse_mastery(raw: str | dict[str, Any], concepts: tuple[str, ...] | list[st
             f"no usable mastery value for any of {len(concepts)} concepts", raw_excerpt=json.dumps(obj)[:200]
         )
     return ParsedMastery(mastery=mastery, missing=missing, repairs=repairs)
+
+
+def parse_billed(raw: str, concepts: tuple[str, ...] | list[str], usage: TokenUsage) -> ParsedMastery:
+    """``parse_mastery`` of an answer the provider billed ``usage`` for: an unreadable one carries that usage
+    on its ``EntityParseError`` (the tokens were spent all the same)."""
+    try:
+        return parse_mastery(raw, concepts)
+    except EntityParseError as exc:
+        exc.usage = usage
+        raise

@@ -45,8 +45,18 @@ class PromptContext(BaseModel):
 
 
 class TokenUsage(BaseModel):
+    """Tokens a provider reported (billed) for one answer — all its attempts, when retried."""
+
+    model_config = ConfigDict(frozen=True)
+
     prompt_tokens: int = 0
     completion_tokens: int = 0
+
+    def __add__(self, other: TokenUsage) -> TokenUsage:
+        return TokenUsage(
+            prompt_tokens=self.prompt_tokens + other.prompt_tokens,
+            completion_tokens=self.completion_tokens + other.completion_tokens,
+        )
 
 
 class Repair(BaseModel):

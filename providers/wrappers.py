@@ -71,6 +71,7 @@ class Retrying:
     """Retries transient failures of the wrapped entity (tenacity), honouring Retry-After.
 
     ``on_retry`` is called with each failure about to be retried (the chain counts them in metrics).
+    Token usage is summed over the attempts: the answer (or the last failure) carries every token billed.
     """
 
     def __init__(
@@ -97,12 +98,16 @@ class Retrying:
             before_sleep=self._before_sleep,
             reraise=True,
         )
-        attempts = 0
+        attempts, spent = 0, TokenUsage()
         async for attempt in retrying:
             with attempt:
                 attempts += 1
-                prediction = await self.inner.respond(context)
-        return prediction.model_copy(update={"attempts": attempts})
+                try:
+                    prediction = await self.inner.respond(context)
+                except EntityError as exc:
+                    spent = exc.usage = spent + exc.usage  # the last failure re-raised carries them all
+                    raise
+        return prediction.model_copy(update={"attempts": attempts, "usage": spent + prediction.usage})
 
     async def aclose(self) -> None:
         await self.inner.aclose()

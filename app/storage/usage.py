@@ -1,8 +1,8 @@
 """Entity usage per tenant: one row per entity asked in a diagnosis, summed by ``GET /v1/usage``.
 
 A diagnosis's rows go in with one ``INSERT`` (all its entities together), after the pipeline ran —
-whether or not an entity answered: a failed call is a call (its tokens count 0: no adapter reports
-usage with an error). Skipped entities (not asked) and repeats (the stored answer) write nothing.
+whether or not an entity answered: a failed call is a call (with the tokens its provider billed before
+failing, often 0). Skipped entities (not asked) and repeats (the stored answer) write nothing.
 Rows of a calibration job carry its id, so the job reports its own total.
 """
 

@@ -120,6 +120,8 @@ def test_get_usage_sums_per_entity_since_a_time_on_both_engines(tmp_path: Path, 
         assert client.get("/v1/usage", params={"since": future}).json()["total"]["calls"] == 0
         naive_past = (datetime.now(UTC) - timedelta(hours=1)).replace(tzinfo=None).isoformat()
         assert client.get("/v1/usage", params={"since": naive_past}).json()["total"]["calls"] == 6
+        lower_case = (datetime.now(UTC) - timedelta(hours=1)).strftime("%Y-%m-%dt%H:%M:%Sz")
+        assert client.get("/v1/usage", params={"since": lower_case}).json()["total"]["calls"] == 6
 
 
 def test_another_tenants_usage_is_never_visible(tmp_path: Path, both_engines: str) -> None:
@@ -135,10 +137,12 @@ def test_another_tenants_usage_is_never_visible(tmp_path: Path, both_engines: st
         assert client.get("/v1/usage").json()["total"]["calls"] == 2
 
 
-@pytest.mark.parametrize("params", [{"since": "yesterday"}, {"since": "2026-13-01"}, {"since": "0001-01-01T00:00+05:00"}])
-def test_a_bad_since_is_422_naming_the_field(tmp_path: Path, params: dict[str, str]) -> None:
+@pytest.mark.parametrize(
+    "since", ["yesterday", "2026-13-01T00:00:00", "2026-02-30T00:00:00Z", "1764547200", "0001-01-01T00:00+05:00"]
+)
+def test_a_bad_since_is_422_naming_the_field(tmp_path: Path, since: str) -> None:
     with gateway(tmp_path) as client:
-        r = client.get("/v1/usage", params=params)
+        r = client.get("/v1/usage", params={"since": since})
         assert r.status_code == 422
         assert r.json()["detail"][0]["loc"] == ["query", "since"]
 
@@ -182,3 +186,29 @@ def test_tokens_cost_and_cache_lookups_are_counted_in_the_metrics(tmp_path: Path
             sum(e["usage"]["cost_usd"] for e in mine))
         assert value(parsed, "fedcd_response_cache_lookups_total", entity=entity, result="miss") == 1
         assert value(parsed, "fedcd_response_cache_lookups_total", entity=entity, result="hit") == 1
+
+
+def test_workers_share_the_cache_through_redis(tmp_path: Path, redis_prefix: str) -> None:
+    # Prepare: two gateways (as two workers) on one Redis cache prefix, each with its own database
+    from tests.shared_redis import REDIS_URL
+
+    redis = {"redis_url": REDIS_URL, "cache_key_prefix": f"{redis_prefix}cache:", "circuit_key_prefix": f"{redis_prefix}c:"}
+    with gateway(tmp_path / "one", **redis) as one:
+        first = one.post("/v1/diagnose", json=_body("s1")).json()
+    with gateway(tmp_path / "two", **redis) as two:
+        # Execute: the same prompt on the other worker
+        second = two.post("/v1/diagnose", json=_body("s2")).json()
+    # Assert
+    assert (first["usage"]["cache_misses"], second["usage"]["cache_hits"]) == (2, 2)
+    assert second["usage"]["cost_usd"] == 0.0 and second["budget"]["charged_epsilon"] == pytest.approx(16.0)
+
+
+def test_only_the_configured_kinds_are_cached(tmp_path: Path) -> None:
+    # Prepare: caching for a kind none of the entities has
+    with gateway(tmp_path, cache_kinds=["openai"]) as client:
+        # Execute
+        bodies = [client.post("/v1/diagnose", json=_body(s)).json() for s in ("s1", "s2")]
+    # Assert: no cache in front of the simulated entities
+    assert all(e["cache"] is None for b in bodies for e in b["entities"])
+    assert bodies[0]["usage"]["cost_usd"] > 0
+    assert bodies[1]["usage"]["cost_usd"] == pytest.approx(bodies[0]["usage"]["cost_usd"])  # asked and paid again

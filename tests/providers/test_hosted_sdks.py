@@ -21,7 +21,7 @@ from providers.config import EntityKind, EntitySpec
 from providers.errors import EntityParseError, EntityRejected, EntityTimeout, EntityUnavailable
 from providers.factory import build_entity
 from providers.prompts import SYSTEM_PROMPT, mastery_schema
-from providers.types import Entity, PromptContext
+from providers.types import Entity, PromptContext, TokenUsage
 from qmatrix import QMatrix
 
 from .conftest import STUDENT_ID, RecordingSleep
@@ -411,6 +411,21 @@ async def test_malformed_content_then_good_answer_recovers(
     assert prediction.attempts == 2
     assert prediction.status == "ok"
     assert len(sent(wire_server, backend)) == 2
+
+
+async def test_the_tokens_of_unreadable_answers_are_counted_over_the_attempts(
+    make_entity: EntityFactory, wire_server: WireServer, prompt_context: PromptContext
+) -> None:
+    # Prepare: the server bills 42 prompt and 7 completion tokens per answer, readable or not
+    wire_server.script(success("{not json"), success(answer(prompt_context, 0.9, 0.25, 0.5)))
+    # Execute: an unreadable answer, then a good one; then two unreadable ones
+    recovered = await make_entity().respond(prompt_context)
+    wire_server.fallback = success("{not json")
+    with pytest.raises(EntityParseError) as caught:
+        await make_entity(max_attempts=2).respond(prompt_context)
+    # Assert: both attempts' tokens, on the answer and on the failure
+    assert recovered.usage == TokenUsage(prompt_tokens=2 * 42, completion_tokens=2 * 7)
+    assert caught.value.usage == TokenUsage(prompt_tokens=2 * 42, completion_tokens=2 * 7)
 
 
 async def test_out_of_range_numbers_are_repaired_and_counted(

@@ -8,10 +8,23 @@ import math
 
 import pytest
 
-from providers import DEFAULT_HOSTED, EntitySpec, Price, PromptContext, PromptItem, TokenUsage, build_messages, price_of
+from diagnosis import DiagnosisPipeline, DiagnosisRequest
+from providers import (
+    DEFAULT_HOSTED,
+    EntityParseError,
+    EntitySpec,
+    Price,
+    PromptContext,
+    PromptItem,
+    TokenUsage,
+    build_messages,
+    price_of,
+)
 from providers.config import DEFAULT_EMBEDDED
 from providers.simulated import SimulatedEntity
 from providers.tokens import CHARS_PER_TOKEN, MESSAGE_OVERHEAD_TOKENS, estimate_tokens, estimate_usage
+from qmatrix import Response, example_qmatrix
+from tests.factories import FakeEntity
 
 
 def _context(n_items: int) -> PromptContext:
@@ -81,3 +94,21 @@ def test_simulated_entities_report_the_estimated_usage_of_their_answer() -> None
     assert prediction.simulated
     assert prediction.usage == estimate_usage(context, prediction.mastery)
     assert prediction.usage.prompt_tokens > 0 and prediction.usage.completion_tokens > 0
+
+
+def test_the_pipeline_prices_answers_and_the_billed_tokens_of_failed_calls() -> None:
+    # Prepare: a priced entity whose answer could not be read (the provider billed it), and an unpriced one
+    unreadable = EntityParseError("answer holds no parsable JSON object")
+    unreadable.usage = TokenUsage(prompt_tokens=2000, completion_tokens=100)
+    pipeline = DiagnosisPipeline(
+        {"paid": FakeEntity("paid", error=unreadable), "free": FakeEntity("free", 0.5)},
+        prices={"paid": Price(input_usd_per_mtok=1.0, output_usd_per_mtok=5.0)},
+    )
+    request = DiagnosisRequest(student_id="s", qmatrix=example_qmatrix(), responses=[Response(item_id="q01", correct=True)])
+    # Execute
+    outcomes = {o.name: o for o in asyncio.run(pipeline.diagnose(request)).entities}
+    # Assert
+    paid, free = outcomes["paid"], outcomes["free"]
+    assert (paid.status, paid.prompt_tokens, paid.completion_tokens) == ("failed", 2000, 100)
+    assert paid.cost_usd == pytest.approx((2000 * 1.0 + 100 * 5.0) / 1e6)
+    assert (free.status, free.cost_usd, free.cache) == ("ok", 0.0, None)
