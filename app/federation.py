@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from app.settings import Settings
-from diagnosis import DiagnosisPipeline
+from diagnosis import AskAll, DiagnosisPipeline, FederationMode, Selective
 from providers import (
     CacheKey,
     CacheStore,
@@ -73,6 +73,16 @@ def response_cache(settings: Settings) -> ResponseCache | None:
     return ResponseCache(store, frozenset(settings.cache_kinds))
 
 
+def federation_mode(name: str | None, settings: Settings) -> FederationMode:
+    """The federation mode ``name`` (``all``/``selective``; None: the server default) as configured. Selective judges
+    by the request's posterior intervals, or the uncalibrated posterior's when the aggregation is a mean
+    (diagnosis.tiers)."""
+    mode = name or settings.federation_default
+    if mode not in ("all", "selective"):
+        raise ValueError(f"unknown federation mode {mode!r} (use 'all' or 'selective')")
+    return Selective(threshold=settings.selective_threshold) if mode == "selective" else AskAll()
+
+
 class Federation:
     """Built once at start-up from settings; tests pass ready-made entities instead (used as they
     are: no wrappers, no breakers, no cache). Each entity is priced from its spec (``providers.pricing``)."""
@@ -92,7 +102,10 @@ class Federation:
         if entities is None:
             entities = {s.name: self._build(s, circuits, cache) for s in specs}
             self._guarded = list(entities) if circuits is not None else []
-        self.pipeline = DiagnosisPipeline(entities, seed=seed, prices={s.name: price_of(s) for s in specs})
+        # An entity passed ready-made without a declaration (tests) is tier 0.
+        self.pipeline = DiagnosisPipeline(
+            entities, seed=seed, tiers={s.name: s.tier for s in specs}, prices={s.name: price_of(s) for s in specs}
+        )
         self._status: dict[str, str] = {}
 
     @staticmethod
@@ -104,6 +117,13 @@ class Federation:
     @property
     def names(self) -> list[str]:
         return list(self.pipeline.entities)
+
+    def deadline_s(self, names: Sequence[str] | None) -> float | None:
+        """The longest ``deadline_s`` of the named entities (all when None) that have a declaration: a whole
+        request's default deadline. None when none has one (entities passed ready-made)."""
+        chosen = self.names if names is None else names
+        deadlines = [self.specs[n].deadline_s for n in chosen if n in self.specs]
+        return max(deadlines) if deadlines else None
 
     def adapter(self, name: str) -> object:
         entity: object = self.pipeline.entities[name]

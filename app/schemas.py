@@ -41,6 +41,8 @@ __all__ = [
     "EntityList",
     "EntityReport",
     "EntityUsage",
+    "FederationBlock",
+    "FederationStage",
     "Health",
     "PrivacyBlock",
     "QMatrixCreate",
@@ -135,6 +137,12 @@ class DiagnoseOptions(BaseModel):
     entities: list[Name] | None = Field(default=None, min_length=1, description="entity names; omitted: all")
     calibration_id: str | None = None
     include_entities: bool = False
+    federation: Literal["all", "selective"] | None = Field(
+        default=None,
+        description="all: ask every selected entity at once; selective: tier by tier, cheapest first, until every "
+        "assessed concept's credible interval is narrower than the server's selective_threshold; omitted: the server "
+        "default (FEDCD_FEDERATION_DEFAULT)",
+    )
 
     @model_validator(mode="after")
     def _one_qmatrix(self) -> DiagnoseOptions:
@@ -270,6 +278,28 @@ class SkippedEntity(BaseModel):
     reason: str
 
 
+class FederationStage(BaseModel):
+    """One stage of a diagnosis: the entities asked together, and what was decided after them."""
+
+    tier: int | None = Field(description="the tier asked; null: every tier at once (federation 'all')")
+    entities: list[str]
+    decision: Literal["all", "confident", "uncertain", "tier failed", "last tier", "deadline"] = Field(
+        description="confident: stopped here; uncertain / tier failed: the next tier was asked; last tier: no more "
+        "tiers; deadline: not asked, the request's deadline had passed; all: federation 'all'"
+    )
+    reason: str
+    widest: float | None = Field(default=None, description="widest credible interval of the assessed concepts, when judged")
+
+
+class FederationBlock(BaseModel):
+    """Which tiers a diagnosis asked and why (README "Selective federation")."""
+
+    mode: Literal["all", "selective"]
+    threshold: float | None = Field(description="selective: the credible-interval width that stops escalation")
+    tiers: list[FederationStage]
+    escalated: bool = Field(description="more than one tier was asked")
+
+
 class DiagnoseResponse(BaseModel):
     student_id: str
     mastery: dict[str, float] = Field(description="assessed concepts only")
@@ -299,6 +329,7 @@ class DiagnoseResponse(BaseModel):
     request_id: str
     latency_ms: float
     budget: BudgetBlock | None = Field(default=None, description="null when no noise was added or the ledger is off")
+    federation: FederationBlock | None = Field(default=None, description="which tiers were asked and why")
     usage: Usage = Field(
         default_factory=Usage,
         description="what this request spent, every entity together; zero for a repeat (the stored answer: no entity "
@@ -334,6 +365,7 @@ class EntityInfo(BaseModel):
     deadline_s: float
     input_usd_per_mtok: float = Field(default=0.0, description="price per million prompt tokens (README, Cost)")
     output_usd_per_mtok: float = Field(default=0.0, description="price per million completion tokens")
+    tier: int = Field(default=0, description="selective federation asks lower tiers first (README, Selective federation)")
     base_url: str | None = None
 
 

@@ -89,6 +89,23 @@ class Settings(BaseSettings):
     allow_unnoised: bool = Field(
         default=False, description="allow epsilon \"none\" (raw answers: unbounded privacy cost, never charged)"
     )
+    # Selective federation (README "Selective federation"): ask tier 0 first, the paid tiers only when it is unsure.
+    # `all` stays the default: on FrcSub the bench cannot resolve an AUC change of 0.005 (its 95 % interval is ±0.02).
+    federation_default: Literal["all", "selective"] = Field(
+        default="all", description="federation mode of a request that names none"
+    )
+    # 0.8: the largest measured threshold within 0.005 held-out AUC of `all` on both FrcSub and ASSIST0910 at the
+    # default noise (docs/results/cost/, `fedcd bench cost`); the width depends on the noise, so re-measure if it changes.
+    selective_threshold: float = Field(
+        default=0.8, gt=0, le=1,
+        description="selective federation stops once every assessed concept's credible interval is narrower than "
+        "this (docs/results/cost/: fedcd bench cost)",
+    )
+    request_deadline_s: float | None = Field(
+        default=None, gt=0,
+        description="one deadline for a whole diagnosis, every tier included; null: the longest deadline_s of the "
+        "entities it selects (so selective never waits longer than asking all at once)",
+    )
     min_cohort_size: int = Field(default=10, ge=2, description="smallest cohort /v1/cohort-report will describe")
     batch_concurrency: int = Field(default=4, ge=1, description="students diagnosed at once in a batch")
     # Request limits (README "Limits"): bigger requests are refused with 413 (body) or 422 (counts).

@@ -1,7 +1,12 @@
 """The one diagnosis pipeline: fan out → privatize → aggregate.
 
 The API, the CLI and the evaluation harness all call ``DiagnosisPipeline.diagnose``; it
-knows nothing of HTTP. Every entity is asked concurrently; each answer is privatized by
+knows nothing of HTTP. The request's federation mode (:mod:`diagnosis.tiers`) orders the
+selected entities into stages — one stage of all of them, or tier by tier — and the pipeline
+aggregates every answer so far after each stage until the mode says it is enough. All stages
+share the request's one deadline (``DiagnosisRequest.deadline_s``): each entity call is bounded
+by the time left, and a stage that would start after it is not asked. The entities of a stage
+are asked concurrently; each answer is privatized by
 ``Privatized`` *inside* that entity's task, so the raw (pre-noise) prediction never
 leaves the entity boundary — it is not returned, stored or logged. Failed entities are
 left out of the average and named with their reason; an entity that raises
@@ -15,16 +20,18 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from functools import partial
+from typing import Literal, TypeVar
 
 import numpy as np
 
-from diagnosis.aggregation import Aggregator, ResidualAggregator
+from diagnosis.aggregation import Aggregation, Aggregator, ResidualAggregator
 from diagnosis.calibrated import NoiseLevel, calibration_mismatch
+from diagnosis.tiers import AskAll, FederationMode, FederationReport, Stage, StageReport
 from privacy import DEFAULT_DELTA, Mechanism, SensitivityMode, make_rng, mechanism_for_request
-from providers import Entity, EntityError, EntityPrediction, EntitySkipped, PromptContext, PromptItem
+from providers import Entity, EntityError, EntityPrediction, EntitySkipped, PromptContext, PromptItem, WithDeadline
 from providers.pricing import FREE, Price
 from qmatrix import QMatrix, Response
 
@@ -34,6 +41,7 @@ __all__ = [
     "DiagnosisRequest",
     "DiagnosisResult",
     "EntityOutcome",
+    "NoiseSource",
     "Privatized",
     "UnknownEntities",
     "build_context",
@@ -44,6 +52,8 @@ log = logging.getLogger("fedcd.pipeline")
 # Aggregations over more (concept × entity) cells than this run in a worker thread; smaller ones inline,
 # where a thread hop would cost more than the work.
 _INLINE_CELLS = 256
+
+T = TypeVar("T")
 
 
 class Privatized:
@@ -83,6 +93,8 @@ class DiagnosisRequest:
     delta: float = DEFAULT_DELTA  # used by the Gaussian mechanism only
     entities: Sequence[str] | None = None  # None: every configured entity
     include_answers: bool = False  # send free-text answers to the entities (off: data minimisation)
+    federation: FederationMode = field(default_factory=AskAll)  # which entities are asked, in what order
+    deadline_s: float | None = None  # one deadline for the whole request, every stage included; None: none
     request_id: str = field(default_factory=lambda: uuid.uuid4().hex)
 
     @property
@@ -135,6 +147,11 @@ class DiagnosisResult:
     aggregation: str = "mean"  # the aggregator's kind: mean or posterior
     # field -> {"calibrated": ..., "served": ...} where this request's noise differs from the calibration's
     calibration_mismatch: dict[str, dict[str, object]] | None = None
+    federation: FederationReport = field(default_factory=lambda: FederationReport(mode="all"))
+
+
+# (request, entity name) -> the generator that entity's answer to the request is privatized with.
+NoiseSource = Callable[[DiagnosisRequest, str], np.random.Generator]
 
 
 class AllEntitiesFailed(RuntimeError):
@@ -167,6 +184,14 @@ def build_context(qmatrix: QMatrix, responses: Sequence[Response], *, include_an
     return PromptContext(concepts=concepts, items=items, qmatrix_id=qmatrix.id)
 
 
+async def _off_loop(cells: int, work: Callable[[], T]) -> T:
+    """``work()`` inline when small; in a worker thread when it covers more than ``_INLINE_CELLS`` cells, so a
+    large diagnosis does not hold the event loop (other requests, /healthz) for its grid work."""
+    if cells <= _INLINE_CELLS:
+        return work()
+    return await asyncio.to_thread(work)
+
+
 def _repair_counts(prediction: EntityPrediction) -> dict[str, int]:
     counts: dict[str, int] = {}
     for repair in prediction.repairs:
@@ -175,18 +200,32 @@ def _repair_counts(prediction: EntityPrediction) -> dict[str, int]:
 
 
 class DiagnosisPipeline:
-    """Holds the configured entities; ``diagnose`` runs one request through them.
+    """Holds the configured entities, their tiers and prices; ``diagnose`` runs one request through them.
 
-    ``prices``: each entity's price (``providers.pricing``); an entity not in it is free (tests,
-    evaluation runs), so its answers report tokens and a cost of 0."""
+    ``tiers``: entity -> tier (``EntitySpec.tier``); an entity not listed (one passed ready-made,
+    without a declaration) is tier 0. ``prices``: each entity's price (``providers.pricing``); an
+    entity not in it is free (tests, evaluation runs), so its answers report tokens and a cost of 0.
+    ``noise``: the generator each (request, entity) answer is privatized with — benchmarks pass one
+    keyed by student and entity, so two runs that ask an entity the same question draw the same noise
+    whatever else they ask (common random numbers); by default every answer draws from the
+    pipeline's one generator.
+    """
 
     def __init__(
-        self, entities: Mapping[str, Entity], *, seed: int | None = None, prices: Mapping[str, Price] | None = None
+        self,
+        entities: Mapping[str, Entity],
+        *,
+        seed: int | None = None,
+        tiers: Mapping[str, int] | None = None,
+        prices: Mapping[str, Price] | None = None,
+        noise: NoiseSource | None = None,
     ) -> None:
         self.entities = dict(entities)
+        self.tiers = dict(tiers or {})
         self.prices = dict(prices or {})
         # One generator per pipeline, seeded from the OS CSPRNG (or a test seed).
         self._rng = make_rng(seed)
+        self._noise = noise
 
     def select(self, names: Sequence[str] | None) -> dict[str, Entity]:
         if names is None:
@@ -240,23 +279,52 @@ class DiagnosisPipeline:
 
     async def diagnose(self, request: DiagnosisRequest, aggregator: Aggregator | None = None) -> DiagnosisResult:
         start = time.perf_counter()
+        deadline = None if request.deadline_s is None else time.monotonic() + request.deadline_s
         aggregator = aggregator or ResidualAggregator()
         context = build_context(request.qmatrix, request.responses, include_answers=request.include_answers)
         selected = self.select(request.entities)
         mechanism = self.mechanism_for(request)
-        outcomes = list(
-            await asyncio.gather(
-                *(self._ask(Privatized(entity, mechanism, self._rng), context) for entity in selected.values())
-            )
-        )
-        answered = {o.name: o.mastery for o in outcomes if o.mastery is not None}
-        if not answered:
-            raise AllEntitiesFailed(outcomes)
         described = mechanism.describe()
-        if len(context.concepts) * len(answered) <= _INLINE_CELLS:
-            aggregation = aggregator.aggregate(answered, context.concepts, mechanism=described)
-        else:  # a large diagnosis must not hold the event loop (other requests, /healthz) for its grid work
-            aggregation = await asyncio.to_thread(aggregator.aggregate, answered, context.concepts, mechanism=described)
+        mode = request.federation
+        report = FederationReport(mode=mode.name, threshold=mode.threshold)
+        outcomes: list[EntityOutcome] = []
+        aggregation: Aggregation | None = None
+        stages = mode.stages({name: self.tiers.get(name, 0) for name in selected})
+        for n, stage in enumerate(stages):
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                report.stages.append(StageReport(
+                    tier=stage.tier, entities=stage.entities, decision="deadline",
+                    reason="not asked: the request's deadline had passed",
+                ))
+                break
+            asked = await self._ask_stage(request, stage, selected, mechanism, context, left)
+            outcomes.extend(asked)
+            if not any(o.mastery for o in asked):
+                report.stages.append(StageReport(
+                    tier=stage.tier, entities=stage.entities, decision="tier failed",
+                    reason="tier failed: " + ("; ".join(f"{o.name} {o.reason or o.status}" for o in asked) or "no entity"),
+                ))
+                continue
+            answered = {o.name: o.mastery for o in outcomes if o.mastery is not None}
+            cells = len(context.concepts) * len(answered)
+            aggregation = await _off_loop(
+                cells, partial(aggregator.aggregate, answered, context.concepts, mechanism=described)
+            )
+            if n == len(stages) - 1 and stage.tier is not None:
+                report.stages.append(StageReport(tier=stage.tier, entities=stage.entities, decision="last tier",
+                                                 reason="last tier: no more entities to ask"))
+                break
+            verdict = await _off_loop(
+                cells if mode.gauge_needed(aggregation) else 0,
+                partial(mode.verdict, aggregation, answered, context.concepts, mechanism=described),
+            )
+            report.stages.append(StageReport(tier=stage.tier, entities=stage.entities, decision=verdict.decision,
+                                             reason=verdict.reason, widest=verdict.widest))
+            if verdict.enough:
+                break
+        if aggregation is None:
+            raise AllEntitiesFailed(outcomes)
         calibration = aggregator.calibration
         return DiagnosisResult(
             student_id=request.student_id,
@@ -272,7 +340,20 @@ class DiagnosisPipeline:
             interval_level=aggregation.level,
             aggregation=aggregator.kind,
             calibration_mismatch=calibration_mismatch(calibration.noise, request.noise) if calibration else None,
+            federation=report,
         )
+
+    async def _ask_stage(
+        self, request: DiagnosisRequest, stage: Stage, selected: Mapping[str, Entity], mechanism: Mechanism,
+        context: PromptContext, left: float | None,
+    ) -> list[EntityOutcome]:
+        """The stage's entities, concurrently, each bounded by the time left of the request's deadline."""
+        def guarded(name: str) -> Privatized:
+            entity = selected[name] if left is None else WithDeadline(selected[name], left)
+            rng = self._rng if self._noise is None else self._noise(request, name)
+            return Privatized(entity, mechanism, rng)
+
+        return list(await asyncio.gather(*(self._ask(guarded(name), context) for name in stage.entities)))
 
     async def aclose(self) -> None:
         await asyncio.gather(*(e.aclose() for e in self.entities.values()), return_exceptions=True)

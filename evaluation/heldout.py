@@ -31,13 +31,14 @@ from evaluation.significance import BOOTSTRAP_RESAMPLES, PairedDifference, paire
 from evaluation.splits import proportion_correct_truth, split_holdout
 from qmatrix import QMatrix, Response, StudentResponses
 
-__all__ = ["heldout_protocol"]
+__all__ = ["HeldoutScorer", "heldout_protocol", "train_easiness", "validation_truths"]
 
 COMPARED_WITH = ("irt", "dina", "ncdm", "proportion-correct", "single:local-fed", "item-difficulty")
 
 
-class _Scorer:
-    """Turns a row's mastery estimates into P(correct) for the held-out responses (validation and test)."""
+class HeldoutScorer:
+    """Turns a row's mastery estimates into P(correct) for the held-out responses (validation and test); the
+    link is fitted on the validation students, ``test_y`` holds the test responses it is scored on."""
 
     def __init__(self, q: QMatrix, easiness: ItemEasiness, val_held: Sequence[Sequence[Response]],
                  test_held: Sequence[Sequence[Response]]) -> None:
@@ -81,6 +82,26 @@ def _baseline_probs(model: CDMBaseline, test_obs: Sequence[Sequence[Response]], 
     return model.predict_pairs(x, students, items)
 
 
+def validation_truths(
+    q: QMatrix, validation: Sequence[StudentResponses], observed: Sequence[Sequence[Response]]
+) -> list[dict[str, float]]:
+    """Calibration truth of validation students: proportion correct over all their responses, for the concepts
+    their observed responses assess."""
+    return [
+        {c: v for c, v in proportion_correct_truth(q, list(s.responses)).items() if c in concepts}
+        for s, concepts in zip(validation, assessed(q, observed))
+    ]
+
+
+def train_easiness(train: Sequence[StudentResponses]) -> ItemEasiness:
+    """Each item's easiness from the train students' scores (the link's item term)."""
+    scores: dict[str, list[float]] = {}
+    for s in train:
+        for r in s.responses:
+            scores.setdefault(r.item_id, []).append(r.score)
+    return item_easiness(scores)
+
+
 async def heldout_protocol(
     fed: Federation, q: QMatrix, split, result: EvaluationResult, *, epsilons: Sequence[float], served, ncdm,  # type: ignore[no-untyped-def]
     seed: int, sensitivity: str, delta: float, concurrency: int, progress,  # type: ignore[no-untyped-def]
@@ -88,11 +109,7 @@ async def heldout_protocol(
     val_obs, val_held = split_holdout(split.validation, seed)
     test_obs, test_held = split_holdout(split.test, seed)
     result.split = {"train": len(split.train), "validation": len(val_obs), "test": len(test_obs)}
-    # Calibration truth for validation students: proportion correct over all their responses.
-    val_truth = [
-        {c: v for c, v in proportion_correct_truth(q, list(s.responses)).items() if c in concepts}
-        for s, concepts in zip(split.validation, assessed(q, val_obs))
-    ]
+    val_truth = validation_truths(q, split.validation, val_obs)
     val_c, test_c, result.entity_failures = await collect(
         fed, q, val_obs, test_obs, epsilons, sensitivity=sensitivity, delta=delta, seed=seed, concurrency=concurrency,
         progress=progress, extra=served_setting(served),
@@ -108,11 +125,7 @@ async def heldout_protocol(
                                      config=served, seed=seed, concurrency=concurrency)
         estimates += run.estimates
         result.served["calibrations"] = run.calibrations
-    train_scores: dict[str, list[float]] = {}
-    for s in split.train:
-        for r in s.responses:
-            train_scores.setdefault(r.item_id, []).append(r.score)
-    scorer = _Scorer(q, item_easiness(train_scores), val_held, test_held)
+    scorer = HeldoutScorer(q, train_easiness(split.train), val_held, test_held)
     y = scorer.test_y
     probs: dict[tuple[str, float | None, str], np.ndarray] = {}  # (row, ε, mechanism) -> test P(correct)
     for est in estimates:

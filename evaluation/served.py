@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from calibration import AggregationMode, aggregator_for, answer_validation_student, calibration_record, make_calibrator
+from calibration import AggregationMode, CalibrationRecord, aggregator_for, answer_validation_student, calibration_record, make_calibrator
 from calibration.fitting import validation_set
 from diagnosis import NO_NOISE_LEVEL, Aggregator, AllEntitiesFailed, DiagnosisPipeline, DiagnosisRequest, NoiseLevel
 from evaluation.rows import Estimates
@@ -33,7 +33,7 @@ from providers import Entity
 from providers.local_fed import LocalFedEntity
 from qmatrix import Dataset, QMatrix, Response, StudentResponses
 
-__all__ = ["LocalFedTraining", "ServedConfig", "served_estimates", "train_local_fed"]
+__all__ = ["LocalFedTraining", "ServedConfig", "served_calibration", "served_estimates", "train_local_fed"]
 
 Mastery = dict[str, float]
 
@@ -123,26 +123,13 @@ async def served_estimates(
     asked twice; every release is privatized afresh, as live diagnoses are.
     """
     pipeline = DiagnosisPipeline(dict(entities), seed=seed + 7)
-    calibrator = make_calibrator(config.calibration_method)
     gate = asyncio.Semaphore(concurrency)
     run = ServedRun(estimates=[], calibrations=[])
     for level in (config.noise, NO_NOISE_LEVEL):
-        async def answer(i: int, responses: Sequence[Response], truth: Mastery, level: NoiseLevel = level):  # type: ignore[no-untyped-def]
-            async with gate:
-                return await answer_validation_student(
-                    pipeline, qmatrix=q, student_id=f"validation-{i}", responses=responses, truth=truth, noise=level,
-                    keep_clean=calibrator.fits_clean_answers,
-                )
-
-        answers = await asyncio.gather(*(answer(i, r, t) for i, (r, t) in enumerate(zip(validation, validation_truths))))
-        data = validation_set(answers, keep_clean=calibrator.fits_clean_answers)
-        fitted = calibrator.fit(data, release_epsilon=config.release_epsilon, rng=np.random.default_rng(seed))
-        record = calibration_record(
-            fitted, record_id=f"served-{'inf' if level.noiseless else level.epsilon}", qmatrix_id=q.id,
-            entities=list(entities), noise=level, truth_source="evaluation validation split", n_students=len(data),
-            version=1,
+        aggregator, record = await served_calibration(
+            pipeline, q, validation=validation, validation_truths=validation_truths, level=level, config=config,
+            seed=seed, gate=gate,
         )
-        aggregator = aggregator_for(record, aggregation=config.aggregation)
         run.estimates.append(Estimates(
             name="served", epsilon=level.epsilon,
             validation=await _diagnose_all(pipeline, q, validation, level, aggregator, gate),
@@ -152,6 +139,40 @@ async def served_estimates(
         run.calibrations.append({"noise": level.fields(), "method": record.method, "aggregation": aggregator.kind,
                                  "metrics": record.metrics, "params": _summary(record.params.to_json())})
     return run
+
+
+async def served_calibration(
+    pipeline: DiagnosisPipeline,
+    q: QMatrix,
+    *,
+    validation: Sequence[Sequence[Response]],
+    validation_truths: Sequence[Mastery],
+    level: NoiseLevel,
+    config: ServedConfig,
+    seed: int,
+    gate: asyncio.Semaphore,
+) -> tuple[Aggregator, CalibrationRecord]:
+    """The served calibration at ``level``: every pipeline entity answers the validation students (privatized
+    at ``level``), ``config.calibration_method`` is fitted as ``/v1/calibrate`` fits it, and the aggregator is
+    the server's default for that record (``aggregator_for(record, config.aggregation)``)."""
+    calibrator = make_calibrator(config.calibration_method)
+
+    async def answer(i: int, responses: Sequence[Response], truth: Mastery):  # type: ignore[no-untyped-def]
+        async with gate:
+            return await answer_validation_student(
+                pipeline, qmatrix=q, student_id=f"validation-{i}", responses=responses, truth=truth, noise=level,
+                keep_clean=calibrator.fits_clean_answers,
+            )
+
+    answers = await asyncio.gather(*(answer(i, r, t) for i, (r, t) in enumerate(zip(validation, validation_truths))))
+    data = validation_set(answers, keep_clean=calibrator.fits_clean_answers)
+    fitted = calibrator.fit(data, release_epsilon=config.release_epsilon, rng=np.random.default_rng(seed))
+    record = calibration_record(
+        fitted, record_id=f"served-{'inf' if level.noiseless else level.epsilon}", qmatrix_id=q.id,
+        entities=list(pipeline.entities), noise=level, truth_source="evaluation validation split", n_students=len(data),
+        version=1,
+    )
+    return aggregator_for(record, aggregation=config.aggregation), record
 
 
 def _summary(params: dict[str, Any]) -> dict[str, Any]:

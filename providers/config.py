@@ -12,16 +12,26 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 
-__all__ = ["DEFAULT_HOSTED", "EntityKind", "EntitySpec", "default_entity_specs"]
+__all__ = ["DEFAULT_HOSTED", "DEFAULT_TIER", "EntityKind", "EntitySpec", "default_entity_specs"]
 
 EntityKind = Literal["openai", "anthropic", "groq", "openai_compatible", "llamacpp", "simulated", "local_fed"]
+
+# The tier an entity gets when its declaration names none (README "Selective federation"): 0 for what runs
+# here at no per-call price (embedded LLMs, the federated-trained model), 1 for hosted, paid backends. A
+# SIMULATED entity stands in for a hosted one (providers.simulated), so it is tier 1 too; an
+# openai_compatible server is assumed paid unless its declaration says ``tier: 0`` (e.g. a local vLLM).
+DEFAULT_TIER: Mapping[EntityKind, int] = {
+    "llamacpp": 0, "local_fed": 0,
+    "openai": 1, "anthropic": 1, "groq": 1, "openai_compatible": 1, "simulated": 1,
+}
 
 
 class EntitySpec(BaseModel):
     """One entity: which backend, which model, and how hard to try.
 
     ``timeout_s`` bounds one attempt (the SDK's timeout); ``deadline_s`` bounds the whole
-    call including retries; ``concurrency`` bounds calls in flight to this entity.
+    call including retries; ``concurrency`` bounds calls in flight to this entity. ``tier``: the
+    order selective federation asks entities in (0 first); omitted, :data:`DEFAULT_TIER` of the kind.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -54,6 +64,14 @@ class EntitySpec(BaseModel):
     # 0: free (embedded, local-fed, simulated unless a price is configured to model a hosted one).
     input_usd_per_mtok: float = Field(default=0.0, ge=0)
     output_usd_per_mtok: float = Field(default=0.0, ge=0)
+    tier: int = Field(default=1, ge=0, description="selective federation asks lower tiers first; default by kind")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_tier(cls, data: object) -> object:
+        if isinstance(data, Mapping) and data.get("tier") is None and data.get("kind") in DEFAULT_TIER:
+            return {**data, "tier": DEFAULT_TIER[data["kind"]]}
+        return data
 
     @model_validator(mode="after")
     def _check_kind(self) -> EntitySpec:

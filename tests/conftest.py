@@ -9,7 +9,7 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
 from app import Settings, create_app
-from providers import EntityRejected
+from providers import EntityRejected, EntitySpec
 from tests.factories import FakeEntity
 
 
@@ -20,15 +20,17 @@ hypothesis_settings.load_profile("fedcd")
 
 
 def make_client(
-    tmp_path: Path, entities: dict[str, FakeEntity], *, tenant: str = "default", role: str = "admin", **settings: object
+    tmp_path: Path, entities: dict[str, FakeEntity], *, tenant: str = "default", role: str = "admin",
+    specs: list[EntitySpec] | None = None, **settings: object,
 ) -> TestClient:
-    """A test client authenticated with a fresh key of ``tenant`` (admin unless ``role``)."""
+    """A test client authenticated with a fresh key of ``tenant`` (admin unless ``role``). ``specs``: declarations
+    of (some of) the fakes, for what the federation reads from them (tiers, deadlines); the fakes answer."""
     # Most API tests exercise diagnosis, not the budget: unnoised answers allowed, a generous cap.
     values: dict[str, object] = {
         "default_calibration": False, "allow_unnoised": True, "privacy_cap_epsilon": 1e6,
         "calibration_release_epsilon": None, **settings,
     }
-    config = Settings(state_dir=tmp_path, entities=[], preload_models=False, noise_seed=1, **values)  # type: ignore[arg-type]
+    config = Settings(state_dir=tmp_path, entities=specs or [], preload_models=False, noise_seed=1, **values)  # type: ignore[arg-type]
     app = create_app(config, entities=entities)
     return TestClient(app, headers=auth_headers(app, tenant=tenant, role=role) if config.auth == "enabled" else {})
 

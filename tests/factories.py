@@ -8,7 +8,9 @@ from collections.abc import Callable
 
 from hypothesis import strategies as st
 
+from diagnosis import DiagnosisRequest
 from providers import EntityError, EntityPrediction, PromptContext
+from qmatrix import Response, example_qmatrix
 
 
 class FakeEntity:
@@ -72,3 +74,15 @@ def log_uniform(low: float, high: float, *, also: tuple[float, ...] = ()) -> st.
     """Floats in [low, high] spread evenly over orders of magnitude, plus the end points and ``also``."""
     spread = st.floats(math.log(low), math.log(high)).map(lambda x: min(high, max(low, math.exp(x))))
     return st.one_of(st.sampled_from([low, high, *also]), spread)
+
+
+def diagnosis_request(**overrides: object) -> DiagnosisRequest:
+    """A pipeline request on the example Q-matrix (two responses, two concepts), no noise unless overridden."""
+    values: dict[str, object] = {
+        "student_id": "s-042",
+        "qmatrix": example_qmatrix(),
+        "responses": [Response(item_id="q01", correct=True), Response(item_id="q10", correct=False)],
+        "epsilon": None,
+    }
+    values.update(overrides)
+    return DiagnosisRequest(**values)  # type: ignore[arg-type]

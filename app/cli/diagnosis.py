@@ -29,9 +29,12 @@ def diagnose(
     as_json: Annotated[bool, typer.Option("--json", help="print JSON instead of tables")] = False,
     seed: Annotated[Optional[int], typer.Option(help="fixed noise seed (reproducible runs, not for production)")] = None,
     aggregation: Annotated[str, typer.Option(help="posterior (Bayes post-processing, the API's default) | mean")] = "posterior",
+    federation_name: Annotated[
+        Optional[str], typer.Option("--federation", help="all | selective (tier by tier; default: the server's)")
+    ] = None,
 ) -> None:
     """Diagnose every student in RESPONSES with the configured federation, in-process."""
-    from app.federation import Federation
+    from app.federation import Federation, federation_mode
     from diagnosis import AllEntitiesFailed, DiagnosisRequest, UnknownEntities
 
     settings = Settings()
@@ -56,6 +59,11 @@ def diagnose(
     if aggregation not in ("posterior", "mean"):
         err.print("[red]error:[/] --aggregation must be 'posterior' or 'mean'")
         raise typer.Exit(2)
+    try:
+        tiering = federation_mode(federation_name, settings)
+    except ValueError as exc:
+        err.print(f"[red]error:[/] --federation: {exc}")
+        raise typer.Exit(2) from exc
 
     async def run() -> list[object]:
         from calibration import aggregator_for
@@ -79,6 +87,8 @@ def diagnose(
                         mechanism=settings.default_mechanism,
                         sensitivity=mode,  # type: ignore[arg-type]
                         entities=names,
+                        federation=tiering,
+                        deadline_s=settings.request_deadline_s or federation.deadline_s(names),
                     )
                     try:
                         results.append(await federation.pipeline.diagnose(request, aggregator))

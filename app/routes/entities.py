@@ -35,6 +35,7 @@ async def read_entities(federation: FederationDep, principal: PrincipalDep) -> E
                 deadline_s=spec.deadline_s if spec else 0.0,
                 input_usd_per_mtok=spec.input_usd_per_mtok if spec else 0.0,
                 output_usd_per_mtok=spec.output_usd_per_mtok if spec else 0.0,
+                tier=spec.tier if spec else 0,
                 base_url=spec.base_url if (spec and principal.is_admin) else None,
             )
         )

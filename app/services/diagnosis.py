@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from app.auth import Principal
 from app.errors import InputError, TryLater
-from app.federation import Federation
+from app.federation import Federation, federation_mode
 from app.limits import check_qmatrix_size, check_responses
 from app.metrics import count_diagnosis, count_refusal
 from app.services.usage import account_usage
@@ -38,6 +38,8 @@ from app.schemas import (
     DiagnoseResponse,
     DiagnoseOptions,
     EntityReport,
+    FederationBlock,
+    FederationStage,
     PrivacyBlock,
     PrivacyPolicy,
     PrivacyPolicyPublic,
@@ -248,6 +250,8 @@ class DiagnosisService:
             delta=options.delta,
             entities=options.entities,
             include_answers=self.settings.send_answer_text,
+            federation=federation_mode(options.federation, self.settings),
+            deadline_s=self.settings.request_deadline_s or self.federation.deadline_s(options.entities),
         )
 
     async def _run(
@@ -344,6 +348,12 @@ class DiagnosisService:
             calibration_mismatch=result.calibration_mismatch,
             request_id=result.request_id,
             latency_ms=result.latency_ms,
+            federation=FederationBlock(
+                mode=result.federation.mode,  # type: ignore[arg-type]
+                threshold=result.federation.threshold,
+                tiers=[FederationStage(**vars(s)) for s in result.federation.stages],  # type: ignore[arg-type]
+                escalated=result.federation.escalated,
+            ),
             usage=usage_total(result.entities),
         )
 
@@ -400,5 +410,6 @@ def _fingerprint(
         "include_entities": options.include_entities,
         "aggregation": options.aggregation,
         "estimate": options.estimate,
+        "federation": [request.federation.name, request.federation.threshold],  # resolved (server default applied)
     }
     return hashlib.sha256(json.dumps(content, sort_keys=True, separators=(",", ":")).encode()).hexdigest()

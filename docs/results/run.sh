@@ -27,3 +27,8 @@ for dataset in frcsub assist0910; do
   .venv/bin/fedcd evaluate --dataset "$dataset" --protocol paper --entities "smollm2,gemma3,$SIM" --epsilons "$EPS" \
     --max-students 150 $extra --seed 0 --out "docs/results/$dataset-paper"
 done
+# Cost of the federation: all vs selective (tiers), every student (FrcSub 30 s, ASSIST0910 about 17 minutes).
+.venv/bin/fedcd bench cost --dataset frcsub --thresholds 0.7,0.75,0.78,0.8,0.81,0.82,0.83,0.84,0.85,0.9 --seed 0 \
+  --out docs/results/cost/frcsub
+.venv/bin/fedcd bench cost --dataset assist0910 --thresholds 0.7,0.75,0.8,0.85,0.875,0.9,0.925,0.95 --seed 0 \
+  --out docs/results/cost/assist0910

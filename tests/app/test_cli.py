@@ -75,3 +75,26 @@ def test_bad_options_are_refused(files: tuple[Path, Path], monkeypatch: pytest.M
     monkeypatch.setenv("FEDCD_ENTITIES", SMOLLM2_ONLY)
     result = runner.invoke(cli, ["diagnose", "--qmatrix", str(qpath), "--responses", str(responses), "--entities", "ghost"])
     assert result.exit_code == 2 and "ghost" in result.output
+
+
+SIMULATED_TIERS = json.dumps([
+    {"name": "sim:local", "kind": "simulated", "simulated_style": "specialist", "tier": 0},
+    {"name": "sim:paid", "kind": "simulated", "simulated_style": "confident"},  # tier 1 by default
+])
+
+
+def test_diagnose_federation_selective_asks_the_paid_tier_only_when_unsure(
+    files: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FEDCD_ENTITIES", SIMULATED_TIERS)
+    qpath, responses = files
+    args = ["diagnose", "--qmatrix", str(qpath), "--responses", str(responses), "--no-noise", "--json"]
+    for threshold, asked in (("1.0", [["sim:local"]] * 2), ("0.01", [["sim:local", "sim:paid"]] * 2)):
+        monkeypatch.setenv("FEDCD_SELECTIVE_THRESHOLD", threshold)
+        result = runner.invoke(cli, [*args, "--federation", "selective"])
+        assert result.exit_code == 0, result.output
+        out = json.loads(result.stdout)
+        assert [[e["name"] for e in r["entities"]] for r in out] == asked
+        assert all(r["federation"]["mode"] == "selective" for r in out)
+    bad = runner.invoke(cli, [*args, "--federation", "some"])
+    assert bad.exit_code == 2 and "federation" in bad.output

@@ -6,24 +6,16 @@ import logging
 
 import pytest
 
-from diagnosis import AllEntitiesFailed, DiagnosisPipeline, DiagnosisRequest, UnknownEntities
+from diagnosis import AllEntitiesFailed, DiagnosisPipeline, UnknownEntities
 from privacy import LaplaceMechanism, make_rng
 from providers import EntityRejected, EntitySkipped, EntityUnavailable
 from qmatrix import QMatrixError, Response, example_qmatrix
-from tests.factories import FakeEntity
+from tests.factories import FakeEntity, diagnosis_request
 
 Q = example_qmatrix()
 
 
-def _request(**overrides: object) -> DiagnosisRequest:
-    values: dict[str, object] = {
-        "student_id": "s-042",
-        "qmatrix": Q,
-        "responses": [Response(item_id="q01", correct=True), Response(item_id="q10", correct=False)],
-        "epsilon": None,
-    }
-    values.update(overrides)
-    return DiagnosisRequest(**values)  # type: ignore[arg-type]
+_request = diagnosis_request
 
 
 async def test_entities_are_asked_only_about_q_filtered_concepts() -> None:
