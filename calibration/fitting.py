@@ -73,6 +73,7 @@ async def answer_validation_student(
     noise: NoiseLevel,
     keep_clean: bool,
     entities: Sequence[str] | None = None,
+    cache_scope: str | None = None,
 ) -> ValidationAnswer:
     """The entities' answers for one validation student at ``noise`` (and clean, with ``keep_clean``);
     ``truth`` is kept for the concepts the responses assess."""
@@ -81,7 +82,7 @@ async def answer_validation_student(
         return DiagnosisRequest(
             student_id=student_id, qmatrix=qmatrix, responses=responses, epsilon=level.epsilon,
             mechanism=level.mechanism, sensitivity=level.sensitivity,  # type: ignore[arg-type]
-            delta=level.delta, entities=entities,
+            delta=level.delta, entities=entities, cache_scope=cache_scope,
         )
 
     served = request(noise)

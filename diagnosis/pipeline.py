@@ -95,6 +95,7 @@ class DiagnosisRequest:
     include_answers: bool = False  # send free-text answers to the entities (off: data minimisation)
     federation: FederationMode = field(default_factory=AskAll)  # which entities are asked, in what order
     deadline_s: float | None = None  # one deadline for the whole request, every stage included; None: none
+    cache_scope: str | None = None  # who may share cached entity answers (the tenant); see PromptContext
     request_id: str = field(default_factory=lambda: uuid.uuid4().hex)
 
     @property
@@ -163,7 +164,9 @@ class AllEntitiesFailed(RuntimeError):
         super().__init__(f"no entity answered ({reasons})")
 
 
-def build_context(qmatrix: QMatrix, responses: Sequence[Response], *, include_answers: bool = True) -> PromptContext:
+def build_context(
+    qmatrix: QMatrix, responses: Sequence[Response], *, include_answers: bool = True, cache_scope: str | None = None
+) -> PromptContext:
     """Q-filtered prompt context. Raises ``QMatrixError`` naming unknown item ids.
 
     Data minimisation: the context holds the answered items' text, their Q-matrix rows
@@ -181,7 +184,7 @@ def build_context(qmatrix: QMatrix, responses: Sequence[Response], *, include_an
         )
         for r in responses
     )
-    return PromptContext(concepts=concepts, items=items, qmatrix_id=qmatrix.id)
+    return PromptContext(concepts=concepts, items=items, qmatrix_id=qmatrix.id, cache_scope=cache_scope)
 
 
 async def _off_loop(cells: int, work: Callable[[], T]) -> T:
@@ -281,7 +284,9 @@ class DiagnosisPipeline:
         start = time.perf_counter()
         deadline = None if request.deadline_s is None else time.monotonic() + request.deadline_s
         aggregator = aggregator or ResidualAggregator()
-        context = build_context(request.qmatrix, request.responses, include_answers=request.include_answers)
+        context = build_context(
+            request.qmatrix, request.responses, include_answers=request.include_answers, cache_scope=request.cache_scope
+        )
         selected = self.select(request.entities)
         mechanism = self.mechanism_for(request)
         described = mechanism.describe()

@@ -33,7 +33,10 @@ class PromptContext(BaseModel):
     ``task`` is ``diagnose`` (mastery per concept) or ``tag`` (for each concept, how
     likely the single item requires it — automatic Q-matrix extraction; no student data).
     ``qmatrix_id`` names the Q-matrix the items come from, so an entity holding one model per
-    Q-matrix (``local-fed``) can pick it; prompts to LLMs never include it.
+    Q-matrix (``local-fed``) can pick it; prompts to LLMs never include it. ``cache_scope`` names who
+    may share cached answers to this context (the tenant): the response cache keys on it, so one
+    tenant's request never hits — nor learns, by a hit's speed or its ``cache: hit`` — what another
+    tenant asked; prompts never include it either.
     """
 
     model_config = ConfigDict(frozen=True)
@@ -42,6 +45,7 @@ class PromptContext(BaseModel):
     concepts: tuple[str, ...] = Field(description="Q-filtered: only concepts the answered items assess")
     items: tuple[PromptItem, ...]
     qmatrix_id: str | None = None
+    cache_scope: str | None = None
 
 
 class TokenUsage(BaseModel):

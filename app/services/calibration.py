@@ -160,7 +160,7 @@ class CalibrationService:
                 answer = await answer_validation_student(
                     pipeline, qmatrix=q, student_id=row["student_id"], responses=responses,
                     truth=row["truth"] or proportion_correct_truth(q, responses), noise=noise,
-                    keep_clean=calibrator.fits_clean_answers,
+                    keep_clean=calibrator.fits_clean_answers, cache_scope=tenant,
                 )
                 await account_usage(self.usage, tenant, "calibration", answer.outcomes, job_id=job.job_id)
                 for name in answer.failed:

@@ -95,7 +95,7 @@ async def _release(
         async with gate:
             request = DiagnosisRequest(
                 student_id=student.student_id, qmatrix=q, responses=student.responses, epsilon=None,
-                entities=body.entities,
+                entities=body.entities, cache_scope=tenant,
             )
             try:
                 result = await pipeline.diagnose(request, aggregator)

@@ -235,7 +235,8 @@ class DiagnosisService:
             )
 
     def _request(
-        self, options: DiagnoseOptions, student: StudentIn | DiagnoseRequest, q: QMatrix, policy: PrivacyPolicy
+        self, options: DiagnoseOptions, student: StudentIn | DiagnoseRequest, q: QMatrix, policy: PrivacyPolicy,
+        tenant: str,
     ) -> DiagnosisRequest:
         epsilon = None if options.epsilon == "none" else (
             float(options.epsilon) if options.epsilon is not None else policy.default_epsilon
@@ -252,6 +253,7 @@ class DiagnosisService:
             include_answers=self.settings.send_answer_text,
             federation=federation_mode(options.federation, self.settings),
             deadline_s=self.settings.request_deadline_s or self.federation.deadline_s(options.entities),
+            cache_scope=tenant,
         )
 
     async def _run(
@@ -263,7 +265,7 @@ class DiagnosisService:
         tenant: str,
         policy: PrivacyPolicy,
     ) -> DiagnoseResponse:
-        request = self._request(options, student, resolved.qmatrix, policy)
+        request = self._request(options, student, resolved.qmatrix, policy, tenant)
         selected = self.select(options.entities)
         self._check_unnoised(options, policy)
         if request.epsilon is None or self.ledger is None:

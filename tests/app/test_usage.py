@@ -79,6 +79,20 @@ def test_a_cache_hit_costs_nothing_but_is_privatized_afresh_and_charged(tmp_path
             assert body["budget"]["charged_epsilon"] == pytest.approx(2 * 8.0)  # both entities' releases charged
 
 
+def test_the_cache_is_never_shared_across_tenants(tmp_path: Path) -> None:
+    """A hit (its speed, its `cache: hit`) would tell a tenant that another asked the same prompt: tenants never
+    share cached answers; students of one tenant do."""
+    with gateway(tmp_path) as client:
+        other = bearer(client, tenant="another-school")
+        # Execute: the same prompt, first by this tenant, then by another, then by each again
+        mine = client.post("/v1/diagnose", json=_body("s1")).json()
+        theirs = client.post("/v1/diagnose", json=_body("t1"), headers=other).json()
+        mine_again = client.post("/v1/diagnose", json=_body("s2")).json()
+        theirs_again = client.post("/v1/diagnose", json=_body("t2"), headers=other).json()
+        # Assert
+        assert [b["usage"]["cache_hits"] for b in (mine, theirs, mine_again, theirs_again)] == [0, 0, 2, 2]
+
+
 def test_a_repeat_spends_nothing_and_reports_no_usage(tmp_path: Path) -> None:
     with gateway(tmp_path) as client:
         client.post("/v1/diagnose", json=_body("s1"))
