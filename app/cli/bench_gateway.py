@@ -48,6 +48,8 @@ def bench_gateway(
             "--requests-concurrent", str(requests_concurrent), "--concurrency", str(concurrency), "--out", str(out)]
     if compare_litellm:
         args.append("--compare-litellm")
+        if litellm_command:
+            args += ["--litellm-command", litellm_command]
     if profile:
         args.append("--profile")
     if baseline:
