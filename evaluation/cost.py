@@ -39,7 +39,7 @@ from evaluation.rows import Estimates
 from evaluation.served import ServedConfig, local_fed_folder, served_calibration
 from evaluation.significance import BOOTSTRAP_RESAMPLES, paired_bootstrap_auc
 from evaluation.splits import split_holdout, split_students
-from providers import DEFAULT_HOSTED, EntitySpec, build_adapter
+from providers import DEFAULT_EMBEDDED, DEFAULT_HOSTED, EntitySpec, build_adapter
 from providers.cache import CacheKey, MemoryCacheStore, ResponseCached
 from providers.pricing import price_of
 from qmatrix import Dataset, QMatrix, Response
@@ -209,9 +209,10 @@ async def cache_hit_rate(dataset: Dataset, specs: Sequence[EntitySpec]) -> dict[
 
 async def run_cost_bench(
     dataset: Dataset, *, config: ServedConfig, thresholds: Sequence[float], seed: int, concurrency: int = 4,
-    progress: Progress | None = None,
+    progress: Progress | None = None, embedded: bool = False,
 ) -> CostBenchResult:
-    """The bench (module docstring). ``progress`` is called once per diagnosed student (every mode)."""
+    """The bench (module docstring). ``progress`` is called once per diagnosed student (every mode). ``embedded``:
+    the embedded LLMs (SmolLM2, Gemma-3; real CPU inference, free) join tier 0 beside ``local-fed``."""
     start = time.perf_counter()
     q = dataset.qmatrix
     split = split_students(dataset.students, seed=seed)
@@ -219,7 +220,8 @@ async def run_cost_bench(
     test_obs, test_held = split_holdout(split.test, seed)
     specs = hosted_stand_ins(seed)
     with local_fed_folder() as folder:
-        fed = federation({s.name: build_adapter(s) for s in specs}, split.train, q, simulated=dataset.simulated,
+        local = list(DEFAULT_EMBEDDED) if embedded else []
+        fed = federation({s.name: build_adapter(s) for s in [*specs, *local]}, split.train, q, simulated=dataset.simulated,
                          served=config, seed=seed, folder=Path(folder))
         tiers = {s.name: s.tier for s in specs} | {name: 0 for name in fed.entities if name not in HOSTED_STAND_INS}
         prices = {s.name: price_of(s) for s in specs}

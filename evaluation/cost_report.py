@@ -41,8 +41,9 @@ def _plot(result: CostBenchResult, folder: Path) -> Path:
 
 def _markdown(result: CostBenchResult, command: str) -> str:
     base, best = result.baseline, result.recommended()
+    embedded = [e["name"] for e in result.entities if e["tier"] == 0 and e["name"] != "local-fed"]
     lines = [
-        f"# fedcd bench cost: {result.dataset}",
+        f"# fedcd bench cost: {result.dataset}" + (" (with the embedded LLMs)" if embedded else ""),
         "",
         f"Reproduce: `{command}`",
         "",
@@ -51,7 +52,9 @@ def _markdown(result: CostBenchResult, command: str) -> str:
         f"ε = {result.noise['epsilon']} per entity answer, Δ = {result.noise['sensitivity']}; calibration "
         f"`{result.calibration_method}` fitted on the validation split with every entity answering.",
         "",
-        "**Entities.** Tier 0: `local-fed`, trained federatedly on the train split (free). Tier 1: the SIMULATED hosted "
+        "**Entities.** Tier 0: `local-fed`, trained federatedly on the train split (free)"
+        + ("; the embedded LLMs " + ", ".join(f"`{n}`" for n in embedded) + " (real CPU inference, free)" if embedded
+           else "") + ". Tier 1: the SIMULATED hosted "
         "family (`providers/simulated.py`, not LLMs), each priced as the hosted model it stands in for, with ESTIMATED "
         "token counts (`providers/tokens.py`, ~4 characters per token of the real prompt): the dollar figures estimate "
         "what those models would cost, they are not bills.",

@@ -4,7 +4,7 @@ from providers.cache import CacheKey, CacheStore, CacheStoreUnavailable, MemoryC
 from providers.cache_redis import RedisCacheStore
 from providers.circuit import CircuitBreakers, CircuitBroken, CircuitState, MemoryCircuitStore
 from providers.circuit_redis import RedisCircuitStore
-from providers.config import DEFAULT_HOSTED, DEFAULT_TIER, EntityKind, EntitySpec, default_entity_specs
+from providers.config import DEFAULT_EMBEDDED, DEFAULT_HOSTED, DEFAULT_TIER, EntityKind, EntitySpec, default_entity_specs
 from providers.errors import (
     EntityCircuitOpen,
     EntityError,
@@ -24,6 +24,7 @@ from providers.observed import Observed
 from providers.wrappers import ConcurrencyLimited, RetryPolicy, Retrying, WithDeadline, build_chain
 
 __all__ = [
+    "DEFAULT_EMBEDDED",
     "DEFAULT_HOSTED",
     "DEFAULT_TIER",
     "FREE",

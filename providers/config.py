@@ -12,7 +12,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 
-__all__ = ["DEFAULT_HOSTED", "DEFAULT_TIER", "EntityKind", "EntitySpec", "default_entity_specs"]
+__all__ = ["DEFAULT_EMBEDDED", "DEFAULT_HOSTED", "DEFAULT_TIER", "EntityKind", "EntitySpec", "default_entity_specs"]
 
 EntityKind = Literal["openai", "anthropic", "groq", "openai_compatible", "llamacpp", "simulated", "local_fed"]
 

@@ -27,6 +27,8 @@ def bench_cost(
     concurrency: Annotated[int, typer.Option(min=1, help="students diagnosed at once")] = 8,
     data_dir: Annotated[Optional[Path], typer.Option(help="folder holding the public datasets (default ../shared/data)")] = None,
     out: Annotated[Path, typer.Option("--out", help="output folder")] = Path("reports/cost"),
+    embedded: Annotated[bool, typer.Option("--embedded", help="the embedded LLMs join tier 0 (real CPU inference: slow; "
+                                                                "cap the run with --max-students)")] = False,
 ) -> None:
     """Run the held-out protocol with federation all and selective (each threshold); write results.json, report.md
     and cost_auc.png. Hosted entities are SIMULATED, priced as the models they stand in for."""
@@ -55,13 +57,15 @@ def bench_cost(
                       console=err) as bar:
             task = bar.add_task("students", total=progress_total(data, levels, seed))
             return await run_cost_bench(data, config=config, thresholds=levels, seed=seed, concurrency=concurrency,
-                                        progress=lambda k: bar.advance(task, k))
+                                        progress=lambda k: bar.advance(task, k), embedded=embedded)
 
     result = asyncio.run(run())
     args = ["bench", "cost", "--dataset", dataset, "--thresholds", ",".join(f"{t:g}" for t in levels), "--seed",
             str(seed), "--out", str(out)]
     if max_students is not None:
         args += ["--max-students", str(max_students)]
+    if embedded:
+        args.append("--embedded")
     current = settings.model_dump(include=set(SERVED_SETTINGS))
     command = " ".join([*(f"FEDCD_{name.upper()}={current[name]}" for name in SERVED_SETTINGS),
                         "fedcd", *(shlex.quote(a) for a in args)])

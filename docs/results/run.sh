@@ -32,3 +32,6 @@ done
   --out docs/results/cost/frcsub
 .venv/bin/fedcd bench cost --dataset assist0910 --thresholds 0.7,0.75,0.8,0.85,0.875,0.9,0.925,0.95 --seed 0 \
   --out docs/results/cost/assist0910
+# The same with the embedded LLMs in tier 0 (real CPU inference): 60 FrcSub students, about 5 minutes.
+.venv/bin/fedcd bench cost --dataset frcsub --max-students 60 --embedded --thresholds 0.8,0.9 --seed 0 \
+  --out docs/results/cost/frcsub-embedded

@@ -76,3 +76,18 @@ def test_the_report_names_the_command_and_the_simulated_entities(bench: CostBenc
 def test_thresholds_must_lie_in_0_1(text: str) -> None:
     with pytest.raises(ValueError, match="thresholds"):
         thresholds_from(text)
+
+
+@pytest.mark.llm
+def test_the_embedded_llms_join_tier_0_for_free() -> None:
+    import asyncio
+
+    dataset = simulate_dina(example_qmatrix(), n_students=20, seed=5, student_prefix="tiny")
+    result = asyncio.run(run_cost_bench(dataset, config=SERVED, thresholds=[ALWAYS], seed=0, concurrency=2,
+                                        embedded=True))
+    tiers = {e["name"]: e["tier"] for e in result.entities}
+    assert tiers["smollm2"] == tiers["gemma3"] == tiers["local-fed"] == 0
+    base = result.baseline
+    assert (base.paid_calls_per_student, base.calls_per_student) == (3.0, 6.0)  # the LLMs are asked, never paid
+    selective = next(r for r in result.rows if r.threshold == ALWAYS)
+    assert selective.paid_calls_per_student == 0.0 and selective.cost_usd_per_student == 0.0
