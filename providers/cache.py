@@ -6,10 +6,11 @@ wrapper (``diagnosis.pipeline.Privatized``): what it stores is the entity's answ
 privatization, and a hit goes through the privacy mechanism afresh, so it is charged like a call —
 it saves money and latency, never ε (docs/privacy.md).
 
-Key: (entity name, model, temperature, max_tokens, structured_output, sha256 of the prompt context
-*and* the messages rendered from it by ``providers.prompts``). The context holds everything a prompt
-is made from (items, concepts, scores, the Q-matrix id; never a student id), and the rendered
-messages make a change of the prompt template a different key.
+Key: (entity name, model, temperature, max_tokens, structured_output, sha256 of the prompt templates'
+source — ``providers/prompts.py`` — and of the prompt context). The context holds everything a prompt is
+made from (items, concepts, scores, the Q-matrix id, the tenant as cache scope; never a student id), and
+the templates' source makes any change to how prompts are rendered a different key, without rendering
+the prompt a second time per call (the adapter renders it).
 
 Stored: successful answers only (``ok`` and ``partial``). A failure (any ``EntityError``) is never
 stored, so the next identical request asks the entity again. A hit returns the stored answer with
@@ -34,12 +35,13 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from functools import cached_property
+from pathlib import Path
 from typing import Any, Protocol
 
 from prometheus_client import Counter
 
+import providers.prompts as prompts
 from providers.config import EntitySpec
-from providers.prompts import build_messages
 from providers.types import Entity, EntityPrediction, PromptContext, TokenUsage
 
 __all__ = [
@@ -51,6 +53,9 @@ __all__ = [
     "MemoryCacheStore",
     "ResponseCached",
 ]
+
+# The source of the prompt templates, hashed into every key: a template change is a different question.
+_PROMPT_TEMPLATES = hashlib.sha256(Path(prompts.__file__).read_bytes()).digest()
 
 log = logging.getLogger("fedcd.cache")
 
@@ -130,14 +135,14 @@ class CacheKey:
 
     @cached_property
     def _configuration_digest(self) -> Any:
-        """The hash state after this key's configuration: copied per call, never recomputed."""
-        return hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode())
+        """The hash state after this key's configuration and the prompt templates: copied per call."""
+        digest = hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode())
+        digest.update(b"\x1e" + _PROMPT_TEMPLATES)
+        return digest
 
     def for_context(self, context: PromptContext) -> str:
         digest = self._configuration_digest.copy()
         digest.update(b"\x1e" + context.model_dump_json().encode())  # pydantic's JSON: fields in declared order
-        for message in build_messages(context):
-            digest.update(b"\x1e" + message["role"].encode() + b"\x1f" + message["content"].encode())
         return f"{self.entity}:{digest.hexdigest()}"
 
 

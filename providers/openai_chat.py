@@ -7,8 +7,7 @@ deadlines and limits are wrappers (``providers.wrappers``); the SDK's own retrie
 The call goes through the SDK's documented low-level verb (``client.post(path, body=…, cast_to=bytes)``,
 README "Undocumented endpoints") rather than ``chat.completions.create``: the same client, base URL,
 auth headers, timeouts, connection pool and error classes, without the SDK's per-call request-body
-transform and response-model construction, which measured about half of the SDK's CPU per call
-(``fedcd bench gateway``). The reply is parsed here, strictly: any shape other than a chat completion
+transform and response-model construction (``fedcd bench gateway``'s ``sdk`` row measures this path). The reply is parsed here, strictly: any shape other than a chat completion
 is a parse error, as the typed path would have made it.
 """
 

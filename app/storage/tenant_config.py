@@ -24,15 +24,12 @@ from app.storage.qmatrices import QMatrixStore, StoredQMatrix
 
 __all__ = ["TenantConfig", "TenantConfigCache"]
 
-_UNSET = object()
-
-
 @dataclass
 class _Memo:
     generations: tuple[int, int]
     qmatrices: dict[str, StoredQMatrix] = field(default_factory=dict)
     calibrations: dict[tuple[str, int], StoredCalibration | None] = field(default_factory=dict)
-    policy: object = _UNSET
+    policy: PrivacyPolicyPublic | None = None  # read on first use
 
 
 class TenantConfig:
@@ -60,9 +57,9 @@ class TenantConfig:
         return memo[key]
 
     def policy(self) -> PrivacyPolicyPublic:
-        if self._memo.policy is _UNSET:
+        if self._memo.policy is None:
             self._memo.policy = self._cache.policies.current(self.tenant)
-        return self._memo.policy  # type: ignore[return-value]
+        return self._memo.policy
 
 
 class TenantConfigCache:

@@ -126,7 +126,7 @@ class UsageStore:
         except BaseException:
             with self._lock:  # put them back in front, to be written by the next flush
                 self._rows[:0] = rows
-                self._oldest = oldest if self._oldest is None else min(oldest or self._oldest, self._oldest)
+                self._oldest = oldest  # they are older than anything buffered since
             raise
         return len(rows)
 

@@ -1,8 +1,9 @@
 """The ledger's hot-path statements, built once with bound parameters.
 
 SQLAlchemy caches the compiled SQL of a statement, but building the statement object and deriving its cache key
-cost more than executing it on SQLite (about 0.15 ms each on the project's machine): the statements a charge runs
-on every request are therefore built here once and executed with parameters. Same SQL, same engines.
+can cost more than executing it on SQLite (the `sqlalchemy` share of `docs/results/gateway/profile.txt`): the
+statements a charge runs on every request are therefore built here once and executed with parameters. Same SQL,
+same engines.
 """
 
 from __future__ import annotations

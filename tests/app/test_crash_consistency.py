@@ -6,9 +6,7 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -18,37 +16,19 @@ from sqlalchemy import create_engine, text
 
 from app.auth import KeyStore
 from app.db import Database
+from tests.app.gateway_processes import free_port, start_gateway
 from tests.providers.wire_servers import Delay, WireServer, success
 
-ROOT = Path(__file__).resolve().parents[2]
 REPLY = success({"Add and subtract fractions": 0.6, "Solve two-step linear equations": 0.4})
 BODY = {"student_id": "s1", "qmatrix_id": "example-prealgebra", "epsilon": 2.0,
         "responses": [{"item_id": "q01", "correct": True}, {"item_id": "q10", "correct": False}]}
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _start(state: Path, port: int, wire: WireServer) -> subprocess.Popen[bytes]:
     entity = {"name": "stub", "kind": "openai_compatible", "base_url": f"{wire.url}/v1", "model": "m",
               "max_attempts": 1, "deadline_s": 60, "timeout_s": 60}
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "FEDCD_STATE_DIR": str(state), "FEDCD_ENTITIES": json.dumps([entity]),
-           "FEDCD_DEFAULT_CALIBRATION": "false", "FEDCD_LOCAL_FED": "false", "FEDCD_PRELOAD_MODELS": "false",
-           "FEDCD_PRIVACY_CAP_EPSILON": "100"}
-    proc = subprocess.Popen([sys.executable, "-m", "app.cli", "serve", "--port", str(port)], env=env, cwd=ROOT,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
-                return proc
-        except httpx.HTTPError:
-            time.sleep(0.1)
-    proc.kill()
-    raise AssertionError("the gateway did not start")
+    return start_gateway(port, {"FEDCD_STATE_DIR": str(state), "FEDCD_ENTITIES": json.dumps([entity]),
+                                "FEDCD_PRIVACY_CAP_EPSILON": "100"})
 
 
 def _charges(state: Path) -> list[tuple[str, int]]:
@@ -62,7 +42,7 @@ def _charges(state: Path) -> list[tuple[str, int]]:
 def test_kill_minus_nine_mid_diagnosis_then_an_identical_retry(tmp_path: Path) -> None:
     key = KeyStore(Database(f"sqlite:///{tmp_path / 'fedcd.db'}").sessions).create(tenant="t", role="client").api_key
     headers = {"Authorization": f"Bearer {key}"}
-    port = _free_port()
+    port = free_port()
     with WireServer(fallback=REPLY) as wire:
         wire.script(Delay(30, REPLY))  # the first call hangs: the gateway is killed while it waits
         proc = _start(tmp_path, port, wire)
