@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import shlex
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -11,7 +10,7 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from app.cli.common import console, err
-from app.cli.evaluation import SERVED_SETTINGS
+from app.cli.evaluation import reproduce_line, served_config
 from app.cli.training import bench
 from app.settings import Settings
 
@@ -32,11 +31,9 @@ def bench_cost(
 ) -> None:
     """Run the held-out protocol with federation all and selective (each threshold); write results.json, report.md
     and cost_auc.png. Hosted entities are SIMULATED, priced as the models they stand in for."""
-    from diagnosis import NoiseLevel
     from evaluation.cost import progress_total, run_cost_bench, thresholds_from
     from evaluation.cost_report import write_cost_report
     from evaluation.datasets import load_dataset
-    from evaluation.served import ServedConfig
 
     try:
         levels = thresholds_from(thresholds)
@@ -45,12 +42,7 @@ def bench_cost(
         err.print(f"[red]error:[/] {exc}")
         raise typer.Exit(2) from exc
     settings = Settings()
-    # The server's defaults (noise, calibration), read from Settings as `fedcd evaluate` does for its served rows.
-    config = ServedConfig(
-        noise=NoiseLevel(mechanism=settings.default_mechanism, epsilon=settings.default_epsilon,
-                         sensitivity=settings.sensitivity),
-        calibration_method=settings.default_calibration_method, aggregation="auto", release_epsilon=None,
-    )
+    config = served_config(settings, release_epsilon=None)  # the server's defaults, as `fedcd evaluate` uses
 
     async def run():  # type: ignore[no-untyped-def]
         with Progress(TextColumn(f"bench cost {data.name}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -66,9 +58,7 @@ def bench_cost(
         args += ["--max-students", str(max_students)]
     if embedded:
         args.append("--embedded")
-    current = settings.model_dump(include=set(SERVED_SETTINGS))
-    command = " ".join([*(f"FEDCD_{name.upper()}={current[name]}" for name in SERVED_SETTINGS),
-                        "fedcd", *(shlex.quote(a) for a in args)])
+    command = reproduce_line(settings, args)
     paths = write_cost_report(result, out, command=command)
     console.print((out / "report.md").read_text())
     console.print("wrote " + ", ".join(str(p) for p in paths))

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shlex
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -13,9 +14,33 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from app.cli.common import cli, console, err, parse_epsilons
 from app.settings import Settings
 
+if TYPE_CHECKING:
+    from evaluation.served import ServedConfig
+
 
 # The settings the served rows are built from (ServedConfig below).
 SERVED_SETTINGS = ("default_mechanism", "default_epsilon", "sensitivity", "default_calibration_method")
+
+
+def served_config(settings: Settings, *, release_epsilon: float | None) -> ServedConfig:
+    """The server's defaults (noise, calibration), read from the one Settings object, so a `served` row or a bench
+    follows any change of default."""
+    from diagnosis import NoiseLevel
+    from evaluation.served import ServedConfig
+
+    return ServedConfig(
+        noise=NoiseLevel(mechanism=settings.default_mechanism, epsilon=settings.default_epsilon,
+                         sensitivity=settings.sensitivity),
+        calibration_method=settings.default_calibration_method, aggregation="auto", release_epsilon=release_epsilon,
+    )
+
+
+def reproduce_line(settings: Settings, args: list[str]) -> str:
+    """``FEDCD_…=… fedcd <args>``: the served defaults named in front, so the command reproduces the report whatever
+    the shipped defaults are when it is rerun."""
+    current = settings.model_dump(include=set(SERVED_SETTINGS))
+    return " ".join([*(f"FEDCD_{name.upper()}={current[name]}" for name in SERVED_SETTINGS),
+                     "fedcd", *(shlex.quote(a) for a in args)])
 
 
 @cli.command()
@@ -57,15 +82,12 @@ def evaluate(
     if privacy_frontier:
         _frontier(datasets, entities, epsilons, mechanisms, seed, sensitivity, max_students, max_items, n_simulated, repeats, data_dir, out)
         return
-    import shlex
 
     from app.federation import Federation
-    from diagnosis import NoiseLevel
     from evaluation.baselines import NCDMSettings
     from evaluation.datasets import load_dataset
     from evaluation.protocols import PROTOCOLS, evaluate as run_evaluation
     from evaluation.report import write_report
-    from evaluation.served import ServedConfig
     from evaluation.splits import split_students
     from providers.simulated import simulated_family
 
@@ -95,15 +117,10 @@ def evaluate(
     except ValueError as exc:
         err.print(f"[red]error:[/] --served-release-epsilon must be a number or none, got {served_release_epsilon!r}")
         raise typer.Exit(2) from exc
-    # The server's defaults, read from the one Settings object, so the served rows follow any change of default.
-    served_config = ServedConfig(
-        noise=NoiseLevel(mechanism=settings.default_mechanism, epsilon=settings.default_epsilon,
-                         sensitivity=settings.sensitivity),
-        calibration_method=settings.default_calibration_method, aggregation="auto", release_epsilon=release,
-    ) if served and protocol != "paper" else None
+    served_rows = served_config(settings, release_epsilon=release) if served and protocol != "paper" else None
     n_eval = n_simulated if protocol == "simulated" else len(data.students)
     split = split_students(list(range(n_eval)), seed=seed)  # type: ignore[arg-type]
-    settings_count = 1 + 2 * len(eps) + (1 if served_config is not None else 0)
+    settings_count = 1 + 2 * len(eps) + (1 if served_rows is not None else 0)
     total = (len(split.validation) + len(split.test)) * settings_count * (2 if protocol == "simulated" else 1)
 
     async def run() -> object:
@@ -114,7 +131,7 @@ def evaluate(
                 task = bar.add_task("requests", total=total)
                 return await run_evaluation(
                     data, chosen, protocol=protocol, epsilons=eps, seed=seed, method=method, sensitivity=sensitivity,
-                    n_simulated=n_simulated, progress=lambda k: bar.advance(task, k), served=served_config,
+                    n_simulated=n_simulated, progress=lambda k: bar.advance(task, k), served=served_rows,
                     ncdm=NCDMSettings(batch_size=ncdm_batch_size, seed=seed) if ncdm else None,
                 )
         finally:
@@ -140,11 +157,8 @@ def evaluate(
     elif release is not None:
         args += ["--served-release-epsilon", f"{release:g}"]
     args += ["--ncdm-batch-size", str(ncdm_batch_size)] if ncdm else ["--no-ncdm"]
-    # The served rows follow the server's defaults: name them in front of the command, so it reproduces the
-    # report whatever the shipped defaults are when it is rerun.
-    current = settings.model_dump(include=set(SERVED_SETTINGS)) if served_config is not None else {}
-    command = " ".join([*(f"FEDCD_{name.upper()}={current[name]}" for name in SERVED_SETTINGS if name in current),
-                        "fedcd", *(shlex.quote(a) for a in args)])
+    command = reproduce_line(settings, args) if served_rows is not None else " ".join(
+        ["fedcd", *(shlex.quote(a) for a in args)])
     written = write_report(result, out, command=command)  # type: ignore[arg-type]
     console.print(f"wrote {', '.join(str(p) for p in written)}")
 
