@@ -5,8 +5,10 @@ diagnosis sees the rest, and every row predicts the hidden ones.
   through the monotone link of :mod:`evaluation.link` (mastery and the item's train easiness,
   fitted on validation); ``item-difficulty`` is that link without mastery, the floor a diagnosis
   must clear.
-* Baselines (``irt``, ``dina``, ``ncdm``, ``proportion-correct``) are fitted on the train students
-  and predict from each test student's observed responses.
+* Baselines (``irt``, ``dina``, ``ncdm``) are fitted on the train students and predict from each
+  test student's observed responses with their own item parameters. ``proportion-correct`` has no
+  item model: its per-concept proportions go through the same item-easiness link as the federation
+  rows (a fair floor for any diagnosis scored through the link).
 * **Every row is scored on the same held-out responses.** A hidden item whose concepts a row did not
   diagnose for that student counts at the row's validation-mean estimate of those concepts
   (:func:`evaluation.harness.fill_uncovered`); the rows' ``filled`` says how often.
@@ -21,7 +23,8 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from evaluation.baselines import CDMBaseline, response_matrix
-from evaluation.harness import Federation, Mastery, assessed, baselines, collect, fill_uncovered, served_setting
+from evaluation.harness import (Federation, Mastery, assessed, baseline_mastery, baselines, collect, fill_uncovered,
+                                served_setting)
 from evaluation.link import ItemEasiness, fit_link, item_easiness
 from evaluation.metrics import accuracy, auc, ece, response_rmse
 from evaluation.results import EvaluationResult, Row
@@ -137,6 +140,12 @@ async def heldout_protocol(
     probs[("item-difficulty", None, "none")] = scorer.item_only()
     result.rows.append(_row("item-difficulty", None, probs[("item-difficulty", None, "none")], y))
     for name, model in baselines(split.train, q, ncdm).items():
+        if name == "proportion-correct":  # no item model of its own: the same item-easiness link as the federation
+            linked = Estimates(name=name, epsilon=None, validation=baseline_mastery(model, val_obs, q),
+                               test=baseline_mastery(model, test_obs, q))
+            probs[(name, None, "none")], filled = scorer.probabilities(linked)
+            result.rows.append(_row(name, None, probs[(name, None, "none")], y, filled=filled))
+            continue
         probs[(name, None, "none")] = _baseline_probs(model, test_obs, test_held, q)
         result.rows.append(_row(name, None, probs[(name, None, "none")], y))
         if name == "ncdm":
@@ -157,12 +166,17 @@ async def heldout_protocol(
 
 def _significance(probs: Mapping[tuple[str, float | None, str], np.ndarray], y: np.ndarray, owner: np.ndarray,
                   seed: int) -> list[PairedDifference]:
-    """``served`` at each noise level against every baseline, and against ``single:local-fed`` at the same noise."""
+    """``served`` at each noise level against every baseline, and against ``single:local-fed`` at the same noise;
+    ``single:local-fed`` without noise against every baseline."""
     out = []
     for (name, eps, mechanism), p in probs.items():
-        if name != "served":
+        if name == "single:local-fed" and eps is None:
+            compared: Sequence[str] = [b for b in COMPARED_WITH if not b.startswith("single:")]
+        elif name == "served":
+            compared = COMPARED_WITH
+        else:
             continue
-        for baseline in COMPARED_WITH:
+        for baseline in compared:
             same_noise = baseline.startswith("single:")
             q = probs.get((baseline, eps, mechanism) if same_noise else (baseline, None, "none"))
             if q is None:

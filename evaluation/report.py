@@ -101,13 +101,13 @@ def _targets(result: EvaluationResult, rows: Sequence[Row]) -> list[str]:
 def _significance(result: EvaluationResult) -> list[str]:
     if not result.significance:
         return []
-    out = ["## Significance: `served` against each baseline", "",
-           "AUC(served) − AUC(baseline) on the same held-out responses; 95 % interval from a paired bootstrap over "
+    out = ["## Significance: `served` and `single:local-fed` against each baseline", "",
+           "AUC(row) − AUC(baseline) on the same held-out responses; 95 % interval from a paired bootstrap over "
            f"test students ({result.significance[0]['resamples']} resamples, seed {result.seed}).", "",
-           "| served ε | baseline | ΔAUC | 95 % interval | excludes 0 |", "|---|---|---|---|---|"]
+           "| row | ε | baseline | ΔAUC | 95 % interval | excludes 0 |", "|---|---|---|---|---|---|"]
     for d in result.significance:
         label = f"`{d['baseline']}`" + (" (same noise)" if d["baseline"].startswith("single:") else "")
-        out.append(f"| {_eps(d['epsilon'])} | {label} | {d['diff']:+.3f} | [{d['low']:+.3f}, {d['high']:+.3f}] | "
+        out.append(f"| `{d['row']}` | {_eps(d['epsilon'])} | {label} | {d['diff']:+.3f} | [{d['low']:+.3f}, {d['high']:+.3f}] | "
                    f"{'yes' if d['excludes_zero'] else 'no'} |")
     return [*out, ""]
 

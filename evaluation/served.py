@@ -29,6 +29,7 @@ from calibration.fitting import validation_set
 from diagnosis import NO_NOISE_LEVEL, Aggregator, AllEntitiesFailed, DiagnosisPipeline, DiagnosisRequest, NoiseLevel
 from evaluation.rows import Estimates
 from federated import ModelRegistry, train_federated
+from federated.models import DEFAULT_KIND, MODEL_KINDS
 from providers import Entity
 from providers.local_fed import LocalFedEntity
 from qmatrix import Dataset, QMatrix, Response, StudentResponses
@@ -40,12 +41,31 @@ Mastery = dict[str, float]
 
 @dataclass(frozen=True, kw_only=True)
 class LocalFedTraining:
-    """How the evaluation trains ``local-fed``: ``fedcd train``'s defaults (FedAvg, IID, no DP)."""
+    """How the evaluation trains ``local-fed``: ``fedcd train``'s defaults (FedAvg, IID, no DP) unless set.
+
+    ``rounds=0`` serves the model at its seeded initial weights (untrained: what training adds is
+    measured against it); ``clients=1`` is centralized training; ``epsilon`` trains with
+    student-level DP-SGD at that budget (δ = 1e-5).
+    """
 
     clients: int = 3
     rounds: int = 10
     local_epochs: int = 2
+    model: str = DEFAULT_KIND
+    epsilon: float | None = None
     threads: int = 2
+
+    def __post_init__(self) -> None:
+        if self.clients < 1 or self.rounds < 0 or self.local_epochs < 1:
+            raise ValueError(f"local-fed training needs clients >= 1, rounds >= 0, local_epochs >= 1: {self}")
+        if self.model not in MODEL_KINDS:
+            raise ValueError(f"local-fed model must be one of {', '.join(MODEL_KINDS)}, got {self.model!r}")
+        if self.epsilon is not None and not self.epsilon > 0:
+            raise ValueError(f"local-fed epsilon must be > 0, got {self.epsilon}")
+
+    def describe(self) -> dict[str, Any]:
+        return {"model": self.model, "clients": self.clients, "rounds": self.rounds, "local_epochs": self.local_epochs,
+                "dp": "student" if self.epsilon is not None else "none", "epsilon": self.epsilon}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -76,14 +96,17 @@ def train_local_fed(
     dataset = Dataset(name=f"{q.id}-train", qmatrix=q, students=list(train), simulated=simulated)
     result = train_federated(
         dataset=dataset, registry=folder, clients=training.clients, rounds=training.rounds,
-        local_epochs=training.local_epochs, seed=seed, threads=training.threads,
+        local_epochs=training.local_epochs, seed=seed, threads=training.threads, model_kind=training.model,
+        dp="student" if training.epsilon is not None else "none", epsilon=training.epsilon,
+        force=training.rounds == 0,  # the untrained model is published only to be measured
     )
     if not result.published:
         raise RuntimeError(f"local-fed was not published: {result.decision}")
     entity = LocalFedEntity(registry=ModelRegistry(folder))
     entity.load()
-    facts = {"version": result.version, "train_students": len(train), "clients": training.clients,
-             "rounds": len(result.history), "local_epochs": training.local_epochs, "dp": "none",
+    spent = result.history[-1].epsilon if result.history and training.epsilon is not None else None
+    facts = {**training.describe(), "version": result.version, "train_students": len(train),
+             "rounds": len(result.history), "epsilon_spent": spent,
              "trainer_heldout_auc": result.heldout_metrics.get("auc"), "seconds": round(result.seconds, 1)}
     return entity, facts
 

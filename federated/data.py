@@ -74,6 +74,10 @@ class ResponseTensors:
         mean = (self.scores * self.observed).sum(1) / n
         return torch.where(self.observed.any(1), mean, torch.full_like(mean, 0.5)).numpy()
 
+    def item_counts(self) -> np.ndarray:
+        """Responses per bank item (in ``item_ids`` order), for weighting per-item parameters."""
+        return np.bincount(self.item_index[self.observed].numpy(), minlength=len(self.item_ids)).astype(np.float64)
+
     def answered_items(self) -> set[str]:
         """Ids of the bank items that at least one of these students answered."""
         used = torch.unique(self.item_index[self.observed])
@@ -81,9 +85,14 @@ class ResponseTensors:
 
 
 def encode_students(
-    qmatrix: QMatrix, students: Sequence[StudentResponses], *, concepts: Sequence[str], text_dim: int
+    qmatrix: QMatrix, students: Sequence[StudentResponses], *, concepts: Sequence[str] | None = None,
+    text_dim: int = 0, table: np.ndarray | None = None,
 ) -> ResponseTensors:
-    """Pad ``students`` over the item bank ``qmatrix``; unknown item ids raise, naming them all."""
+    """Pad ``students`` over the item bank ``qmatrix``; unknown item ids raise, naming them all.
+
+    ``table`` is the model's input rows for ``qmatrix.items`` (``model.item_table(qmatrix)``);
+    without it, the v1 features over ``concepts`` (default: the Q-matrix's) and ``text_dim``.
+    """
     unknown = qmatrix.unknown_items(r.item_id for s in students for r in s.responses)
     if unknown:
         raise QMatrixError([f"responses name items unknown to Q-matrix '{qmatrix.id}': {', '.join(unknown[:20])}"])
@@ -100,17 +109,20 @@ def encode_students(
     return ResponseTensors(
         student_ids=tuple(s.student_id for s in students),
         item_ids=qmatrix.item_ids,
-        features=torch.from_numpy(item_features(qmatrix, concepts, text_dim=text_dim)),
+        features=torch.from_numpy(table if table is not None else
+                                  item_features(qmatrix, concepts or qmatrix.concepts, text_dim=text_dim)),
         item_index=torch.from_numpy(index),
         scores=torch.from_numpy(scores),
         observed=torch.from_numpy(observed),
     )
 
 
-def encode_dataset(dataset: Dataset, *, concepts: Sequence[str] | None = None, text_dim: int = 0) -> ResponseTensors:
+def encode_dataset(dataset: Dataset, *, concepts: Sequence[str] | None = None, text_dim: int = 0,
+                   table: np.ndarray | None = None) -> ResponseTensors:
     """All students of ``dataset``; ``concepts`` defaults to the dataset's Q-matrix order."""
     return encode_students(
-        dataset.qmatrix, dataset.students, concepts=concepts or dataset.qmatrix.concepts, text_dim=text_dim
+        dataset.qmatrix, dataset.students, concepts=concepts or dataset.qmatrix.concepts, text_dim=text_dim,
+        table=table,
     )
 
 

@@ -83,7 +83,7 @@ def heldout_auc(
     model: CDModel, qmatrix: QMatrix, students: Sequence[StudentResponses], *, mask_frac: float = 0.2, seed: int = 0
 ) -> float:
     """AUC on a seeded ``mask_frac`` of each student's responses, predicted from the rest."""
-    data = encode_students(qmatrix, students, concepts=model.concepts, text_dim=model.text_dim)
+    data = encode_students(qmatrix, students, table=model.item_table(qmatrix))
     hidden = hidden_mask(data.observed, frac=mask_frac, generator=torch.Generator().manual_seed(seed))
     return evaluate_masked(model, data, hidden).auc
 

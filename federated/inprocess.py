@@ -41,7 +41,7 @@ from federated.local import LocalConfig, LocalResult, StudentDP, add_update, get
 from federated.metrics import evaluate_masked
 from federated.model import CDModel
 
-__all__ = ["AGGREGATIONS", "Aggregation", "DPMode", "FedConfig", "FedResult", "RoundRecord", "run_fedavg"]
+__all__ = ["AGGREGATIONS", "Aggregation", "DPMode", "FedConfig", "FedResult", "RoundRecord", "average_rows", "run_fedavg"]
 
 DPMode = Literal["none", "student", "client"]
 # Server-side aggregation rules, one list for every engine (in-process and Flower).
@@ -127,7 +127,26 @@ def _aggregate(
         return None, {}
     weights = np.ones(len(results)) if config.dp == "student" else np.array([r.n_students for r in results], float)
     weights = weights / weights.sum()
-    return [sum(w * r.update[k] for w, r in zip(weights, results, strict=True)) for k in range(len(like))], {}
+    out = [sum(w * r.update[k] for w, r in zip(weights, results, strict=True)) for k in range(len(like))]
+    if config.dp == "none":  # per-item parameters: averaged over the clients that saw each item
+        for k in results[0].row_weights:
+            out[k] = average_rows([r.update[k] for r in results], [r.row_weights[k] for r in results])
+    return out, {}
+
+
+def average_rows(updates: Sequence[np.ndarray], weights: Sequence[np.ndarray]) -> np.ndarray:
+    """Row-wise weighted mean of per-row updates (rows no client weighted stay 0).
+
+    Item parameters are rows; a client's weight for a row is its responses to that item, so an
+    item is averaged over the clients that saw it, as many times as they saw it.
+    """
+    w = np.stack(weights)  # (clients, rows)
+    total = w.sum(0)
+    stacked = np.stack(updates)  # (clients, rows, ...)
+    shape = (len(updates), -1) + (1,) * (stacked.ndim - 2)
+    summed = (stacked * w.reshape(shape)).sum(0)
+    return np.where(total.reshape((-1,) + (1,) * (stacked.ndim - 2)) > 0,
+                    summed / np.maximum(total, 1e-12).reshape((-1,) + (1,) * (stacked.ndim - 2)), 0.0)
 
 
 def run_fedavg(

@@ -80,6 +80,9 @@ class LocalResult:
     n_students: int
     steps: int
     pre_clip_norms: list[float] = field(default_factory=list)  # per-student gradient norms (DP-SGD only)
+    # parameter index -> per-row weights (responses per item) for parameters averaged row by row;
+    # not privatised, so aggregation uses them only without DP
+    row_weights: dict[int, np.ndarray] = field(default_factory=dict)
 
 
 def get_parameters(model: torch.nn.Module) -> list[np.ndarray]:
@@ -149,7 +152,9 @@ def _train_plain(model: CDModel, data: ResponseTensors, config: LocalConfig, gen
             if not has.any():
                 continue
             loss = per_student[has].mean()
-            total = loss + 0.5 * config.prox_mu * _prox(model, anchor) if config.prox_mu else loss
+            total = loss + model.penalty() / len(data)
+            if config.prox_mu:
+                total = total + 0.5 * config.prox_mu * _prox(model, anchor)
             optimizer.zero_grad()
             total.backward()
             optimizer.step()
@@ -183,10 +188,14 @@ def _train_dp(model: CDModel, data: ResponseTensors, config: LocalConfig, dp: St
             with torch.no_grad():
                 per_student = masked_bce(model(feats, scores, observed & ~target), scores, target)
             losses.append(float(per_student[target.any(1)].mean()) if target.any() else float("nan"))
+        # the prior on item parameters reads no student's data: its gradient joins after the noise, free
+        penalty = model.penalty() / len(data)
+        prior = torch.autograd.grad(penalty, list(model.parameters()), allow_unused=True, materialize_grads=True) \
+            if penalty.requires_grad else [torch.zeros_like(p) for p in model.parameters()]
         optimizer.zero_grad()
-        for name, p in zip(names, model.parameters(), strict=True):
+        for name, p, g_prior in zip(names, model.parameters(), prior, strict=True):
             noise = torch.randn(p.shape, generator=generator).to(device) * (dp.noise_multiplier * dp.clip_norm)
-            p.grad = (summed[name] + noise) / denominator
+            p.grad = (summed[name] + noise) / denominator + g_prior
             if config.prox_mu:
                 p.grad += config.prox_mu * (p.detach() - anchor[names.index(name)])
         optimizer.step()
@@ -218,5 +227,8 @@ def train_local(
     model.mark_seen(data.answered_items())
     update = [after - b for after, b in zip(get_parameters(model), before, strict=True)]
     finite = [x for x in losses if x == x]
+    position = {name: i for i, (name, _) in enumerate(model.named_parameters())}
+    weights = model.item_weights(data.features, data.item_index, data.observed)
     return LocalResult(update=update, loss=float(np.mean(finite)) if finite else float("nan"),
-                       n_students=len(data), steps=steps, pre_clip_norms=norms)
+                       n_students=len(data), steps=steps, pre_clip_norms=norms,
+                       row_weights={position[name]: w for name, w in weights.items()})

@@ -32,13 +32,18 @@ import math
 from collections.abc import Sequence
 from typing import Any, Literal
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from federated.features import hash_text, item_features
+from qmatrix import QMatrix
+
 __all__ = ["CDModel", "Interaction", "default_device", "masked_bce"]
 
 Interaction = Literal["ncd", "dina"]
+MODEL_KIND = "evidence-encoder"  # local-fed v1
 _EPS = 1e-6
 
 
@@ -66,8 +71,11 @@ class CDModel(nn.Module):
         hidden: int = 32,
         interaction: Interaction = "dina",
         generator: torch.Generator | None = None,
+        kind: str = MODEL_KIND,
     ) -> None:
         super().__init__()
+        if kind != MODEL_KIND:
+            raise ValueError(f"CDModel is the {MODEL_KIND!r} model, not {kind!r}")
         if not concepts:
             raise ValueError("concepts must be non-empty")
         if interaction not in ("ncd", "dina"):
@@ -143,6 +151,31 @@ class CDModel(nn.Module):
         """Masked-response prediction: P(correct) at every position, from ``context`` responses only."""
         return self.response_proba(self.mastery(feats, scores, context), feats)
 
+    # --- inputs ----------------------------------------------------------------------
+    def item_table(self, qmatrix: QMatrix) -> np.ndarray:
+        """Input rows of ``qmatrix.items`` (Q-row + hashed text): items are features, never ids."""
+        return item_features(qmatrix, self.concepts, text_dim=self.text_dim)
+
+    def item_row(self, item_id: str, concepts: Sequence[str], text: str | None = None) -> np.ndarray:
+        """One item's input row; raises ``KeyError`` for a concept the model does not know."""
+        del item_id  # v1 sees items only through their features
+        column = {c: k for k, c in enumerate(self.concepts)}
+        row = np.zeros(len(self.concepts) + self.text_dim, dtype=np.float32)
+        row[[column[c] for c in concepts]] = 1.0
+        if self.text_dim:
+            row[len(self.concepts):] = hash_text(text, dim=self.text_dim)
+        return row
+
+    def penalty(self) -> torch.Tensor:
+        """No prior on v1's weights (the trainer's interface; see ``HigherOrderCDM.penalty``)."""
+        return torch.zeros(())
+
+    def item_weights(self, features: torch.Tensor, item_index: torch.Tensor, observed: torch.Tensor
+                     ) -> dict[str, np.ndarray]:
+        """v1 has no per-item parameters: every parameter is averaged as a whole."""
+        del features, item_index, observed
+        return {}
+
     # --- bookkeeping -------------------------------------------------------------
     def mark_seen(self, item_ids: Sequence[str] | set[str]) -> None:
         """Record items trained on, so predictions can flag the ones the model never saw."""
@@ -150,14 +183,15 @@ class CDModel(nn.Module):
 
     def config(self) -> dict[str, Any]:
         """Constructor arguments, so a receiver can rebuild the architecture before loading weights."""
-        return {"concepts": list(self.concepts), "text_dim": self.text_dim, "hidden": self.hidden,
-                "interaction": self.interaction}
+        return {"kind": MODEL_KIND, "concepts": list(self.concepts), "text_dim": self.text_dim,
+                "hidden": self.hidden, "interaction": self.interaction}
 
     def get_extra_state(self) -> dict[str, Any]:
         return {"seen_item_ids": sorted(self.seen_item_ids), "config": self.config()}
 
     def set_extra_state(self, state: dict[str, Any]) -> None:
-        if state.get("config", self.config()) != self.config():
+        saved = {"kind": MODEL_KIND, **state.get("config", self.config())}  # v1 states saved before "kind" existed
+        if saved != self.config():
             raise ValueError(f"state was saved from a model with config {state['config']}, not {self.config()}")
         self.seen_item_ids = set(state.get("seen_item_ids", []))
 

@@ -11,16 +11,19 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from federated.data import encode_students
 from federated.model import CDModel
-from qmatrix import QMatrix, StudentResponses
+from federated.models import DiagnosisModel
+from qmatrix import QMatrix, Response, StudentResponses
 
 __all__ = [
     "Diagnosis",
     "diagnose",
     "diagnose_batch",
+    "predict_heldout",
     "predict_mastery",
     "predict_mastery_batch",
     "predict_response_proba",
@@ -43,7 +46,7 @@ class Diagnosis:
 
 
 def _mastery(model: CDModel, qmatrix: QMatrix, students: Sequence[StudentResponses]) -> torch.Tensor:
-    data = encode_students(qmatrix, students, concepts=model.concepts, text_dim=model.text_dim)
+    data = encode_students(qmatrix, students, table=model.item_table(qmatrix))
     device = next(model.parameters()).device
     was_training = model.training
     model.eval()
@@ -99,7 +102,7 @@ def predict_response_proba_batch(
     for item_id in item_ids:
         qmatrix.item(item_id)  # raises QMatrixError for an unknown id
     mastery = _mastery(model, qmatrix, students)
-    data = encode_students(qmatrix, [], concepts=model.concepts, text_dim=model.text_dim)
+    data = encode_students(qmatrix, [], table=model.item_table(qmatrix))
     row = {item_id: r for r, item_id in enumerate(qmatrix.item_ids)}
     device = next(model.parameters()).device
     targets = data.features[[row[i] for i in item_ids]].to(device)
@@ -112,3 +115,31 @@ def predict_response_proba(
     model: CDModel, qmatrix: QMatrix, responses: StudentResponses, item_ids: Sequence[str]
 ) -> dict[str, float]:
     return predict_response_proba_batch(model, qmatrix, [responses], item_ids)[0]
+
+
+def predict_heldout(
+    model: DiagnosisModel, qmatrix: QMatrix, observed: Sequence[Sequence[Response]],
+    held: Sequence[Sequence[Response]], *, batch_size: int = 128,
+) -> np.ndarray:
+    """P(correct) of every held-out response (flattened in order), each student diagnosed from their
+    ``observed`` responses only: the model's own (posterior-predictive) prediction."""
+    out: list[np.ndarray] = []
+    model_was_training = model.training
+    model.eval()
+    try:
+        for start in range(0, len(observed), batch_size):
+            chunk = range(start, min(start + batch_size, len(observed)))
+            students = [StudentResponses(student_id=str(i), responses=tuple(observed[i]) + tuple(held[i]))
+                        for i in chunk]
+            data = encode_students(qmatrix, students, table=model.item_table(qmatrix))
+            feats, scores, present = data.batch(range(len(students)))
+            position = torch.arange(present.shape[1]).unsqueeze(0)
+            n_obs = torch.tensor([len(observed[i]) for i in chunk]).unsqueeze(1)
+            n_all = torch.tensor([len(observed[i]) + len(held[i]) for i in chunk]).unsqueeze(1)
+            with torch.no_grad():
+                proba = model(feats, scores, present & (position < n_obs))
+            target = (position >= n_obs) & (position < n_all)
+            out.append(proba[target].numpy().astype(float))  # row-major: student by student, held order
+    finally:
+        model.train(model_was_training)
+    return np.concatenate(out) if out else np.zeros(0)

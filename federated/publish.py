@@ -86,7 +86,10 @@ def gate_and_publish(
         errors = [abs(p[c] - dataset.true_mastery[s.student_id][c])
                   for p, s in zip(predicted, heldout_students, strict=True) for c in dataset.qmatrix.concepts]
         metrics["true_mastery_mae"] = float(np.mean(errors))
-    if not history:
+    if not history and force:  # e.g. rounds=0: the untrained model, published only on request (ablations)
+        decision = GateDecision(accepted=True, reasons=(f"no round ran ({stop_reason or 'rounds=0'}); forced",),
+                                forced=True)
+    elif not history:
         decision = GateDecision(accepted=False, reasons=(f"no round ran: {stop_reason}",))
     elif not any(r.sampled_clients for r in history):  # e.g. every node refused the run: the model never moved
         decision = GateDecision(accepted=False, reasons=("no client contributed an update in any round",))
@@ -129,7 +132,7 @@ def publish_trained(
     active_version = registry.active_version(dataset.qmatrix.id)
     active = registry.load(active_version) if active_version else None
     rng = np.random.default_rng(options.get("seed", 0))
-    data = encode_dataset(dataset, text_dim=0)
+    data = encode_dataset(dataset, table=fed.model.item_table(dataset.qmatrix))
     split = split_students(len(data), rng=rng, validation=0.0, test=heldout_fraction)
     evaluation = data.subset(split.test)
     accountant = getattr(fed, "accountant", None)
@@ -174,7 +177,7 @@ def publish_federated(
     active = registry.load(active_version) if active_version else None
     students = list(heldout)
     dataset = Dataset(name=f"federation:{qmatrix.id}", qmatrix=qmatrix, students=students)
-    evaluation = encode_students(qmatrix, students, concepts=qmatrix.concepts, text_dim=0)
+    evaluation = encode_students(qmatrix, students, table=fed.model.item_table(qmatrix))
     split = Split(train=np.zeros(0, np.int64), validation=np.zeros(0, np.int64), test=np.arange(len(students)))
     data = {"name": dataset.name, "simulated": None, "nodes": federation.get("nodes"), "train_students": None,
             "heldout_students": len(students), "heldout": "students the coordinator owns"}

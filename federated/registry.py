@@ -49,6 +49,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 
 from federated.active import ActivePointers, Stamp, utc_now
 from federated.model import CDModel
+from federated.models import DiagnosisModel, build_model
 from federated.signing import ModelNotFound, RegistryError, SignatureInvalid, SigningKeys, key_id
 
 __all__ = ["FORMAT", "LoadedModel", "ModelNotFound", "ModelRegistry", "RegistryError", "SignatureInvalid"]
@@ -61,7 +62,7 @@ _WEIGHTS, _MANIFEST, _SIGNATURE = "model.pt", "manifest.json", "manifest.sig"
 @dataclass(frozen=True)
 class LoadedModel:
     version: str
-    model: CDModel
+    model: DiagnosisModel
     manifest: dict[str, Any]
     signature_verified: bool = True  # a LoadedModel only exists after verification
 
@@ -197,7 +198,7 @@ class ModelRegistry:
             raise ModelNotFound(f"no active model{where} in {self.root}; train one first (fedcd train, "
                                 "fedcd federation coordinator)")
         manifest, weights = self._verified(version)
-        model = CDModel(**manifest["config"]["model"])
+        model = build_model(manifest["config"]["model"])
         state = torch.load(io.BytesIO(weights), map_location="cpu", weights_only=True)
         model.load_state_dict(state)
         model.eval()

@@ -46,6 +46,8 @@ from federated.inprocess import AGGREGATIONS, Aggregation, DPMode, FedConfig, Ro
 from federated.local import LocalConfig, StudentDP, add_update, get_parameters, set_parameters, train_local
 from federated.metrics import evaluate_masked
 from federated.model import CDModel, Interaction
+from federated.hocdm import HigherOrderCDM
+from federated.models import DEFAULT_KIND, new_model
 from federated.registry import ModelRegistry
 from qmatrix import Dataset, example_qmatrix, simulate_dina
 
@@ -68,6 +70,14 @@ def trimmed_mean(updates: Sequence[Update], *, trim: float) -> list[np.ndarray]:
 def coordinate_median(updates: Sequence[Update]) -> list[np.ndarray]:
     """Coordinate-wise median of the updates."""
     return [np.median(np.stack(arrays), axis=0) for arrays in zip(*updates, strict=True)]
+
+
+def warm_start(model: HigherOrderCDM, clients: Sequence[ResponseTensors], *, table: np.ndarray) -> None:
+    """Round 0 without DP: every client sends its per-item (sum of scores, responses), the server pools
+    them and starts each item's intercept there (``HigherOrderCDM.warm_start``). Under DP these sums
+    would be an unprivatised release, so DP runs start from the feature fallback instead."""
+    sums = [model.item_sums(c.features, c.item_index, c.observed, c.scores) for c in clients]
+    model.warm_start(table, sum(s[0] for s in sums), sum(s[1] for s in sums))
 
 
 @contextlib.contextmanager
@@ -134,6 +144,7 @@ def train_federated(
     interaction: Interaction = "dina",
     hidden: int = 32,
     text_dim: int = 0,
+    model_kind: str = DEFAULT_KIND,
     gate: GatePolicy | None = None,
     force: bool = False,
     activate: bool = True,
@@ -152,8 +163,8 @@ def train_federated(
         raise ValueError(f"{aggregation} cannot be combined with client-level DP (its noise assumes a clipped sum)")
     if partition not in ("iid", "dirichlet"):
         raise ValueError(f"partition must be 'iid' or 'dirichlet', got {partition!r}")
-    if clients < 1 or rounds < 1 or not 0 < heldout_fraction < 1:
-        raise ValueError(f"need clients >= 1, rounds >= 1, heldout_fraction in (0, 1); got {clients}, {rounds}, "
+    if clients < 1 or rounds < 0 or not 0 < heldout_fraction < 1:
+        raise ValueError(f"need clients >= 1, rounds >= 0, heldout_fraction in (0, 1); got {clients}, {rounds}, "
                          f"{heldout_fraction}")
     if dp != "none" and epsilon is None:
         raise ValueError(f"dp={dp!r} needs an epsilon budget")
@@ -167,12 +178,16 @@ def train_federated(
     active = registry.load(active_version) if active_version else None  # a tampered active model fails fast
     rng = np.random.default_rng(seed)
     with torch_threads(threads):
-        data = encode_dataset(dataset, text_dim=text_dim)
+        options = {"hidden": hidden, "interaction": interaction} if model_kind == "evidence-encoder" else {}
+        model = new_model(model_kind, dataset.qmatrix, seed=seed, text_dim=text_dim, **options)
+        data = encode_dataset(dataset, table=model.item_table(dataset.qmatrix))
         split = split_students(len(data), rng=rng, validation=0.0, test=heldout_fraction)
         train, evaluation = data.subset(split.train), data.subset(split.test)
         parts = (iid_partition(len(train), n_clients=clients, rng=rng) if partition == "iid" else
                  dirichlet_partition(train.proportion_correct(), n_clients=clients, alpha=alpha, rng=rng))
         shards = [train.subset(p) for p in parts]
+        if dp == "none" and rounds > 0 and isinstance(model, HigherOrderCDM):  # rounds=0: the untrained model
+            warm_start(model, shards, table=data.features.numpy())
         local = LocalConfig(epochs=local_epochs, lr=local_lr, prox_mu=prox_mu if aggregation == "fedprox" else 0.0)
         steps = max(1, round(local_epochs / student_sample_rate)) if dp == "student" else 1
         sigma = noise_multiplier
@@ -184,8 +199,6 @@ def train_federated(
         config = FedConfig(rounds=rounds, client_sample_rate=client_sample_rate, local=local, dp=dp,
                            noise_multiplier=sigma if dp == "client" and sigma else 1.0, clip_norm=clip_norm or 0.1,
                            student_dp=student_dp, delta=delta)
-        model = CDModel(dataset.qmatrix.concepts, text_dim=text_dim, hidden=hidden, interaction=interaction,
-                        generator=torch.Generator().manual_seed(seed))
         hidden_eval = hidden_mask(evaluation.observed, frac=config.eval_mask_frac,
                                   generator=torch.Generator().manual_seed(config.eval_seed))
         robust = {"trimmed_mean": lambda u: trimmed_mean(u, trim=trim_fraction), "median": coordinate_median}
@@ -215,7 +228,7 @@ def train_federated(
             "alpha": alpha if partition == "dirichlet" else None,
             "trim_fraction": trim_fraction if aggregation == "trimmed_mean" else None,
             "client_sample_rate": client_sample_rate, "local_epochs": local_epochs, "local_lr": local_lr,
-            "prox_mu": local.prox_mu, "heldout_fraction": heldout_fraction,
+            "prox_mu": local.prox_mu, "heldout_fraction": heldout_fraction, "model_kind": model_kind,
             "noise_multiplier": mechanism[0] if mechanism else None,
             "sample_rate": mechanism[1] if mechanism else None,
             "steps_per_round": mechanism[2] if mechanism else None,

@@ -19,10 +19,10 @@ A request is mapped onto the model's inputs:
   requires such a concept is left out of the evidence (``item_skipped``): its score
   cannot be split between known and unknown concepts. A known concept left with no
   usable item is missing too (``no_evidence``).
-* **Items** are their Q-row (+ hashed text when the model uses text), never an id, so
-  items not seen in training still count. Each one is flagged with
-  ``Repair(rule="unseen_item")``: its id was not trained on, or the training item with that
-  id had another Q-row.
+* **Items.** A v2 model (``higher-order-irt``) uses the parameters it learned for an item id of
+  its training bank, and its Q-row (+ hashed text) for any other item; a v1 model sees only the
+  Q-row. An item not trained on is flagged with ``Repair(rule="unseen_item")``: its id was not
+  trained on, or the training item with that id had another Q-row.
 
 Inference runs in a worker thread (``asyncio.to_thread``), never on the event loop.
 Concurrent ``respond`` calls arriving within ``batch_window_s`` (5 ms) are answered by one
@@ -41,7 +41,6 @@ from typing import Any, Generic, TypeVar
 import numpy as np
 import torch
 
-from federated.features import hash_text
 from federated.registry import LoadedModel, ModelNotFound, ModelRegistry, RegistryError
 from providers.errors import EntityRejected, EntitySkipped
 from providers.types import EntityPrediction, PromptContext, Repair
@@ -136,21 +135,21 @@ def _encode(context: PromptContext, loaded: LoadedModel) -> _Request:
             continue
         if item.item_id not in model.seen_item_ids:
             repairs.append(Repair(rule="unseen_item", detail=f"item '{item.item_id}' was not in the training data; "
-                                  "predicted from its Q-row" + (" and text" if model.text_dim else "")))
+                                  "its parameters come from its Q-row" + (" and text" if model.text_dim else "")))
         elif item.item_id in trained_rows and trained_rows[item.item_id] != set(item.concepts):
             repairs.append(Repair(rule="unseen_item", detail=f"item '{item.item_id}' has another Q-row than the "
                                   "training item with that id; predicted from its Q-row"))
-        row = np.zeros(len(column) + model.text_dim, dtype=np.float32)
-        row[[column[c] for c in item.concepts]] = 1.0
-        if model.text_dim:
-            row[len(column):] = hash_text(item.text, dim=model.text_dim)
-        rows.append(row)
+            rows.append(model.item_row("", item.concepts, item.text))  # not the parameters learned for that id
+            scores.append(item.score)
+            covered.update(item.concepts)
+            continue
+        rows.append(model.item_row(item.item_id, item.concepts, item.text))
         scores.append(item.score)
         covered.update(item.concepts)
     no_evidence = [c for c in context.concepts if c in column and c not in covered]
     repairs += [Repair(rule="no_evidence", concept=c, detail="no usable item assesses this concept")
                 for c in no_evidence]
-    width = len(column) + model.text_dim
+    width = model.item_row("", ()).shape[0]
     return _Request(loaded=loaded, features=np.stack(rows) if rows else np.zeros((0, width), np.float32),
                     scores=np.asarray(scores, dtype=np.float32),
                     answer=[c for c in context.concepts if c in covered],

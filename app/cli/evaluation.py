@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import shlex
 from pathlib import Path
@@ -77,10 +78,27 @@ def evaluate(
     ] = "none",
     ncdm: Annotated[bool, typer.Option("--ncdm/--no-ncdm", help="fit the NCDM baseline (PyTorch) on the train split")] = True,
     ncdm_batch_size: Annotated[int, typer.Option(min=1, help="NCDM minibatch size")] = 64,
+    local_fed_model: Annotated[
+        str, typer.Option(help="local-fed's model: higher-order-irt (v2) | evidence-encoder (v1)")
+    ] = "higher-order-irt",
+    local_fed_rounds: Annotated[int, typer.Option(min=0, help="local-fed federated rounds; 0 = untrained")] = 10,
+    local_fed_epochs: Annotated[int, typer.Option(min=1, help="local-fed local epochs per round")] = 2,
+    local_fed_clients: Annotated[int, typer.Option(min=1, help="local-fed simulated institutions; 1 = centralized")] = 3,
+    local_fed_epsilon: Annotated[
+        Optional[float], typer.Option(help="local-fed student-level DP-SGD budget ε (default: no DP)")
+    ] = None,
+    local_fed_ablation: Annotated[
+        bool, typer.Option("--local-fed-ablation", help="held-out protocol: local-fed untrained / 1 round / trained, "
+                           "centralized / federated, DP ε 1, 2, 8 and v1, against IRT, DINA and NCDM")
+    ] = False,
 ) -> None:
     """Evaluate the federation against baselines; writes results.json, report.md and plots to OUT."""
     if privacy_frontier:
         _frontier(datasets, entities, epsilons, mechanisms, seed, sensitivity, max_students, max_items, n_simulated, repeats, data_dir, out)
+        return
+
+    if local_fed_ablation:
+        _ablation(dataset, seed, data_dir, max_students, ncdm, ncdm_batch_size, out)
         return
 
     from app.federation import Federation
@@ -88,6 +106,7 @@ def evaluate(
     from evaluation.datasets import load_dataset
     from evaluation.protocols import PROTOCOLS, evaluate as run_evaluation
     from evaluation.report import write_report
+    from evaluation.served import LocalFedTraining
     from evaluation.splits import split_students
     from providers.simulated import simulated_family
 
@@ -117,7 +136,15 @@ def evaluate(
     except ValueError as exc:
         err.print(f"[red]error:[/] --served-release-epsilon must be a number or none, got {served_release_epsilon!r}")
         raise typer.Exit(2) from exc
+    try:
+        training = LocalFedTraining(model=local_fed_model, rounds=local_fed_rounds, local_epochs=local_fed_epochs,
+                                    clients=local_fed_clients, epsilon=local_fed_epsilon)
+    except ValueError as exc:
+        err.print(f"[red]error:[/] {exc}")
+        raise typer.Exit(2) from exc
     served_rows = served_config(settings, release_epsilon=release) if served and protocol != "paper" else None
+    if served_rows is not None:
+        served_rows = dataclasses.replace(served_rows, local_fed=training)
     n_eval = n_simulated if protocol == "simulated" else len(data.students)
     split = split_students(list(range(n_eval)), seed=seed)  # type: ignore[arg-type]
     settings_count = 1 + 2 * len(eps) + (1 if served_rows is not None else 0)
@@ -157,6 +184,10 @@ def evaluate(
     elif release is not None:
         args += ["--served-release-epsilon", f"{release:g}"]
     args += ["--ncdm-batch-size", str(ncdm_batch_size)] if ncdm else ["--no-ncdm"]
+    if served:
+        args += ["--local-fed-model", local_fed_model, "--local-fed-rounds", str(local_fed_rounds),
+                 "--local-fed-epochs", str(local_fed_epochs), "--local-fed-clients", str(local_fed_clients)]
+        args += ["--local-fed-epsilon", f"{local_fed_epsilon:g}"] if local_fed_epsilon is not None else []
     command = reproduce_line(settings, args) if served_rows is not None else " ".join(
         ["fedcd", *(shlex.quote(a) for a in args)])
     written = write_report(result, out, command=command)  # type: ignore[arg-type]
@@ -257,4 +288,25 @@ def _evaluate_extraction(entities: str, n_problems: int, data_dir: Path | None, 
     (out / "report.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
     console.print(f"wrote {out / 'results.json'}, {out / 'report.md'}")
 
+
+def _ablation(dataset: str, seed: int, data_dir: Path | None, max_students: int | None, ncdm: bool,
+              ncdm_batch_size: int, out: Path) -> None:
+    from evaluation.ablation import run_ablation
+    from evaluation.ablation_report import write_ablation_report
+    from evaluation.baselines import NCDMSettings
+    from evaluation.datasets import load_dataset
+
+    try:
+        data = load_dataset(dataset, data_dir=data_dir, max_students=max_students, seed=seed)
+    except (ValueError, FileNotFoundError) as exc:
+        err.print(f"[red]error:[/] {exc}")
+        raise typer.Exit(2) from exc
+    result = run_ablation(data, seed=seed, ncdm=NCDMSettings(batch_size=ncdm_batch_size, seed=seed) if ncdm else None,
+                          progress=lambda message: err.print(f"[dim]{message}[/]"))
+    args = ["fedcd", "evaluate", "--dataset", dataset, "--local-fed-ablation", "--seed", str(seed), "--out", str(out)]
+    if max_students is not None:
+        args += ["--max-students", str(max_students)]
+    args += ["--ncdm-batch-size", str(ncdm_batch_size)] if ncdm else ["--no-ncdm"]
+    written = write_ablation_report(result, out, command=" ".join(shlex.quote(a) for a in args))
+    console.print(f"wrote {', '.join(str(p) for p in written)}")
 

@@ -38,6 +38,10 @@ def train(
     ] = False,
     data_dir: Annotated[Optional[Path], typer.Option(help="folder holding the public datasets")] = None,
     out: Annotated[Optional[Path], typer.Option("--out", help="model registry folder (default: the gateway's)")] = None,
+    model: Annotated[
+        str, typer.Option(help="higher-order-irt (local-fed v2, per-item parameters) | evidence-encoder (v1); "
+                          "--engine flower trains v2")
+    ] = "higher-order-irt",
 ) -> None:
     """SIMULATION: train local-fed across institutions partitioned from one dataset, and publish it, signed.
 
@@ -99,6 +103,7 @@ def train(
                 result = train_federated(
                     dataset=data, registry=registry, clients=clients, rounds=rounds, dp=dp, epsilon=epsilon, delta=delta,  # type: ignore[arg-type]
                     aggregation=aggregation, partition=partition, alpha=alpha, seed=seed, progress=on_round, force=force,  # type: ignore[arg-type]
+                    model_kind=model,
                 )
         except ValueError as exc:
             err.print(f"[red]error:[/] {exc}")

@@ -35,6 +35,7 @@ from federated.flower.config import FlowerConfig
 from federated.flower.files import client_settings, load_partition, load_settings
 from federated.local import LocalResult, get_parameters, set_parameters, train_local
 from federated.model import CDModel
+from federated.models import build_model
 
 __all__ = ["CDClient", "make_client_app", "secagg_if_configured"]
 
@@ -92,7 +93,7 @@ def _client_fn(context: Context) -> Client:
     settings = load_settings(data_dir)
     partition = int(context.node_config["partition-id"])
     data = load_partition(data_dir, partition)
-    return CDClient(CDModel(**settings.model), data, config=settings.config, partition_id=partition).to_client()
+    return CDClient(build_model(settings.model), data, config=settings.config, partition_id=partition).to_client()
 
 
 def secagg_if_configured(msg: Message, context: Context, call_next: ClientAppCallable) -> Message:

@@ -27,7 +27,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import torch
 
 from federated.data import encode_students
 from federated.flower.config import FlowerConfig
@@ -37,7 +36,7 @@ from federated.flower.processes import ProcessTree, flower_env
 from federated.flower.runs import Progress, follow_run, read_result
 from federated.flower.server import read_history
 from federated.inprocess import FedResult
-from federated.model import CDModel
+from federated.models import DEFAULT_KIND, new_model
 from qmatrix import QMatrix, StudentResponses, qmatrix_fingerprint
 
 __all__ = ["FederationResult", "coordinate"]
@@ -70,8 +69,8 @@ def coordinate(*, qmatrix: QMatrix, heldout: Sequence[StudentResponses], node_ke
         raise ValueError("the coordinator needs held-out students of its own to evaluate and gate the model")
     started, say = time.perf_counter(), on_event or (lambda _: None)
     work_dir = Path(work_dir)
-    evaluation = encode_students(qmatrix, list(heldout), concepts=qmatrix.concepts, text_dim=0)
-    model = CDModel(qmatrix.concepts, generator=torch.Generator().manual_seed(seed))
+    model = new_model(DEFAULT_KIND, qmatrix, seed=seed)
+    evaluation = encode_students(qmatrix, list(heldout), table=model.item_table(qmatrix))
     write_server_run(work_dir / "data", config=config, model=model, evaluation=evaluation, seed=seed,
                      n_clients=len(node_keys), min_clients=min_nodes, qmatrix_sha256=qmatrix_fingerprint(qmatrix))
     app_dir = write_app(work_dir / "app", run_config=run_config(work_dir / "data", work_dir), source=NODE_SOURCE)

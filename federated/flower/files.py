@@ -32,6 +32,7 @@ import torch
 from federated.data import ResponseTensors
 from federated.flower.config import FlowerConfig
 from federated.model import CDModel
+from federated.models import DiagnosisModel, build_model
 
 __all__ = ["ClientSettings", "RunSettings", "client_settings", "load_partition", "load_settings", "run_config",
            "write_run", "write_server_run"]
@@ -49,9 +50,9 @@ class RunSettings:
     min_clients: int  # fewer may start the run after the node wait (a real federation); = n_clients in simulation
     qmatrix_sha256: str | None = None  # nodes train only on the same Q-matrix (federated.flower.node)
 
-    def new_model(self) -> CDModel:
+    def new_model(self) -> DiagnosisModel:
         """The global model at its starting weights."""
-        model = CDModel(**self.model)
+        model = build_model(self.model)
         model.load_state_dict(torch.load(self.data_dir / "initial.pt", weights_only=True))
         return model
 
@@ -64,9 +65,9 @@ class ClientSettings:
     model: dict[str, Any]  # CDModel.config()
     qmatrix_sha256: str | None
 
-    def new_model(self) -> CDModel:
+    def new_model(self) -> DiagnosisModel:
         """The architecture; the weights arrive with every training message."""
-        return CDModel(**self.model)
+        return build_model(self.model)
 
 
 def _save(path: Path, data: ResponseTensors) -> None:

@@ -23,6 +23,8 @@ here; ``tests/federated/test_federation.py`` records every request a node sends 
 
 from __future__ import annotations
 
+import json
+
 import secrets
 import shutil
 import tempfile
@@ -40,6 +42,7 @@ from flwr.common import Scalar
 import torch
 
 from federated.data import ResponseTensors, encode_students
+from federated.models import build_model
 from federated.flower.client import CDClient, secagg_if_configured
 from federated.flower.deployment import supernode_command
 from federated.flower.files import ClientSettings, client_settings
@@ -75,10 +78,10 @@ def load_node_data(data_path: Path | str, qmatrix_path: Path | str) -> NodeData:
 
 @lru_cache(maxsize=8)
 def _tensors(data_path: str, data_mtime: int, qmatrix_path: str, qmatrix_mtime: int,
-             concepts: tuple[str, ...], text_dim: int) -> tuple[str, ResponseTensors]:
+             model_config: str) -> tuple[str, ResponseTensors]:
     data = load_node_data(data_path, qmatrix_path)
-    return qmatrix_fingerprint(data.qmatrix), encode_students(data.qmatrix, data.students, concepts=concepts,
-                                                              text_dim=text_dim)
+    table = build_model(json.loads(model_config)).item_table(data.qmatrix)
+    return qmatrix_fingerprint(data.qmatrix), encode_students(data.qmatrix, data.students, table=table)
 
 
 def check_run(run: ClientSettings, *, fingerprint: str, max_epsilon: float | None) -> None:
@@ -112,7 +115,7 @@ def _node_client_fn(context: Context) -> Client:
     limit = context.node_config.get("max-epsilon")
     model = run.new_model()
     fingerprint, data = _tensors(str(data_path), data_path.stat().st_mtime_ns, str(qmatrix_path),
-                                 qmatrix_path.stat().st_mtime_ns, tuple(model.concepts), model.text_dim)
+                                 qmatrix_path.stat().st_mtime_ns, json.dumps(model.config(), sort_keys=True))
     check_run(run, fingerprint=fingerprint, max_epsilon=float(limit) if limit is not None else None)
     return NodeClient(model, data, config=run.config).to_client()
 

@@ -25,7 +25,6 @@ from pathlib import Path
 from typing import Literal
 
 import numpy as np
-import torch
 
 from federated.accountant import noise_multiplier_for
 from federated.data import dirichlet_partition, encode_dataset, iid_partition, split_students
@@ -37,7 +36,7 @@ from federated.flower.runs import follow_run, read_result
 from federated.flower.server import FlowerRoundRecord
 from federated.inprocess import DPMode, FedResult
 from federated.local import StudentDP
-from federated.model import CDModel
+from federated.models import DEFAULT_KIND, new_model
 from qmatrix import Dataset
 
 __all__ = ["plan_config", "train_flower"]
@@ -121,7 +120,8 @@ def train_flower(
     flower_config = plan_config(config, rounds=rounds, dp=dp, epsilon=epsilon, delta=delta, secagg=secagg,
                             aggregation=aggregation)
     out_dir = Path(out_dir)
-    data = encode_dataset(dataset)
+    model = new_model(DEFAULT_KIND, dataset.qmatrix, seed=seed)
+    data = encode_dataset(dataset, table=model.item_table(dataset.qmatrix))
     rng = np.random.default_rng(seed)
     split = split_students(len(data), rng=rng, validation=0.0, test=test_fraction)
     train, evaluation = data.subset(split.train), data.subset(split.test)
@@ -131,7 +131,6 @@ def train_flower(
         parts = dirichlet_partition(train.proportion_correct(), n_clients=clients, alpha=alpha, rng=rng, min_size=2)
     else:
         raise ValueError(f"partition must be 'iid' or 'dirichlet', got {partition!r}")
-    model = CDModel(dataset.qmatrix.concepts, generator=torch.Generator().manual_seed(seed))
     write_run(out_dir / "data", config=flower_config, model=model, clients=[train.subset(p) for p in parts],
               evaluation=evaluation, seed=seed)
     if deployment:

@@ -95,5 +95,8 @@ async def test_heldout_with_partial_credit_scores_every_row_on_the_same_response
     assert {"irt", "dina", "ncdm", "proportion-correct", "single:local-fed"} <= baselines
     for d in result.significance:
         assert d["low"] <= d["diff"] <= d["high"] and d["resamples"] == 1000
+    # local-fed on its own is compared with the CDMs too
+    assert {"irt", "dina", "ncdm"} <= {d["baseline"] for d in result.significance if d["row"] == "single:local-fed"}
     assert result.served["local_fed"]["train_students"] == result.split["train"]
+    assert result.served["local_fed"]["model"] == "higher-order-irt" and result.served["local_fed"]["rounds"] == 3
     assert result.baselines["ncdm"]["hidden"] == [32, 16] or result.baselines["ncdm"]["hidden"] == (32, 16)

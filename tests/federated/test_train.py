@@ -12,6 +12,7 @@ import torch
 from federated import CDModel, FedConfig, LocalConfig, RoundRecord, encode_dataset, iid_partition, run_fedavg
 from federated import split_students
 from federated.gate import GatePolicy
+from federated.models import DEFAULT_KIND, new_model
 from federated.registry import ModelRegistry
 from federated.train import coordinate_median, default_model_if_missing, train_federated, trimmed_mean
 from qmatrix import Dataset, example_qmatrix, simulate_dina
@@ -59,11 +60,11 @@ def test_publishes_a_signed_version_with_history(small: Dataset, tmp_path: Path)
 def test_rounds_match_one_run_fedavg_call(small: Dataset, tmp_path: Path) -> None:
     # Prepare: the same seeded split, partition and model as train_federated builds.
     rng = np.random.default_rng(4)
-    data = encode_dataset(small)
+    model = new_model(DEFAULT_KIND, small.qmatrix, seed=4)
+    data = encode_dataset(small, table=model.item_table(small.qmatrix))
     split = split_students(len(data), rng=rng, validation=0.0, test=0.2)
     train, evaluation = data.subset(split.train), data.subset(split.test)
     shards = [train.subset(p) for p in iid_partition(len(train), n_clients=3, rng=rng)]
-    model = CDModel(small.qmatrix.concepts, generator=torch.Generator().manual_seed(4))
     config = FedConfig(rounds=3, local=LocalConfig(epochs=2))
 
     # Execute
