@@ -49,6 +49,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from federated.features import hash_text
+from federated.foldin import Evidence, Prior, fold_in
 from qmatrix import QMatrix, QMatrixError
 
 __all__ = ["HigherOrderCDM", "MODEL_KIND"]
@@ -56,22 +57,10 @@ __all__ = ["HigherOrderCDM", "MODEL_KIND"]
 MODEL_KIND = "higher-order-irt"
 _EPS = 1e-6
 _Z90 = 1.6448536269514722  # a 90 % central credible interval
-_STEP_SIZES = (1.0, 0.5, 0.25, 0.125)
 
 
 def _inv_softplus(y: float) -> float:
     return math.log(math.expm1(y))
-
-
-def _gather(theta: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
-    """θ (..., K) at concept indices (..., L, R) -> (..., L, R)."""
-    return torch.gather(theta.unsqueeze(-2).expand(*index.shape[:-1], theta.shape[-1]), -1, index)
-
-
-def _scatter(values: torch.Tensor, index: torch.Tensor, k: int) -> torch.Tensor:
-    """Sum values (..., L, R) into their concepts (..., K)."""
-    out = values.new_zeros(*values.shape[:-2], k)
-    return out.scatter_add(-1, index.flatten(-2), values.flatten(-2))
 
 
 class HigherOrderCDM(nn.Module):
@@ -168,87 +157,23 @@ class HigherOrderCDM(nn.Module):
             return (cov / torch.outer(sd, sd)).numpy()
 
     # --- fold-in -------------------------------------------------------------------
-    def _solve_pieces(self, info: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """H = diag(A) − u uᵀ (the fold-in's negative Hessian): returns (A, u, 1 − uᵀA⁻¹u)."""
-        _, lam, psi = self.prior()
-        u = (lam / psi) / torch.sqrt(1 + (lam.pow(2) / psi).sum())
-        a = 1 / psi + info
-        return a, u, 1 - (u.pow(2) / a).sum(-1, keepdim=True)
-
-    def _newton_step(self, theta: torch.Tensor, alpha: torch.Tensor, c: torch.Tensor, index: torch.Tensor,
-                     w: torch.Tensor, scores: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Newton direction (B, K) for the fold-in, and the likelihood information (B, K).
-
-        Each response touches only its item's concepts: ``index`` (B, L, R) names them and ``w`` (B, L, R)
-        weighs them (1/|Q_i|, 0 for padding), so the cost is O(L·R), not O(L·K) (ASSIST0910: R = 4, K = 110).
-        """
-        mu, lam, psi = self.prior()
-        z = alpha.unsqueeze(-1) * _gather(theta, index) + c.unsqueeze(-1)  # (B, L, R)
-        p = torch.sigmoid(z)
-        k = theta.shape[-1]
-        resid = _scatter((scores.unsqueeze(-1) - p) * w * alpha.unsqueeze(-1), index, k)
-        info = _scatter(w * alpha.pow(2).unsqueeze(-1) * p * (1 - p), index, k)
-        d = theta - mu
-        prior_grad = d / psi - (lam / psi) * ((d * lam / psi).sum(-1, keepdim=True) / (1 + (lam.pow(2) / psi).sum()))
-        g = resid - prior_grad
-        a, u, denom = self._solve_pieces(info)
-        step = g / a + (u / a) * ((u * g / a).sum(-1, keepdim=True) / denom)
-        return step.clamp(-4.0, 4.0), info
-
-    def _objective(self, theta: torch.Tensor, alpha: torch.Tensor, c: torch.Tensor, index: torch.Tensor,
-                   w: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
-        """The fold-in's log posterior (up to a constant) per student (B,)."""
-        mu, lam, psi = self.prior()
-        z = alpha.unsqueeze(-1) * _gather(theta, index) + c.unsqueeze(-1)
-        y = scores.unsqueeze(-1)
-        loglik = (w * (y * F.logsigmoid(z) + (1 - y) * F.logsigmoid(-z))).sum((-2, -1))
-        d = theta - mu
-        quad = (d.pow(2) / psi).sum(-1) - (d * lam / psi).sum(-1).pow(2) / (1 + (lam.pow(2) / psi).sum())
-        return loglik - 0.5 * quad
-
     def _evidence(self, feats: torch.Tensor, context: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(index, w): each context response's concepts and their weights 1/|Q_i| (see :meth:`_newton_step`)."""
+        """(index, w): each context response's concepts and their weights 1/|Q_i| (see ``federated.foldin``)."""
         k = len(self.concepts)
         q = feats[..., :k] * context.unsqueeze(-1).to(feats.dtype)
         try:  # as many slots as the most concepts any item here requires
             width = max(1, int(q.sum(-1).max()))
         except RuntimeError:  # under vmap (per-student DP-SGD) a shape cannot depend on data: the bank's bound
             width = self.max_item_concepts or k
-        width = min(width, k)
-        present, index = q.topk(width, dim=-1)
+        present, index = q.topk(min(width, k), dim=-1)
         return index, present / q.sum(-1, keepdim=True).clamp(min=1.0)
 
     def posterior(self, feats: torch.Tensor, scores: torch.Tensor, context: torch.Tensor
                   ) -> tuple[torch.Tensor, torch.Tensor]:
         """Posterior mode θ* (B, K) and the Laplace posterior variance of each θ_k (B, K)."""
-        k = len(self.concepts)
         index, w = self._evidence(feats, context)
         alpha, c = self.item_parameters(feats)
-        theta = self.prior_mean.detach().expand(feats.shape[0], k)
-        with torch.no_grad():
-            fixed = (alpha.detach(), c.detach(), index, w, scores)
-            value = self._objective(theta, *fixed)
-            for _ in range(self.newton_steps - 1):
-                # Newton with a backtracking line search: plain Newton can oscillate on this concave
-                # problem when items discriminate sharply; the search makes every step an ascent step
-                step, _ = self._newton_step(theta, *fixed)
-                best, best_value = theta, value
-                for size in _STEP_SIZES:
-                    candidate = theta + size * step
-                    candidate_value = self._objective(candidate, *fixed)
-                    better = (candidate_value > best_value).unsqueeze(-1)
-                    best = torch.where(better, candidate, best)
-                    best_value = torch.maximum(candidate_value, best_value)
-                theta, value = best, best_value
-        # one full Newton step from the mode carries the gradient (exact at the fixed point)
-        step, _ = self._newton_step(theta, alpha, c, index, w, scores)
-        theta = theta + step
-        # the variance at the mode just reached (no gradient: it only sizes intervals)
-        with torch.no_grad():
-            _, info = self._newton_step(theta.detach(), alpha.detach(), c.detach(), index, w, scores)
-            a, u, denom = self._solve_pieces(info)
-            var = 1 / a + (u / a).pow(2) / denom
-        return theta, var
+        return fold_in(Prior(*self.prior()), Evidence(alpha, c, index, w, scores), steps=self.newton_steps)
 
     def mastery(self, feats: torch.Tensor, scores: torch.Tensor, context: torch.Tensor) -> torch.Tensor:
         """Mastery σ(θ*_k) (B, K), non-decreasing in every score in ``context``."""

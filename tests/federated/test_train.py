@@ -14,7 +14,7 @@ from federated import split_students
 from federated.gate import GatePolicy
 from federated.models import DEFAULT_KIND, new_model
 from federated.registry import ModelRegistry
-from federated.train import coordinate_median, default_model_if_missing, train_federated, trimmed_mean
+from federated.train import coordinate_median, default_model_if_missing, train_federated, trimmed_mean, warm_start
 from qmatrix import Dataset, example_qmatrix, simulate_dina
 
 
@@ -65,6 +65,7 @@ def test_rounds_match_one_run_fedavg_call(small: Dataset, tmp_path: Path) -> Non
     split = split_students(len(data), rng=rng, validation=0.0, test=0.2)
     train, evaluation = data.subset(split.train), data.subset(split.test)
     shards = [train.subset(p) for p in iid_partition(len(train), n_clients=3, rng=rng)]
+    warm_start(model, shards, table=data.features.numpy())  # round 0 without DP, as train_federated runs it
     config = FedConfig(rounds=3, local=LocalConfig(epochs=2))
 
     # Execute
