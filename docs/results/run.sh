@@ -12,6 +12,11 @@ EPS=0.5,1,2,inf
   --out docs/results/frcsub-heldout
 .venv/bin/fedcd evaluate --dataset assist0910 --protocol heldout --entities "$SIM" --epsilons "$EPS" --seed 0 \
   --out docs/results/assist0910-heldout
+# What training buys local-fed (v2): untrained / 1 round / trained, centralized / federated, DP ε 1, 2, 8, v1,
+# against IRT, DINA and NCDM on the same split (no served defaults involved).
+for dataset in frcsub assist0910; do
+  .venv/bin/fedcd evaluate --dataset "$dataset" --local-fed-ablation --seed 0 --out "docs/results/local-fed-ablation/$dataset"
+done
 # The same with Δ = K (all 110 concepts) for the served noise.
 FEDCD_SENSITIVITY=paper .venv/bin/fedcd evaluate --dataset assist0910 --protocol heldout --entities "$SIM" \
   --epsilons 2,inf --seed 0 --out docs/results/assist0910-heldout-sensitivity-paper

@@ -64,7 +64,14 @@ class CDClient(NumPyClient):
         update, norm = result.update, l2_norm(result.update)
         if self.config.secagg and self.config.clips:
             update, norm = clip_update(update, clip_norm=fed.clip_norm)
-        return update, 1 if self.config.equal_weights else len(self.data), self.metrics(result, norm)
+        metrics = self.metrics(result, norm)
+        if fed.dp == "none" and not self.config.secagg and result.row_weights:
+            # per-item parameters are averaged over the clients that saw each item (federated.inprocess);
+            # without DP the counts ride after the update, named by the parameters they weigh
+            rows = sorted(result.row_weights)
+            update = [*update, *(result.row_weights[k] for k in rows)]
+            metrics["row_weighted"] = ",".join(map(str, rows))
+        return update, 1 if self.config.equal_weights else len(self.data), metrics
 
     def generator(self, config: dict[str, Scalar]) -> torch.Generator:
         """Randomness for sampling, masking and DP noise: in simulation the seed the server drew for this

@@ -53,6 +53,7 @@ from flwr.server.strategy import FedAvg, FedMedian, FedProx, FedTrimmedAvg, Stra
 
 from federated.dp import add_gaussian_noise, clip_update, l2_norm, poisson_sample
 from federated.flower.config import FlowerConfig
+from federated.inprocess import average_rows
 
 __all__ = ["ClientSeeds", "ClientUpdates", "PoissonSampling", "RoundLog", "StrategyWrapper", "build_strategy"]
 
@@ -198,6 +199,7 @@ class ClientUpdates(StrategyWrapper):
         self.server_lr = server_lr
         self.logs: dict[int, RoundLog] = {}
         self._global: dict[int, NDArrays] = {}
+        self._rows: dict[int, list[tuple[dict[int, np.ndarray], dict[int, np.ndarray]]]] = {}
 
     def configure_fit(self, server_round: int, parameters: Parameters,
                       client_manager: ClientManager) -> list[tuple[ClientProxy, FitIns]]:
@@ -206,6 +208,12 @@ class ClientUpdates(StrategyWrapper):
 
     def _weights(self, proxy: ClientProxy, res: FitRes, log: RoundLog, like: NDArrays) -> FitRes:
         update = parameters_to_ndarrays(res.parameters)
+        rows = [int(k) for k in str(res.metrics.get("row_weighted", "")).split(",") if k]
+        if rows:  # per-item weights after the update (a run without DP): kept for aggregate_fit
+            if self.noise_multiplier > 0 or len(update) != len(like) + len(rows):
+                raise ValueError("per-item weights are accepted only without DP, one array per weighted parameter")
+            update, counts = update[:len(like)], update[len(like):]
+            self._rows.setdefault(log.round, []).append(({k: update[k] for k in rows}, dict(zip(rows, counts))))
         client = int(res.metrics.get("partition_id", proxy.cid))  # the node id when a client does not say
         if self.clipped_by_clients:  # SecAgg+: the client clipped, and reported its own pre-clip norm
             norm = float(res.metrics.get("pre_clip_norm", float("nan")))
@@ -231,6 +239,10 @@ class ClientUpdates(StrategyWrapper):
         parameters, metrics = self.inner.aggregate_fit(server_round, converted, failures) if converted else (None, {})
         mean = [np.asarray(a, np.float64) - g for a, g in zip(parameters_to_ndarrays(parameters), like, strict=True)] \
             if parameters is not None else None
+        per_item = self._rows.pop(server_round, [])
+        if mean is not None and per_item and len(per_item) == len(converted):
+            for k in per_item[0][1]:  # each item averaged over the clients that saw it, by their responses
+                mean[k] = average_rows([u[k] for u, _ in per_item], [w[k] for _, w in per_item])
         if self.noise_multiplier > 0:
             assert self.clip_norm is not None and self.expected_clients is not None and self.rng is not None
             total = [len(converted) * m for m in mean] if mean is not None else [np.zeros(np.shape(g)) for g in like]

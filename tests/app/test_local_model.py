@@ -56,6 +56,8 @@ def test_local_model_endpoint_shows_the_signed_version(tmp_path: Path, registry:
     assert set(info) >= {"version", "signature_verified", "rounds", "epsilon", "delta", "dp_mode", "nodes", "gate",
                          "heldout_metrics", "trained_at", "config"}
     assert info["heldout_metrics"]["auc"] > 0.6
+    # the first-start default is local-fed v2, with the item bank it learned parameters for
+    assert info["config"]["model"]["kind"] == "higher-order-irt" and "q01" in info["config"]["model"]["items"]
 
 
 def test_a_qmatrix_without_a_model_skips_local_fed_with_the_reason(tmp_path: Path, registry: Path) -> None:

@@ -119,3 +119,34 @@ def test_train_flower_calibrates_noise_so_the_planned_rounds_fit_the_budget(sim:
     assert len(result.history) == 3 and result.stop_reason is None
     assert 1.8 < (result.history[-1].epsilon or 0.0) <= 2.0
     assert read_history(tmp_path)["status"] == "completed"
+
+
+def test_flower_averages_v2_item_parameters_over_the_clients_that_saw_them(sim: Prepared, tmp_path: Path) -> None:
+    # Prepare: local-fed v2 on students who each answered a random ~half of the bank, so a client's
+    # responses per item are not proportional to its size and per-item weighting changes the average
+    from federated import encode_dataset, iid_partition
+    from federated.flower import write_run
+    from federated.models import new_model as build_v2
+    from qmatrix import Dataset, StudentResponses
+
+    rng = np.random.default_rng(3)
+    students = [StudentResponses(student_id=s.student_id,
+                                 responses=tuple(r for r in s.responses if rng.random() < 0.5) or s.responses[:1])
+                for s in sim.dataset.students]
+    q = sim.dataset.qmatrix
+    model = build_v2("higher-order-irt", q, seed=0)
+    data = encode_dataset(Dataset(name="half", qmatrix=q, students=students, simulated=True),
+                          table=model.item_table(q))
+    train, test = data.subset(np.arange(0, 240)), data.subset(np.arange(240, len(data)))
+    clients = [train.subset(p) for p in iid_partition(len(train), n_clients=3, rng=np.random.default_rng(1))]
+    fed = FedConfig(rounds=2, local=LocalConfig(epochs=1))
+    write_run(tmp_path / "data", config=FlowerConfig(fed=fed), model=model, clients=clients, evaluation=test, seed=2)
+
+    # Execute
+    flower = run_inprocess(tmp_path / "data", tmp_path / "out")
+    reference = run_fedavg(build_v2("higher-order-irt", q, seed=0), clients, test, config=fed,
+                           rng=np.random.default_rng(2))
+
+    # Assert: the same per-item averages as the in-process engine
+    for got, want in zip(get_parameters(flower.model), get_parameters(reference.model), strict=True):
+        assert np.allclose(got, want, atol=1e-5)
