@@ -39,9 +39,11 @@ from federated.data import ResponseTensors, hidden_mask
 from federated.dp import add_gaussian_noise, clip_update, poisson_sample, update_nbytes
 from federated.local import LocalConfig, LocalResult, StudentDP, add_update, get_parameters, set_parameters, train_local
 from federated.metrics import evaluate_masked
+from federated.rounds import run_rounds
 from federated.model import CDModel
 
-__all__ = ["AGGREGATIONS", "Aggregation", "DPMode", "FedConfig", "FedResult", "RoundRecord", "average_rows", "run_fedavg"]
+__all__ = ["AGGREGATIONS", "Aggregation", "DPMode", "FedConfig", "FedResult", "RoundRecord", "average_rows",
+           "evaluation_mask", "fedavg_round", "run_fedavg"]
 
 DPMode = Literal["none", "student", "client"]
 # Server-side aggregation rules, one list for every engine (in-process and Flower).
@@ -149,6 +151,48 @@ def average_rows(updates: Sequence[np.ndarray], weights: Sequence[np.ndarray]) -
                     summed / np.maximum(total, 1e-12).reshape((-1,) + (1,) * (stacked.ndim - 2)), 0.0)
 
 
+def fedavg_round(model: CDModel, worker: CDModel, clients: Sequence[ResponseTensors], evaluation: ResponseTensors,
+                 hidden: torch.Tensor, config: FedConfig, rng: np.random.Generator) -> RoundRecord:
+    """One FedAvg round (steps 2-5 and 7 of the module docstring); ``worker`` is scratch space for local training.
+
+    The record's ``round`` and ``epsilon`` are filled in by :func:`federated.rounds.run_rounds`."""
+    start = time.perf_counter()
+    global_params = get_parameters(model)
+    sampled = poisson_sample(len(clients), config.client_sample_rate, rng)
+    results: list[LocalResult] = []
+    for c in sampled:
+        set_parameters(worker, global_params)
+        generator = torch.Generator().manual_seed(int(rng.integers(2**62)))
+        results.append(train_local(worker, clients[c], config=config.local, generator=generator,
+                                   dp=config.student_dp if config.dp == "student" else None))
+    update, norms = _aggregate(results, len(clients), config, rng, global_params)
+    if update is not None:
+        add_update(model, update, scale=config.server_lr)
+    for c in sampled:  # under DP the public bank, not the items clients report answering
+        model.mark_seen(clients[c].answered_items() if config.dp == "none" else clients[c].item_ids)
+    evaluation_result = evaluate_masked(model, evaluation, hidden)
+    student_norms = [x for res in results for x in res.pre_clip_norms]
+    losses = [res.loss for res in results if res.loss == res.loss]
+    return RoundRecord(
+        round=0,
+        sampled_clients=tuple(int(c) for c in sampled),
+        train_loss=float(np.mean(losses)) if losses else float("nan"),
+        eval_loss=evaluation_result.loss,
+        auc=evaluation_result.auc,
+        epsilon=None,
+        bytes_sent=sum(update_nbytes(res.update) for res in results),
+        seconds=time.perf_counter() - start,
+        pre_clip_norms={int(sampled[i]): n for i, n in norms.items()},
+        student_norm_median=float(np.median(student_norms)) if student_norms else None,
+    )
+
+
+def evaluation_mask(evaluation: ResponseTensors, config: FedConfig) -> torch.Tensor:
+    """The held-out responses every round is evaluated on (seeded: the same in every engine)."""
+    return hidden_mask(evaluation.observed, frac=config.eval_mask_frac,
+                       generator=torch.Generator().manual_seed(config.eval_seed))
+
+
 def run_fedavg(
     model: CDModel,
     clients: Sequence[ResponseTensors],
@@ -160,57 +204,7 @@ def run_fedavg(
     """Train ``model`` (in place) by FedAvg over ``clients``; evaluate on ``evaluation`` each round."""
     if not clients:
         raise ValueError("need at least one client")
-    accountant = PrivacyAccountant() if config.dp != "none" else None
-    mechanism = config.round_mechanism()
-    hidden = hidden_mask(evaluation.observed, frac=config.eval_mask_frac,
-                         generator=torch.Generator().manual_seed(config.eval_seed))
-    worker = copy.deepcopy(model)
-    history: list[RoundRecord] = []
-    stop_reason: str | None = None
-    for r in range(1, config.rounds + 1):
-        if accountant is not None and mechanism is not None and config.epsilon_budget is not None:
-            sigma, q, steps = mechanism
-            if accountant.would_exceed(noise_multiplier=sigma, sample_rate=q, steps=steps,
-                                       epsilon_budget=config.epsilon_budget, delta=config.delta):
-                stop_reason = (
-                    f"round {r} would exceed the epsilon budget {config.epsilon_budget} (delta={config.delta})"
-                )
-                break
-        start = time.perf_counter()
-        global_params = get_parameters(model)
-        sampled = poisson_sample(len(clients), config.client_sample_rate, rng)
-        results: list[LocalResult] = []
-        for c in sampled:
-            set_parameters(worker, global_params)
-            generator = torch.Generator().manual_seed(int(rng.integers(2**62)))
-            results.append(train_local(worker, clients[c], config=config.local, generator=generator,
-                                       dp=config.student_dp if config.dp == "student" else None))
-        update, norms = _aggregate(results, len(clients), config, rng, global_params)
-        if update is not None:
-            add_update(model, update, scale=config.server_lr)
-        if config.dp == "none":
-            for c in sampled:
-                model.mark_seen(clients[c].answered_items())
-        else:
-            for c in sampled:
-                model.mark_seen(clients[c].item_ids)
-        if accountant is not None and mechanism is not None:
-            accountant.step(noise_multiplier=mechanism[0], sample_rate=mechanism[1], steps=mechanism[2])
-        evaluation_result = evaluate_masked(model, evaluation, hidden)
-        student_norms = [x for res in results for x in res.pre_clip_norms]
-        losses = [res.loss for res in results if res.loss == res.loss]
-        history.append(
-            RoundRecord(
-                round=r,
-                sampled_clients=tuple(int(c) for c in sampled),
-                train_loss=float(np.mean(losses)) if losses else float("nan"),
-                eval_loss=evaluation_result.loss,
-                auc=evaluation_result.auc,
-                epsilon=accountant.get_epsilon(config.delta) if accountant is not None else None,
-                bytes_sent=sum(update_nbytes(res.update) for res in results),
-                seconds=time.perf_counter() - start,
-                pre_clip_norms={int(sampled[i]): n for i, n in norms.items()},
-                student_norm_median=float(np.median(student_norms)) if student_norms else None,
-            )
-        )
+    hidden, worker = evaluation_mask(evaluation, config), copy.deepcopy(model)
+    history, stop_reason, accountant = run_rounds(
+        config, lambda _: fedavg_round(model, worker, clients, evaluation, hidden, config, rng))
     return FedResult(model=model, history=history, stop_reason=stop_reason, accountant=accountant)

@@ -7,9 +7,10 @@ runs the promotion gate (:mod:`federated.gate`) and publishes to the registry
 (:mod:`federated.registry`).
 
 Rounds run one at a time so ``progress`` sees each :class:`RoundRecord` as it finishes.
-``fedavg``/``fedprox`` rounds are :func:`federated.inprocess.run_fedavg` with ``rounds=1``
-and the same ``rng``, so the draws are those of one multi-round call; epsilon is composed
-here over all rounds, and the hard budget stop is checked here *before* each round.
+Rounds run through the one round loop every engine shares (:func:`federated.rounds.run_rounds`:
+budget stop before a round, ε composed over all rounds); ``fedavg``/``fedprox`` rounds are
+:func:`federated.inprocess.fedavg_round` with the same ``rng``, so the draws are those of one
+:func:`~federated.inprocess.run_fedavg` call.
 ``trimmed_mean`` and ``median`` (robust to a few bad clients) aggregate the sampled
 clients' updates coordinate-wise with the small pure functions below; they are refused
 with client-level DP, whose noise is calibrated to a clipped *sum* of updates (with
@@ -23,32 +24,32 @@ import copy
 import logging
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
 import torch
 
-from federated.accountant import PrivacyAccountant, noise_multiplier_for
+from federated.accountant import noise_multiplier_for
 from federated.data import (
     ResponseTensors,
     dirichlet_partition,
     encode_dataset,
-    hidden_mask,
     iid_partition,
     split_students,
 )
 from federated.dp import poisson_sample, update_nbytes
 from federated.gate import GatePolicy
 from federated.publish import TrainResult, gate_and_publish
-from federated.inprocess import AGGREGATIONS, Aggregation, DPMode, FedConfig, RoundRecord, run_fedavg
+from federated.inprocess import (AGGREGATIONS, Aggregation, DPMode, FedConfig, RoundRecord, evaluation_mask,
+                                 fedavg_round)
 from federated.local import LocalConfig, StudentDP, add_update, get_parameters, set_parameters, train_local
 from federated.metrics import evaluate_masked
 from federated.model import CDModel, Interaction
 from federated.hocdm import HigherOrderCDM
 from federated.models import DEFAULT_KIND, new_model
 from federated.registry import ModelRegistry
+from federated.rounds import run_rounds
 from qmatrix import Dataset, example_qmatrix, simulate_dina
 
 __all__ = ["AGGREGATIONS", "DEFAULT_MODEL", "Aggregation", "TrainResult", "coordinate_median",
@@ -198,30 +199,17 @@ def train_federated(
                                steps=steps) if dp == "student" and sigma else None
         config = FedConfig(rounds=rounds, client_sample_rate=client_sample_rate, local=local, dp=dp,
                            noise_multiplier=sigma if dp == "client" and sigma else 1.0, clip_norm=clip_norm or 0.1,
-                           student_dp=student_dp, delta=delta)
-        hidden_eval = hidden_mask(evaluation.observed, frac=config.eval_mask_frac,
-                                  generator=torch.Generator().manual_seed(config.eval_seed))
+                           student_dp=student_dp, delta=delta, epsilon_budget=epsilon if dp != "none" else None)
+        hidden_eval, worker = evaluation_mask(evaluation, config), copy.deepcopy(model)
         robust = {"trimmed_mean": lambda u: trimmed_mean(u, trim=trim_fraction), "median": coordinate_median}
-        accountant = PrivacyAccountant() if dp != "none" else None
-        mechanism = config.round_mechanism()
-        history: list[RoundRecord] = []
-        stop_reason: str | None = None
-        for r in range(1, rounds + 1):
-            if accountant is not None and mechanism is not None and accountant.would_exceed(
-                    noise_multiplier=mechanism[0], sample_rate=mechanism[1], steps=mechanism[2],
-                    epsilon_budget=epsilon, delta=delta):  # type: ignore[arg-type]
-                stop_reason = f"round {r} would exceed the epsilon budget {epsilon} (delta={delta})"
-                break
+
+        def play(_: int) -> RoundRecord:
             if aggregation in robust:
-                record = _robust_round(model, shards, evaluation, hidden_eval, config, rng, robust[aggregation])
-            else:
-                record = run_fedavg(model, shards, evaluation, config=replace(config, rounds=1), rng=rng).history[0]
-            if accountant is not None and mechanism is not None:
-                accountant.step(noise_multiplier=mechanism[0], sample_rate=mechanism[1], steps=mechanism[2])
-            record = replace(record, round=r, epsilon=accountant.get_epsilon(delta) if accountant else None)
-            history.append(record)
-            if progress is not None:
-                progress(record)
+                return _robust_round(model, shards, evaluation, hidden_eval, config, rng, robust[aggregation])
+            return fedavg_round(model, worker, shards, evaluation, hidden_eval, config, rng)
+
+        history, stop_reason, _ = run_rounds(config, play, on_round=progress)
+        mechanism = config.round_mechanism()
         config_row = {
             "clients": clients, "rounds": rounds, "dp": dp, "epsilon_budget": epsilon, "delta": delta,
             "aggregation": aggregation, "partition": partition, "seed": seed,

@@ -3,7 +3,9 @@
 ``DefaultWorkflow`` runs a fixed number of rounds; a DP run must stop *before* the round
 that would exceed its budget, so this loop drives Flower's per-round fit workflow itself
 (``default_fit_workflow``, or ``SecAggPlusWorkflow`` for secure aggregation) in the
-``LegacyContext`` those workflows expect. One round:
+``LegacyContext`` those workflows expect, inside the round loop every engine shares
+(:func:`federated.rounds.run_rounds`: steps 1 and 4's charge are its; steps 2-4 are this ServerApp's
+round). One round:
 
 1. ask the accountant whether the round would exceed the epsilon budget; stop if so;
 2. run the fit workflow: the wrapped strategy Poisson-samples nodes, clients train and
@@ -43,13 +45,12 @@ from flwr.server.workflow.constant import MAIN_CONFIGS_RECORD, MAIN_PARAMS_RECOR
 from flwr.server.workflow.default_workflows import default_fit_workflow
 from flwr.serverapp import Grid
 
-from federated.accountant import PrivacyAccountant
-from federated.data import hidden_mask
 from federated.flower.files import load_partition, load_settings
 from federated.flower.strategy import build_strategy
-from federated.inprocess import FedResult, RoundRecord
+from federated.inprocess import FedResult, RoundRecord, evaluation_mask
 from federated.local import get_parameters, set_parameters
 from federated.metrics import evaluate_masked
+from federated.rounds import run_rounds
 
 __all__ = ["FlowerRoundRecord", "read_history", "serve"]
 
@@ -126,19 +127,9 @@ def serve(grid: Grid, context: Context, *,
         timeout=config.secagg_timeout,
     ) if config.secagg else default_fit_workflow
 
-    accountant = PrivacyAccountant() if fed.dp != "none" else None
-    mechanism = fed.round_mechanism()
-    hidden = hidden_mask(evaluation.observed, frac=fed.eval_mask_frac,
-                         generator=torch.Generator().manual_seed(fed.eval_seed))
-    history: list[FlowerRoundRecord] = []
-    stop_reason: str | None = None
-    for r in range(1, fed.rounds + 1):
-        if accountant is not None and mechanism is not None and fed.epsilon_budget is not None:
-            sigma, q, steps = mechanism
-            if accountant.would_exceed(noise_multiplier=sigma, sample_rate=q, steps=steps,
-                                       epsilon_budget=fed.epsilon_budget, delta=fed.delta):
-                stop_reason = f"round {r} would exceed the epsilon budget {fed.epsilon_budget} (delta={fed.delta})"
-                break
+    hidden = evaluation_mask(evaluation, fed)
+
+    def play(r: int) -> FlowerRoundRecord:
         start = time.perf_counter()
         cfg[Key.CURRENT_ROUND] = r
         fit(grid, legacy)
@@ -149,28 +140,32 @@ def serve(grid: Grid, context: Context, *,
         weights = compat.arrayrecord_to_parameters(state.array_records[MAIN_PARAMS_RECORD], keep_input=True)
         set_parameters(model, parameters_to_ndarrays(weights))
         model.mark_seen(evaluation.item_ids)  # the public item bank, not items clients report answering
-        if accountant is not None and mechanism is not None:
-            accountant.step(noise_multiplier=mechanism[0], sample_rate=mechanism[1], steps=mechanism[2])
         result = evaluate_masked(model, evaluation, hidden)
         log = updates.logs[r]
         losses = [x for x in log.losses if x == x]
-        record = FlowerRoundRecord(
+        return FlowerRoundRecord(
             round=r,
             sampled_clients=tuple(sorted(log.clients)),
             train_loss=float(np.mean(losses)) if losses else float("nan"),
             eval_loss=result.loss,
             auc=result.auc,
-            epsilon=accountant.get_epsilon(fed.delta) if accountant is not None else None,
+            epsilon=None,  # stamped by the round loop after it charges the accountant
             bytes_sent=log.nbytes,
             seconds=time.perf_counter() - start,
             pre_clip_norms=dict(sorted(log.pre_clip_norms.items())),
             student_norm_median=float(np.median(log.student_norm_medians)) if log.student_norm_medians else None,
             failures=len(sampling.last_sampled) - len(log.clients),
         )
-        history.append(record)
+
+    history: list[FlowerRoundRecord] = []
+
+    def record(done: FlowerRoundRecord) -> None:
+        history.append(done)
         _write_history(out_dir, history, "running", None, node_ids)
         if on_round is not None:
-            on_round(record)
+            on_round(done)
+
+    _, stop_reason, accountant = run_rounds(fed, play, on_round=record)
     torch.save(model.state_dict(), out_dir / "model.pt")
     if accountant is not None:
         (out_dir / "accountant.json").write_text(json.dumps(accountant.state_dict()))

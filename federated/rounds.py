@@ -1,0 +1,54 @@
+"""The round loop, once for every engine (the in-process driver, ``fedcd train`` and the Flower ServerApp).
+
+Each round: (1) ask the accountant whether the round would exceed the ε budget and stop *before* running
+it if so; (2) the engine plays the round (sample, train, aggregate, apply, evaluate) and returns its
+record; (3) charge the accountant for the round that ran; (4) stamp the record with its number and the ε
+spent so far; (5) report it. What differs between engines is only step (2).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any, Protocol, TypeVar
+
+from federated.accountant import PrivacyAccountant
+
+__all__ = ["RoundPlan", "run_rounds"]
+
+R = TypeVar("R")  # a frozen dataclass record with ``round`` and ``epsilon`` fields (RoundRecord and its kin)
+
+
+class RoundPlan(Protocol):
+    """What the loop reads of a run's configuration (``federated.inprocess.FedConfig``)."""
+
+    rounds: int
+    dp: str
+    epsilon_budget: float | None
+    delta: float
+
+    def round_mechanism(self) -> tuple[float, float, int] | None: ...
+
+
+def run_rounds(config: RoundPlan, play_round: Callable[[int], R], *,
+               on_round: Callable[[R], None] | None = None) -> tuple[list[R], str | None, PrivacyAccountant | None]:
+    """Play ``config.rounds`` rounds; returns (history, the reason it stopped early or None, the accountant)."""
+    accountant = PrivacyAccountant() if config.dp != "none" else None
+    mechanism = config.round_mechanism()
+    history: list[R] = []
+    for r in range(1, config.rounds + 1):
+        if accountant is not None and mechanism is not None and config.epsilon_budget is not None:
+            sigma, q, steps = mechanism
+            if accountant.would_exceed(noise_multiplier=sigma, sample_rate=q, steps=steps,
+                                       epsilon_budget=config.epsilon_budget, delta=config.delta):
+                return history, (f"round {r} would exceed the epsilon budget {config.epsilon_budget} "
+                                 f"(delta={config.delta})"), accountant
+        record = play_round(r)
+        if accountant is not None and mechanism is not None:
+            accountant.step(noise_multiplier=mechanism[0], sample_rate=mechanism[1], steps=mechanism[2])
+        stamp: dict[str, Any] = {"round": r, "epsilon": accountant.get_epsilon(config.delta) if accountant else None}
+        record = dataclasses.replace(record, **stamp)  # type: ignore[type-var]
+        history.append(record)
+        if on_round is not None:
+            on_round(record)
+    return history, None, accountant
