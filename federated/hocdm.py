@@ -1,6 +1,6 @@
 """local-fed v2: a higher-order IRT model over a platform's item bank, with a Bayesian fold-in.
 
-Why this form (measured against the v1 encoder, IRT, DINA and NCDM in docs/results/local-fed):
+Why this form (docs/local-fed.md; measured against v1, IRT, DINA and NCDM in docs/results/local-fed-ablation):
 
 * **Item parameters per item.** Item ``i`` has a discrimination ``α_i > 0`` and an intercept
   ``c_i`` (easiness). Each is the sum of a *feature* part, a function of the item's Q-row (and
