@@ -36,6 +36,7 @@ def test_train_refuses_inconsistent_options(tmp_path: Path) -> None:
         (["--engine", "flower", "--secagg", "--aggregation", "median"], "choose one"),
         (["--secagg"], "--engine flower"),
         (["--aggregation", "magic"], "--aggregation"),
+        (["--model", "magic"], "unknown model kind"),
     ]
     for extra, message in cases:
         result = runner.invoke(cli, ["train", "--dataset", "synthetic", "--out", str(tmp_path), *extra])
