@@ -134,11 +134,8 @@ def run_ablation(
             trained = train_federated(
                 dataset=Dataset(name=f"{q.id}-train", qmatrix=q, students=list(split.train),
                                 simulated=dataset.simulated),
-                registry=ModelRegistry(Path(folder)), clients=variant.training.clients,
-                rounds=variant.training.rounds, local_epochs=variant.training.local_epochs, seed=seed,
-                threads=variant.training.threads, model_kind=variant.training.model,
-                dp="student" if variant.training.epsilon is not None else "none", epsilon=variant.training.epsilon,
-                force=True, activate=False,
+                registry=ModelRegistry(Path(folder)), seed=seed, activate=False,
+                **{**variant.training.trainer_arguments(), "force": True},  # every variant is measured, gate or not
             )
         model = trained.model
         spent = trained.history[-1].epsilon if trained.history and variant.training.epsilon is not None else None

@@ -63,6 +63,14 @@ class LocalFedTraining:
         if self.epsilon is not None and not self.epsilon > 0:
             raise ValueError(f"local-fed epsilon must be > 0, got {self.epsilon}")
 
+    def trainer_arguments(self) -> dict[str, Any]:
+        """These settings as ``federated.train_federated`` keywords (the untrained model is published only to be
+        measured, hence ``force`` when no round runs)."""
+        return {"clients": self.clients, "rounds": self.rounds, "local_epochs": self.local_epochs,
+                "threads": self.threads, "model_kind": self.model,
+                "dp": "student" if self.epsilon is not None else "none", "epsilon": self.epsilon,
+                "force": self.rounds == 0}
+
     def describe(self) -> dict[str, Any]:
         return {"model": self.model, "clients": self.clients, "rounds": self.rounds, "local_epochs": self.local_epochs,
                 "dp": "student" if self.epsilon is not None else "none", "epsilon": self.epsilon}
@@ -94,12 +102,7 @@ def train_local_fed(
     """``local-fed`` trained across ``training.clients`` simulated institutions on ``train`` only; the
     entity serves the signed model from a registry in ``folder``."""
     dataset = Dataset(name=f"{q.id}-train", qmatrix=q, students=list(train), simulated=simulated)
-    result = train_federated(
-        dataset=dataset, registry=folder, clients=training.clients, rounds=training.rounds,
-        local_epochs=training.local_epochs, seed=seed, threads=training.threads, model_kind=training.model,
-        dp="student" if training.epsilon is not None else "none", epsilon=training.epsilon,
-        force=training.rounds == 0,  # the untrained model is published only to be measured
-    )
+    result = train_federated(dataset=dataset, registry=folder, seed=seed, **training.trainer_arguments())
     if not result.published:
         raise RuntimeError(f"local-fed was not published: {result.decision}")
     entity = LocalFedEntity(registry=ModelRegistry(folder))

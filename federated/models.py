@@ -19,7 +19,7 @@ import torch
 from federated.hocdm import MODEL_KIND as HIGHER_ORDER
 from federated.hocdm import HigherOrderCDM
 from federated.model import MODEL_KIND as EVIDENCE_ENCODER
-from federated.model import CDModel
+from federated.model import CDModel, Interaction
 from qmatrix import QMatrix
 
 __all__ = ["DEFAULT_KIND", "DiagnosisModel", "MODEL_KINDS", "ModelKind", "build_model", "new_model"]
@@ -41,13 +41,16 @@ def build_model(config: Mapping[str, Any]) -> DiagnosisModel:
     raise ValueError(f"unknown model kind {kind!r}; known: {', '.join(MODEL_KINDS)}")
 
 
-def new_model(kind: str, qmatrix: QMatrix, *, seed: int, text_dim: int = 0, **options: Any) -> DiagnosisModel:
-    """A fresh model of ``kind`` for ``qmatrix`` (v2's item vocabulary is the Q-matrix's item bank)."""
+def new_model(kind: str, qmatrix: QMatrix, *, seed: int, text_dim: int = 0, hidden: int = 32,
+              interaction: Interaction = "dina") -> DiagnosisModel:
+    """A fresh model of ``kind`` for ``qmatrix``: v2's item vocabulary is the Q-matrix's item bank; ``hidden`` and
+    ``interaction`` shape v1's networks (v2 has neither)."""
     generator = torch.Generator().manual_seed(seed)
     if kind == HIGHER_ORDER:
         widest = max(len(item.concepts) for item in qmatrix.items)
         return HigherOrderCDM(qmatrix.concepts, items=qmatrix.item_ids, text_dim=text_dim, generator=generator,
-                              max_item_concepts=widest, **options)
+                              max_item_concepts=widest)
     if kind == EVIDENCE_ENCODER:
-        return CDModel(qmatrix.concepts, text_dim=text_dim, generator=generator, **options)
+        return CDModel(qmatrix.concepts, text_dim=text_dim, hidden=hidden, interaction=interaction,
+                       generator=generator)
     raise ValueError(f"unknown model kind {kind!r}; known: {', '.join(MODEL_KINDS)}")

@@ -179,8 +179,8 @@ def train_federated(
     active = registry.load(active_version) if active_version else None  # a tampered active model fails fast
     rng = np.random.default_rng(seed)
     with torch_threads(threads):
-        options = {"hidden": hidden, "interaction": interaction} if model_kind == "evidence-encoder" else {}
-        model = new_model(model_kind, dataset.qmatrix, seed=seed, text_dim=text_dim, **options)
+        model = new_model(model_kind, dataset.qmatrix, seed=seed, text_dim=text_dim, hidden=hidden,
+                          interaction=interaction)
         data = encode_dataset(dataset, table=model.item_table(dataset.qmatrix))
         split = split_students(len(data), rng=rng, validation=0.0, test=heldout_fraction)
         train, evaluation = data.subset(split.train), data.subset(split.test)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 
 import numpy as np
 import pytest
@@ -16,7 +15,7 @@ from diagnosis import (
     ResidualAggregator,
     Selective,
 )
-from providers import EntitySkipped, EntityUnavailable
+from providers import Entity, EntitySkipped, EntityUnavailable, WithDeadline
 from tests.factories import FakeEntity, diagnosis_request
 
 # Uncalibrated posterior (τ = 0.1), no noise: one answer gives a credible interval about 0.32 wide, two about 0.23.
@@ -114,17 +113,24 @@ async def test_a_concept_tier_0_did_not_answer_is_unsure() -> None:
     assert not result.missing_concepts
 
 
-async def test_tiers_share_the_request_deadline() -> None:
-    # Tier 0 takes 2 s of a 3 s deadline: the paid tier gets what is left (1 s), not its own full deadline
-    # (which would end the request at 5 s). The 1.5 s of slack below is for a busy CI machine's late timers.
-    local = FakeEntity("local", 0.8, delay_s=2.0)
+async def test_tiers_share_the_request_deadline(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Tier 0 takes at least 0.3 s of a 3 s deadline: the paid tier is bounded by what is left (< 2.7 s), not by a
+    # full deadline of its own. Asserted on the bound each entity is given, not on wall-clock time: a busy machine
+    # only makes what is left smaller.
+    bounds: dict[str, float] = {}
+
+    class Recorded(WithDeadline):
+        def __init__(self, inner: Entity, deadline_s: float) -> None:
+            bounds[inner.name] = deadline_s
+            super().__init__(inner, deadline_s)
+
+    monkeypatch.setattr("diagnosis.pipeline.WithDeadline", Recorded)
+    local = FakeEntity("local", 0.8, delay_s=0.3)
     paid = FakeEntity("paid", 0.4, delay_s=30.0)
-    start = time.perf_counter()
     result = await _pipeline(local, paid).diagnose(
         _request(federation=Selective(threshold=WIDE), deadline_s=3.0), PosteriorAggregator()
     )
-    elapsed = time.perf_counter() - start
-    assert 3.0 <= elapsed < 4.5
+    assert 0 < bounds["paid"] <= 3.0 - 0.3 and bounds["paid"] < bounds["local"] <= 3.0
     outcomes = {o.name: o for o in result.entities}
     assert outcomes["paid"].status == "failed" and outcomes["paid"].reason == "timeout"
     assert [s.decision for s in result.federation.stages] == ["uncertain", "tier failed"]

@@ -9,7 +9,6 @@ Retry waits go to a recording fake sleep; only the timeout tests wait for real (
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -313,12 +312,11 @@ async def test_attempt_timeout(
     late = success(answer(prompt_context, 0.9, 0.25, 0.5))
     wire_server.script(Delay(5.0, late), Delay(5.0, late))
 
-    started = time.perf_counter()
     with pytest.raises(EntityTimeout):
         await make_entity(timeout_s=0.3, max_attempts=2).respond(prompt_context)
 
-    # Each attempt was cut at ~0.3 s by the SDK's timeout (not the server's 5 s), and retried once.
-    assert time.perf_counter() - started < 4.0
+    # Each attempt was cut by the SDK's timeout (had either waited for the server's 5 s, its answer would have
+    # been a success, not an EntityTimeout), and retried once.
     assert len(sent(wire_server, backend)) == 2
 
 
@@ -327,11 +325,10 @@ async def test_deadline_bounds_the_whole_call(
 ) -> None:
     wire_server.script(Delay(5.0, success(answer(prompt_context, 0.9, 0.25, 0.5))))
 
-    started = time.perf_counter()
+    # the deadline, not the 5 s attempt timeout, ends the call: a call left to run would have got the answer
     with pytest.raises(EntityTimeout, match="deadline"):
         await make_entity(timeout_s=5.0, deadline_s=0.3).respond(prompt_context)
 
-    assert time.perf_counter() - started < 4.0
     assert len(wire_server.requests) == 1
 
 
