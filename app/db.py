@@ -258,6 +258,17 @@ class Database:
                 "run `fedcd db upgrade`"
             )
         self.sessions: sessionmaker = sessionmaker(self.engine, expire_on_commit=False)
+        # Liveness (worker and job heartbeats, job claims) on connections of its own: a pool busy with
+        # requests must not make a live worker look dead. (An in-memory SQLite database is one connection.)
+        in_memory = sqlite and self.engine.url.database in (None, "", ":memory:")
+        self.control_engine: Engine = self.engine if in_memory else create_engine(
+            url, pool_size=1, max_overflow=1, **({} if sqlite else {"pool_pre_ping": True})
+        )
+        if sqlite and not in_memory:
+            event.listen(self.control_engine, "connect", _sqlite_pragmas)
+        self.control_sessions: sessionmaker = sessionmaker(self.control_engine, expire_on_commit=False)
 
     def close(self) -> None:
         self.engine.dispose()
+        if self.control_engine is not self.engine:
+            self.control_engine.dispose()

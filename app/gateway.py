@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 
 from app.auth import KeyStore
 from app.bootstrap import ensure_dev_key, train_default_model
@@ -47,7 +48,8 @@ class Gateway:
         self.keys = KeyStore(sessions)
         self.policies = PolicyStore(sessions, settings)
         self.usage = UsageStore(sessions)
-        self.workers = WorkerRegistry(sessions, stale_s=settings.worker_stale_s)
+        # The worker's own heartbeat: its own connection, like the job runner's claims and heartbeats.
+        self.workers = WorkerRegistry(self.database.control_sessions, stale_s=settings.worker_stale_s)
         self.ledger = (
             PrivacyLedger(
                 sessions, rule=budget_rule(default_policy(settings)), accountant=settings.privacy_accountant,
@@ -58,7 +60,7 @@ class Gateway:
         )
         self.jobs = JobRunner(
             sessions, worker_id=self.workers.id, live_workers=self.workers.live_ids, stale_s=settings.worker_stale_s,
-            heartbeat_s=settings.worker_heartbeat_s,
+            heartbeat_s=settings.worker_heartbeat_s, control_sessions=self.database.control_sessions,
         )
         self.federation: Federation | None = None
         self.diagnosis: DiagnosisService | None = None
@@ -102,16 +104,19 @@ class Gateway:
         self._maintenance = asyncio.create_task(self._maintain(), name=f"maintenance-{self.workers.id}")
 
     async def stop(self) -> None:
+        """In order: stop maintenance; cancel running jobs (their claims released, their model calls aborted);
+        write the buffered usage; only then close the entities — an embedded model is freed once its thread
+        is idle (``providers.llamacpp_embedded``); freeing it under a running call crashed the server."""
         if self._maintenance is not None:
             self._maintenance.cancel()
             await asyncio.gather(self._maintenance, return_exceptions=True)
         await self.jobs.aclose()
-        if self.federation is not None:
-            await self.federation.aclose()
         try:  # the usage rows still buffered (app.storage.usage)
             await asyncio.to_thread(self.usage.flush)
         except Exception:
             log.exception("usage records buffered at shutdown could not be written")
+        if self.federation is not None:
+            await self.federation.aclose()
         with contextlib.suppress(Exception):  # a clean shutdown should not fail on a lost database
             await asyncio.to_thread(self.workers.deregister)
         if self.ledger is not None:
@@ -137,14 +142,19 @@ class Gateway:
 
     async def _maintain(self) -> None:
         """Heartbeat this worker; now and then, refund what dead workers left pending."""
+        # Its own thread: the shared pool may be full of slow work, and a late heartbeat reads as a dead worker.
+        beat = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"heartbeat-{self.workers.id}")
         beats = 0
-        while True:
-            await asyncio.sleep(self.settings.worker_heartbeat_s)
-            try:
-                await asyncio.to_thread(self.workers.heartbeat)
-                await asyncio.to_thread(self.usage.flush)
-                beats += 1
-                if beats % 12 == 0:
-                    await self._settle_orphans()
-            except Exception:
-                log.exception("worker maintenance: will retry")
+        try:
+            while True:
+                await asyncio.sleep(self.settings.worker_heartbeat_s)
+                try:
+                    await asyncio.get_running_loop().run_in_executor(beat, self.workers.heartbeat)
+                    await asyncio.to_thread(self.usage.flush)
+                    beats += 1
+                    if beats % 12 == 0:
+                        await self._settle_orphans()
+                except Exception:
+                    log.exception("worker maintenance: will retry")
+        finally:
+            beat.shutdown(wait=False)

@@ -51,6 +51,8 @@ class EntitySpec(BaseModel):
     deadline_s: float = Field(default=90.0, gt=0)
     max_attempts: int = Field(default=3, ge=1)
     concurrency: int = Field(default=4, ge=1)
+    # The most of those slots background jobs (calibrations) may hold at once; interactive diagnoses go first.
+    background_share: float = Field(default=0.5, gt=0.0, le=1.0)
     # llamacpp: a GGUF path, or a packaged model name ("smollm2", "gemma3"); local_fed: the model registry folder.
     model_path: str | None = None
     packaged_model: Literal["smollm2", "gemma3"] | None = None

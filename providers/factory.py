@@ -68,4 +68,7 @@ def build_entity(
         concurrency=spec.concurrency,
         breaker=breaker,
         sleep=sleep,
+        background_share=spec.background_share,
+        # Repeating an embedded model's call costs no money: a job's call gives its slot to a user's at once.
+        preempt_background=spec.kind == "llamacpp",
     )

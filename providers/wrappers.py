@@ -26,11 +26,15 @@ from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_aft
 from providers.circuit import CircuitBreaker, CircuitBroken
 from providers.errors import EntityError, EntityParseError, EntityTimeout, EntityUnavailable
 from providers.observed import Observed, retry_counter
+from providers.scheduling import PrioritySlots, deadline_scope, enclosing_deadline
 from providers.types import Entity, EntityPrediction, PromptContext, TokenUsage
 
 __all__ = ["Cached", "ConcurrencyLimited", "RetryPolicy", "Retrying", "WithDeadline", "build_chain"]
 
 Sleep = Callable[[float], Awaitable[None]]
+
+# How much earlier than an enclosing deadline an inner one fires (WithDeadline).
+_INNER_MARGIN_S = 0.01
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -114,7 +118,12 @@ class Retrying:
 
 
 class WithDeadline:
-    """Bounds the whole call to ``deadline_s`` seconds: whatever it wraps (queueing, retries) included."""
+    """Bounds the whole call to ``deadline_s`` seconds: whatever it wraps (queueing, retries) included.
+
+    Inside an enclosing deadline (the request's, ``providers.scheduling``) that ends first, this one ends
+    ``_INNER_MARGIN_S`` before it: the innermost deadline fires first, so the circuit breaker and the
+    failure metrics, which sit between the two, see the timeout instead of a cancellation.
+    """
 
     def __init__(self, inner: Entity, deadline_s: float) -> None:
         if deadline_s <= 0:
@@ -123,28 +132,34 @@ class WithDeadline:
         self.name = inner.name
 
     async def respond(self, context: PromptContext) -> EntityPrediction:
+        now = asyncio.get_running_loop().time()
+        own = now + self.deadline_s
+        enclosing = enclosing_deadline()
+        bounded_by_enclosing = enclosing is not None and enclosing - _INNER_MARGIN_S < own
+        until = enclosing - _INNER_MARGIN_S if bounded_by_enclosing else own  # type: ignore[operator]
         try:
-            return await asyncio.wait_for(self.inner.respond(context), timeout=self.deadline_s)
+            with deadline_scope(until):
+                return await asyncio.wait_for(self.inner.respond(context), timeout=max(0.0, until - now))
         except TimeoutError:
-            raise EntityTimeout(f"no answer within the {self.deadline_s:g} s deadline", entity=self.name) from None
+            which = "the request's" if bounded_by_enclosing else f"the {self.deadline_s:g} s"
+            raise EntityTimeout(f"no answer within {which} deadline", entity=self.name) from None
 
     async def aclose(self) -> None:
         await self.inner.aclose()
 
 
 class ConcurrencyLimited:
-    """At most ``limit`` calls in flight to the wrapped entity; the rest wait their turn."""
+    """At most ``limit`` calls in flight to the wrapped entity; the rest wait their turn, interactive
+    calls first (``providers.scheduling.PrioritySlots``: background jobs hold at most ``background_share``
+    of the slots and, with ``preempt``, give a slot back to a waiting interactive call)."""
 
-    def __init__(self, inner: Entity, limit: int) -> None:
-        if limit < 1:
-            raise ValueError(f"limit must be >= 1, got {limit}")
+    def __init__(self, inner: Entity, limit: int, *, background_share: float = 0.5, preempt: bool = False) -> None:
         self.inner, self.limit = inner, limit
         self.name = inner.name
-        self._semaphore = asyncio.Semaphore(limit)
+        self.slots = PrioritySlots(limit, background_share=background_share, preempt=preempt)
 
     async def respond(self, context: PromptContext) -> EntityPrediction:
-        async with self._semaphore:
-            return await self.inner.respond(context)
+        return await self.slots.run(lambda: self.inner.respond(context))
 
     async def aclose(self) -> None:
         await self.inner.aclose()
@@ -196,11 +211,14 @@ def build_chain(
     concurrency: int,
     breaker: CircuitBreaker | None = None,
     sleep: Sleep = asyncio.sleep,
+    background_share: float = 0.5,
+    preempt_background: bool = False,
 ) -> Entity:
     """The standard chain (module docstring): deadline outside, so time queued for a slot counts against it;
     the breaker (if any) outside that, so an open circuit costs neither; metrics outermost."""
     retrying = Retrying(adapter, policy, sleep=sleep, on_retry=retry_counter(adapter.name))
-    guarded: Entity = WithDeadline(ConcurrencyLimited(retrying, concurrency), deadline_s)
+    limited = ConcurrencyLimited(retrying, concurrency, background_share=background_share, preempt=preempt_background)
+    guarded: Entity = WithDeadline(limited, deadline_s)
     if breaker is not None:
         guarded = CircuitBroken(guarded, breaker)
     return Observed(guarded)

@@ -9,6 +9,13 @@ runs; each finished unit (a student) is stored as it completes, so a reclaimed j
 stored progress and computes no unit twice. Every transition is recorded in ``job_events`` — the
 job's readable history. A job of a kind no longer available is failed with the reason; nothing is
 silently lost.
+
+Claims and heartbeats run on the runner's own thread and database connection (``control``), and the
+heartbeat has its own loop: measured before, they shared the 6-thread pool with embedded-model calls,
+the heartbeat went 30 s stale behind them and the worker took over *its own* running job twice (three
+copies of the first-start calibration at once). A worker also never claims a job it is running itself,
+whatever its heartbeat says. Jobs run at background priority (``providers.scheduling``): a user's
+diagnosis gets an entity's slots first.
 """
 
 from __future__ import annotations
@@ -19,16 +26,19 @@ import logging
 import time
 import uuid
 from collections.abc import Awaitable, Callable
-from typing import Any
+from concurrent.futures import Executor, ThreadPoolExecutor
+from typing import Any, TypeVar
 
 from sqlalchemy import func, or_, select, update
 from sqlalchemy.orm import sessionmaker
 
 from app.db import JobEventRow, JobItemRow, JobRow
+from providers.scheduling import background_priority
 
 __all__ = ["JobContext", "JobRunner"]
 
 log = logging.getLogger("fedcd.jobs")
+T = TypeVar("T")
 
 
 class JobContext:
@@ -78,14 +88,20 @@ class JobRunner:
         heartbeat_s: float = 5.0,
         poll_s: float = 2.0,
         concurrency: int = 2,
+        control_sessions: sessionmaker | None = None,
     ) -> None:
         self.sessions, self.worker_id = sessions, worker_id
+        # Claims and heartbeats: their own connection (when given) and their own thread.
+        self._control_sessions = control_sessions or sessions
+        self._control: Executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"jobs-control-{worker_id}")
         self._live_workers = live_workers or (lambda: {worker_id})
         self.stale_s, self.heartbeat_s, self.poll_s, self.concurrency = stale_s, heartbeat_s, poll_s, concurrency
         self.handlers: dict[str, JobHandler] = {}
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._wake = asyncio.Event()
         self._loop_task: asyncio.Task[None] | None = None
+        self._beat_task: asyncio.Task[None] | None = None
+        self._closing = False
 
     def register(self, kind: str, handler: JobHandler) -> None:
         self.handlers[kind] = handler
@@ -94,6 +110,7 @@ class JobRunner:
         """Start claiming (call once the handlers are registered)."""
         if self._loop_task is None:
             self._loop_task = asyncio.create_task(self._claim_loop(), name=f"jobs-{self.worker_id}")
+            self._beat_task = asyncio.create_task(self._heartbeat_loop(), name=f"jobs-heartbeat-{self.worker_id}")
 
     def submit(self, kind: str, request: dict[str, Any], *, tenant: str) -> str:
         job_id = uuid.uuid4().hex
@@ -127,24 +144,39 @@ class JobRunner:
 
     async def aclose(self) -> None:
         """Stop claiming; cancel running jobs and release their claims so another worker takes them at once."""
-        if self._loop_task is not None:
-            self._loop_task.cancel()
-            await asyncio.gather(self._loop_task, return_exceptions=True)
+        # The flag as well as the cancel: Python 3.11's wait_for can swallow a cancel that coincides with the
+        # wake-up it waits for (seen here with a short poll), and the loop would run on.
+        self._closing = True
+        self._wake.set()
+        loops = [t for t in (self._loop_task, self._beat_task) if t is not None]
+        for loop_task in loops:
+            loop_task.cancel()
+        await asyncio.gather(*loops, return_exceptions=True)
         tasks = list(self._tasks.values())
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        self._control.shutdown(wait=False)
+
+    async def _on_control(self, fn: Callable[..., T], *args: Any) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self._control, fn, *args)
 
     # -- claiming -------------------------------------------------------------------------------
-    async def _claim_loop(self) -> None:
-        last_beat = 0.0
-        while True:
+    async def _heartbeat_loop(self) -> None:
+        while not self._closing:
             try:
-                if time.monotonic() - last_beat >= self.heartbeat_s:
-                    await asyncio.to_thread(self._heartbeat_running)
-                    last_beat = time.monotonic()
-                while len(self._tasks) < self.concurrency:
-                    claimed = await asyncio.to_thread(self._claim_one)
+                await self._on_control(self._heartbeat_running)
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # a database hiccup must not end the loop
+                log.exception("job heartbeat: will retry")
+            await asyncio.sleep(self.heartbeat_s)
+
+    async def _claim_loop(self) -> None:
+        while not self._closing:
+            try:
+                while len(self._tasks) < self.concurrency and not self._closing:
+                    claimed = await self._on_control(self._claim_one, frozenset(self._tasks))
                     if claimed is None:
                         break
                     self._run_claimed(*claimed)
@@ -158,8 +190,11 @@ class JobRunner:
             except TimeoutError:
                 pass
 
-    def _claim_one(self) -> tuple[str, str, dict[str, Any], str, bool] | None:
-        """Claim the oldest claimable job: (id, kind, request, tenant, reclaimed) or ``None``."""
+    def _claim_one(self, running_here: frozenset[str] = frozenset()) -> tuple[str, str, dict[str, Any], str, bool] | None:
+        """Claim the oldest claimable job: (id, kind, request, tenant, reclaimed) or ``None``.
+
+        ``running_here``: the jobs this worker is running; never claimable by it, however stale their heartbeat.
+        """
         now = time.time()
         live = sorted(self._live_workers())
         claimable = or_(
@@ -167,7 +202,9 @@ class JobRunner:
             (JobRow.status == "running")
             & or_(JobRow.claimed_by.is_(None), JobRow.claimed_by.not_in(live), JobRow.heartbeat_at < now - self.stale_s),
         )
-        with self.sessions.begin() as session:
+        if running_here:
+            claimable = claimable & JobRow.id.not_in(sorted(running_here))
+        with self._control_sessions.begin() as session:
             candidate = (
                 select(JobRow.id).where(claimable).order_by(JobRow.created_at).limit(1)
                 .with_for_update(skip_locked=True)
@@ -208,7 +245,7 @@ class JobRunner:
     def _heartbeat_running(self) -> None:
         if not self._tasks:
             return
-        with self.sessions.begin() as session:
+        with self._control_sessions.begin() as session:
             session.execute(
                 update(JobRow)
                 .where(JobRow.id.in_(list(self._tasks)), JobRow.claimed_by == self.worker_id)
@@ -222,7 +259,8 @@ class JobRunner:
     async def _run(self, job_id: str, kind: str, request: dict[str, Any], tenant: str) -> None:
         context = JobContext(self.sessions, job_id, tenant)
         try:
-            outcome = await self.handlers[kind](request, context)
+            with background_priority():  # a user's diagnosis gets entity slots first
+                outcome = await self.handlers[kind](request, context)
         except asyncio.CancelledError:
             # Shutting down: release the claim; another (or the next) worker resumes from the stored progress.
             await asyncio.shield(asyncio.to_thread(self._finish, job_id, "released", claimed_by=None,
