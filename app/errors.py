@@ -5,6 +5,8 @@
   of ``{loc, msg, type}`` whose ``loc`` names the field.
 * Request validation errors → 422. The echoed input is made encodable (NaN, ±Infinity, lone
   surrogates, bytes that are not UTF-8) and shortened, so the error itself can never fail.
+* Every error list is capped: the first ``MAX_ERRORS`` entries, then one counting the rest, and each
+  message is shortened — a body of a million bad values gets a small 422, not one entry per value.
 * A body that cannot be decoded (not UTF-8, not the declared content type) → 422, not 400.
 * ``AllEntitiesFailed`` → 503 with each entity's reason.
 * ``BudgetExceeded`` → 429 saying the student's privacy budget is spent.
@@ -19,6 +21,7 @@ from __future__ import annotations
 import logging
 import math
 import re
+import reprlib
 from collections.abc import Sequence
 from typing import Any
 
@@ -32,10 +35,19 @@ from diagnosis import AllEntitiesFailed
 from privacy import BudgetExceeded
 from qmatrix import QMatrixError
 
-__all__ = ["InputError", "TryLater", "install_error_handlers", "safe_json"]
+__all__ = ["MAX_ERRORS", "InputError", "TryLater", "install_error_handlers", "safe_json"]
 
 log = logging.getLogger("fedcd.errors")
 _MAX_ECHO = 200  # characters of an offending input echoed back
+MAX_ERRORS = 20  # entries of one error list; the rest are counted in one more entry
+_MAX_MESSAGE = 4000  # characters of one message (20 of them listing 128-character ids fit)
+
+# repr() of an echoed input, bounded before it is built: repr() of a million-element list would be built whole
+# (tens of MB) only to be cut to _MAX_ECHO characters.
+_repr = reprlib.Repr()
+_repr.maxstring = _repr.maxother = _repr.maxlong = _MAX_ECHO
+_repr.maxlist = _repr.maxtuple = _repr.maxdict = _repr.maxset = 10
+_repr.maxlevel = 3
 
 
 class InputError(Exception):
@@ -51,7 +63,16 @@ class InputError(Exception):
         super().__init__("; ".join(messages))
 
     def detail(self) -> list[dict[str, Any]]:
-        return [{"loc": self.loc, "msg": m, "type": "value_error", **self.extra} for m in self.messages]
+        messages = self.messages
+        # A caller that capped its own list (e.g. QMatrixError: MAX_ERRORS problems and one counting the rest) keeps
+        # its count line; an uncapped list is capped here.
+        if len(messages) > MAX_ERRORS + 1:
+            messages = [*messages[:MAX_ERRORS], f"… and {len(messages) - MAX_ERRORS} more problems"]
+        return [{"loc": self.loc, "msg": _shortened(m), "type": "value_error", **self.extra} for m in messages]
+
+
+def _shortened(message: str) -> str:
+    return message if len(message) <= _MAX_MESSAGE else message[:_MAX_MESSAGE] + "…"
 
 
 class TryLater(Exception):
@@ -86,14 +107,18 @@ def _json(status_code: int, content: Any, headers: dict[str, str] | None = None)
 
 def _validation_detail(errors: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     detail = []
-    for error in errors:
-        item = {"loc": list(error.get("loc", ())), "msg": error.get("msg", ""), "type": error.get("type", "")}
+    for error in errors[:MAX_ERRORS]:
+        item = {"loc": list(error.get("loc", ())), "msg": _shortened(str(error.get("msg", ""))),
+                "type": error.get("type", "")}
         if "input" in error:
-            text = repr(error["input"]) if not isinstance(error["input"], str) else error["input"]
+            text = _repr.repr(error["input"]) if not isinstance(error["input"], str) else error["input"]
             item["input"] = safe_json(text, limit=_MAX_ECHO)
         if error.get("ctx"):
             item["ctx"] = safe_json(error["ctx"], limit=_MAX_ECHO)
         detail.append(item)
+    if len(errors) > MAX_ERRORS:
+        first = list(errors[MAX_ERRORS].get("loc", ()))[:1]  # "body" or "query": where the rest are
+        detail.append({"loc": first, "msg": f"… and {len(errors) - MAX_ERRORS} more errors", "type": "too_many_errors"})
     return detail
 
 
@@ -136,7 +161,7 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(QMatrixError)
     async def _qmatrix_error(_: Request, exc: QMatrixError) -> JSONResponse:
-        detail = [{"loc": ["body"], "msg": p, "type": "value_error"} for p in exc.problems]
+        detail = [{"loc": ["body"], "msg": _shortened(p), "type": "value_error"} for p in exc.problems[:MAX_ERRORS + 1]]
         return _json(422, {"detail": detail})
 
     @app.exception_handler(TryLater)

@@ -1,24 +1,68 @@
-"""Request limits that depend on settings (README "Limits"); each refusal is a 422 naming the field."""
+"""Request limits that depend on settings (README "Limits"); each refusal is a 422 naming the field.
+
+Q-matrix sizes are checked while a Q-matrix is read (:func:`qmatrix_from_csv_checked`,
+:func:`qmatrix_from_json_checked`): reading stops at the first row or column past the limit, so an
+oversized upload is refused before its rows are built. :func:`check_qmatrix_size` checks one that is
+already built (e.g. an inline Q-matrix a service parsed itself).
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import io
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 from app.errors import InputError
 from app.settings import Settings
-from qmatrix import QMatrix, Response
+from qmatrix import QMatrix, QMatrixError, Response, qmatrix_from_json
+from qmatrix.io import check_size, qmatrix_from_csv_lines
 
-__all__ = ["check_qmatrix_size", "check_responses"]
+__all__ = [
+    "MAX_LISTED",
+    "check_qmatrix_size",
+    "check_responses",
+    "qmatrix_from_csv_checked",
+    "qmatrix_from_json_checked",
+]
+
+MAX_LISTED = 20  # ids listed in one message; the rest are counted
 
 
 def check_qmatrix_size(q: QMatrix, settings: Settings, loc: Sequence[str | int]) -> None:
-    problems = []
-    if len(q.items) > settings.max_qmatrix_items:
-        problems.append(f"{len(q.items)} items; at most {settings.max_qmatrix_items} per Q-matrix")
-    if len(q.concepts) > settings.max_qmatrix_concepts:
-        problems.append(f"{len(q.concepts)} concepts; at most {settings.max_qmatrix_concepts} per Q-matrix")
-    if problems:
-        raise InputError(loc, problems)
+    try:
+        check_size(len(q.items), len(q.concepts), max_items=settings.max_qmatrix_items,
+                   max_concepts=settings.max_qmatrix_concepts)
+    except QMatrixError as exc:
+        raise InputError(loc, exc.problems) from exc
+
+
+def qmatrix_from_json_checked(data: dict[str, Any], settings: Settings, loc: Sequence[str | int]) -> QMatrix:
+    """The JSON form, its item and concept counts checked against the settings before any item is built."""
+    try:
+        return qmatrix_from_json(data, max_items=settings.max_qmatrix_items, max_concepts=settings.max_qmatrix_concepts)
+    except QMatrixError as exc:  # capped: at most qmatrix.model.MAX_PROBLEMS listed, the rest counted
+        raise InputError(loc, exc.problems) from exc
+
+
+def qmatrix_from_csv_checked(
+    data: bytes | Iterable[str], qid: str, settings: Settings, loc: Sequence[str | int]
+) -> QMatrix:
+    """The CSV form; reading stops at the first row past ``max_qmatrix_items`` (a header with more than
+    ``max_qmatrix_concepts`` concept columns is refused before any row is read).
+
+    Bytes are decoded as they are read (UTF-8, an optional BOM dropped, undecodable bytes replaced) rather
+    than into one string first: a 16 MiB body with one non-ASCII character would otherwise become a 64 MiB
+    string, and another copy inside the reader.
+    """
+    lines: Iterable[str] = (
+        io.TextIOWrapper(io.BytesIO(data), encoding="utf-8-sig", errors="replace", newline="")
+        if isinstance(data, bytes) else data
+    )
+    try:
+        return qmatrix_from_csv_lines(lines, id=qid, max_items=settings.max_qmatrix_items,
+                                      max_concepts=settings.max_qmatrix_concepts)
+    except QMatrixError as exc:
+        raise InputError(loc, exc.problems) from exc
 
 
 def check_responses(q: QMatrix, responses: Sequence[Response], settings: Settings, loc: Sequence[str | int]) -> None:
@@ -29,9 +73,10 @@ def check_responses(q: QMatrix, responses: Sequence[Response], settings: Setting
         )
     unknown = q.unknown_items(r.item_id for r in responses)
     if unknown:
-        shown = unknown[:20]
+        shown = unknown[:MAX_LISTED]
         raise InputError(
             (*loc, "responses"),
-            [f"unknown item ids for Q-matrix '{q.id}': {', '.join(shown)}" + (" …" if len(unknown) > 20 else "")],
+            [f"unknown item ids for Q-matrix '{q.id}': {', '.join(shown)}"
+             + (f" … and {len(unknown) - MAX_LISTED} more" if len(unknown) > MAX_LISTED else "")],
             extra={"unknown_item_ids": shown},
         )

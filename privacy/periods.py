@@ -19,8 +19,8 @@ import math
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
-from zoneinfo import ZoneInfo
+from datetime import UTC, date, datetime, time, timedelta
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 __all__ = [
     "BudgetPeriod",
@@ -85,7 +85,7 @@ class _Calendar(BudgetPeriod, ABC):
     timezone: str = "UTC"
 
     def __post_init__(self) -> None:
-        ZoneInfo(self.timezone)  # an unknown zone fails here
+        _zone(self.timezone)  # an unknown zone fails here, as a ValueError
 
     @abstractmethod
     def _start_of(self, local: datetime) -> datetime: ...
@@ -149,13 +149,27 @@ class Terms(BudgetPeriod):
 
     @classmethod
     def from_dates(cls, terms: Sequence[tuple[str, str]], *, timezone: str = "UTC") -> Terms:
-        """Terms from ISO dates (``2026-09-01``); a term runs from its first day's 00:00 to the day after its last."""
-        zone = ZoneInfo(timezone)
+        """Terms from ISO dates (``2026-09-01``); a term runs from its first day's 00:00 to the day after its last.
+
+        Every problem is a ``ValueError`` naming the term (``terms[1].end``), never an ``OverflowError``: a term
+        ending on the calendar's last day (9999-12-31) has no next day, so it runs to the last instant a
+        timestamp can show; a start that cannot be shown in UTC (0001-01-01 east of Greenwich) is refused, since
+        a start is what "renews at" reports.
+        """
+        zone = _zone(timezone)
         spans = []
-        for first, last in terms:
-            start = datetime.fromisoformat(first).replace(tzinfo=zone)
-            end = datetime.fromisoformat(last).replace(tzinfo=zone) + timedelta(days=1)
-            spans.append((start.timestamp(), end.timestamp()))
+        for k, (first, last) in enumerate(terms):
+            start = _midnight(_day(first, f"terms[{k}].start"), zone)
+            if not _FIRST_TS <= start <= _LAST_TS:
+                raise ValueError(f"terms[{k}].start: {first} 00:00 in {timezone} is outside the years 1-9999 in UTC")
+            last_day = _day(last, f"terms[{k}].end")
+            try:
+                end = min(_midnight(last_day + timedelta(days=1), zone), _LAST_TS)
+            except OverflowError:  # 9999-12-31: the calendar has no next day
+                end = _LAST_TS
+            if end <= start:
+                raise ValueError(f"terms[{k}]: the end ({last}) is before the start ({first})")
+            spans.append((start, end))
         return cls(tuple(spans))
 
     @property
@@ -184,6 +198,34 @@ class BudgetRule:
             raise ValueError(f"cap_delta must lie in [0, 1), got {self.cap_delta}")
 
 
+# The instants a datetime can show in UTC (iso_utc, messages), to the second: datetime.max's microseconds would
+# round up to year 10000 as a float.
+_FIRST_TS = datetime(1, 1, 1, tzinfo=UTC).timestamp()
+_LAST_TS = datetime(9999, 12, 31, 23, 59, 59, tzinfo=UTC).timestamp()
+
+
+def _zone(timezone: str) -> ZoneInfo:
+    try:
+        return ZoneInfo(timezone)
+    except (ZoneInfoNotFoundError, ValueError, OSError) as exc:  # OSError: e.g. an unreadable zone file
+        raise ValueError(f"timezone: unknown time zone {timezone!r}") from exc
+
+
+def _day(text: str, field: str) -> date:
+    try:
+        return date.fromisoformat(text)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{field}: {text!r} is not a date YYYY-MM-DD ({exc})") from exc
+
+
+def _midnight(day: date, zone: ZoneInfo) -> float:
+    """The epoch time of ``day``'s 00:00 in ``zone`` (works for any date, even one whose UTC time is out of range)."""
+    return datetime.combine(day, time(), tzinfo=zone).timestamp()
+
+
 def iso_utc(ts: float | None) -> str | None:
-    """An epoch time as an ISO 8601 UTC string (what messages and responses show)."""
-    return datetime.fromtimestamp(ts, UTC).isoformat(timespec="seconds").replace("+00:00", "Z") if ts is not None else None
+    """An epoch time as an ISO 8601 UTC string (what messages and responses show); clamped to years 1-9999."""
+    if ts is None or math.isnan(ts):  # NaN: no instant to show
+        return None
+    ts = min(max(ts, _FIRST_TS), _LAST_TS)
+    return datetime.fromtimestamp(ts, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")

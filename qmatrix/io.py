@@ -12,15 +12,18 @@ import csv
 import hashlib
 import io
 import json
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from qmatrix.model import Item, QMatrix, QMatrixError
+from qmatrix.model import Item, Problems, QMatrix, QMatrixError, QMatrixTooLarge, shown
 
 __all__ = [
+    "check_size",
     "load_qmatrix",
+    "qmatrix_from_csv_lines",
     "qmatrix_from_csv_text",
     "qmatrix_fingerprint",
     "qmatrix_from_json",
@@ -32,52 +35,69 @@ __all__ = [
 _FIXED_COLUMNS = ("item_id", "text")
 
 
-_MAX_PROBLEMS = 50  # listed per error; the rest are counted
+def _too_many(what: str, limit: int, where: str) -> QMatrixTooLarge:
+    return QMatrixTooLarge([f"{what}: more than {limit} {what} ({where}); at most {limit} per Q-matrix"])
 
 
-def qmatrix_from_csv_text(text: str, *, id: str) -> QMatrix:
-    """Parse ``item_id,text,<concept>...`` rows of 0/1 cells, listing every problem (up to 50) at once.
+def qmatrix_from_csv_text(
+    text: str, *, id: str, max_items: int | None = None, max_concepts: int | None = None
+) -> QMatrix:
+    """Parse ``item_id,text,<concept>...`` rows of 0/1 cells (see :func:`qmatrix_from_csv_lines`)."""
+    # newline="": the csv module itself recognises \r\n, \n and a lone \r (old Mac exports) as row ends.
+    return qmatrix_from_csv_lines(
+        io.StringIO(text.lstrip("\ufeff"), newline=""), id=id, max_items=max_items, max_concepts=max_concepts
+    )
+
+
+def qmatrix_from_csv_lines(
+    lines: Iterable[str], *, id: str, max_items: int | None = None, max_concepts: int | None = None
+) -> QMatrix:
+    """Parse CSV lines (a text file opened with ``newline=""``, or any iterable of lines), listing the first
+    problems (:data:`MAX_PROBLEMS`) at once and counting the rest.
+
+    Limits are checked while reading: a header with more than ``max_concepts`` concept columns is refused
+    before any row is read, and reading stops at the first row past ``max_items`` (valid or not), so an
+    oversized upload costs no more than an allowed one — never a full parse of millions of rows.
 
     Rows are read one at a time in a Python loop, each reduced to a compact 0/1 row as it is read:
     ``list(reader)`` would parse the whole file inside one C call — in a worker thread that holds the
     GIL, and so the server's event loop, for all of it — and keeping every row's cell strings would
     cost ~8 bytes per cell on top of the text.
     """
-    # newline="": the csv module itself recognises \r\n, \n and a lone \r (old Mac exports) as row ends.
-    reader = csv.reader(io.StringIO(text.lstrip("\ufeff"), newline=""))
+    reader = csv.reader(lines)
     header: list[str] | None = None
-    problems: list[str] = []  # the first _MAX_PROBLEMS; n_problems counts them all
-    n_problems = 0
+    problems = Problems()
     item_ids: list[str] = []
     texts: list[str | None] = []
     matrix: list[bytes] = []
-
-    def problem(message: str) -> None:
-        nonlocal n_problems
-        n_problems += 1
-        if len(problems) < _MAX_PROBLEMS:
-            problems.append(message)
-
     try:
         r = 0
         for row in reader:
             if not any(cell.strip() for cell in row):
                 continue
             if header is None:
+                if max_concepts is not None and len(row) - 2 > max_concepts:
+                    raise _too_many("concepts", max_concepts, f"the header has {len(row) - 2} concept columns")
                 header = [cell.strip() for cell in row]
                 if tuple(header[:2]) != _FIXED_COLUMNS:
-                    raise QMatrixError([f"header must start with 'item_id,text', got {','.join(header[:2])!r}"])
+                    got = shown(",".join(header[:2]))
+                    raise QMatrixError([f"header must start with 'item_id,text', got {got!r}"])
                 continue
             r += 1
+            if max_items is not None and r > max_items:
+                raise _too_many("items", max_items, f"reading stopped at row {r}")
             item_id = row[0].strip()
             if len(row) != len(header):
-                problem(f"row {r} (item '{item_id}'): expected {len(header)} cells, got {len(row)}")
+                problems.add(f"row {r} (item '{shown(item_id)}'): expected {len(header)} cells, got {len(row)}")
                 continue
             cells = [cell.strip() for cell in row[2:]]
-            if any(value not in ("0", "1") for value in cells):
-                for concept, value in zip(header[2:], cells):
-                    if value not in ("0", "1"):
-                        problem(f"row {r} (item '{item_id}'), column '{concept}': cell must be 0 or 1, got {value!r}")
+            bad = [k for k, value in enumerate(cells) if value not in ("0", "1")]
+            for k in bad:  # past the listed ones, only counted: no message is formatted
+                problems.add("" if problems.full else (
+                    f"row {r} (item '{shown(item_id)}'), column '{shown(header[k + 2])}': cell must be 0 or 1, "
+                    f"got {shown(cells[k])!r}"
+                ))
+            if bad:
                 continue
             item_ids.append(item_id)
             texts.append(row[1].strip() or None)
@@ -86,9 +106,7 @@ def qmatrix_from_csv_text(text: str, *, id: str) -> QMatrix:
         raise QMatrixError([f"CSV cannot be read: {exc}"]) from exc
     if header is None:
         raise QMatrixError(["CSV is empty: expected a header 'item_id,text,<concept>,...'"])
-    if problems:
-        extra = [f"… and {n_problems - len(problems)} more problems"] if n_problems > len(problems) else []
-        raise QMatrixError(problems + extra)
+    problems.raise_if_any()
     if not item_ids:
         raise QMatrixError(["items: at least one item is required"])
     grid = np.frombuffer(b"".join(matrix), dtype=np.uint8).reshape(len(item_ids), len(header) - 2)
@@ -104,33 +122,35 @@ def qmatrix_to_csv_text(q: QMatrix) -> str:
     return out.getvalue()
 
 
-def qmatrix_from_json(data: dict[str, Any] | str) -> QMatrix:
+def qmatrix_from_json(
+    data: dict[str, Any] | str, *, max_items: int | None = None, max_concepts: int | None = None
+) -> QMatrix:
+    """The JSON form. ``max_items`` / ``max_concepts`` are checked first, before any item is built, so an
+    oversized Q-matrix is refused for its size without being validated row by row."""
     obj = json.loads(data) if isinstance(data, str) else data
-    problems: list[str] = []
     if not isinstance(obj, dict):
         raise QMatrixError(["JSON form must be an object with 'id', 'concepts' and 'items'"])
-    for key in ("id", "concepts", "items"):
-        if key not in obj:
-            problems.append(f"{key}: field required")
-    if problems:
-        raise QMatrixError(problems)
+    missing = [f"{key}: field required" for key in ("id", "concepts", "items") if key not in obj]
+    if missing:
+        raise QMatrixError(missing)
     if not isinstance(obj["concepts"], list) or not all(isinstance(c, str) for c in obj["concepts"]):
         raise QMatrixError(["concepts: must be a list of strings"])
     if not isinstance(obj["items"], list):
         raise QMatrixError(["items: must be a list"])
+    check_size(len(obj["items"]), len(obj["concepts"]), max_items=max_items, max_concepts=max_concepts)
+    problems = Problems()
     items: list[Item] = []
-    for r, raw in enumerate(obj["items"], start=1):
+    for r, raw in enumerate(obj["items"]):
         if not isinstance(raw, dict) or "id" not in raw:
-            problems.append(f"items[{r - 1}]: must be an object with 'id' and 'concepts'")
+            problems.add(f"items[{r}]: must be an object with 'id' and 'concepts'")
             continue
         concepts = raw.get("concepts", [])
         if not isinstance(concepts, list) or not all(isinstance(c, str) for c in concepts):
-            problems.append(f"items[{r - 1}] (item '{raw['id']}'): concepts must be a list of strings")
+            problems.add(f"items[{r}] (item '{shown(raw['id'])}'): concepts must be a list of strings")
             continue
         text = raw.get("text")
         items.append(Item(id=str(raw["id"]), text=str(text) if text else None, concepts=tuple(concepts)))
-    if problems:
-        raise QMatrixError(problems)
+    problems.raise_if_any()
     # Keep each item's concepts in the Q-matrix's column order, whatever order the JSON used.
     order = {c: k for k, c in enumerate(obj["concepts"])}
     items = [
@@ -138,6 +158,17 @@ def qmatrix_from_json(data: dict[str, Any] | str) -> QMatrix:
         for i in items
     ]
     return QMatrix(id=str(obj["id"]), concepts=tuple(obj["concepts"]), items=tuple(items))
+
+
+def check_size(n_items: int, n_concepts: int, *, max_items: int | None, max_concepts: int | None) -> None:
+    """Raise :class:`QMatrixTooLarge` naming each count over its limit (``None``: no limit)."""
+    problems = []
+    if max_items is not None and n_items > max_items:
+        problems.append(f"items: {n_items} items; at most {max_items} per Q-matrix")
+    if max_concepts is not None and n_concepts > max_concepts:
+        problems.append(f"concepts: {n_concepts} concepts; at most {max_concepts} per Q-matrix")
+    if problems:
+        raise QMatrixTooLarge(problems)
 
 
 def qmatrix_to_json(q: QMatrix) -> dict[str, Any]:

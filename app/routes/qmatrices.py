@@ -17,7 +17,7 @@ from python_multipart.exceptions import MultipartParseError
 
 from app.deps import AdminDep, FederationDep, PrincipalDep, QMatrixStoreDep, SettingsDep
 from app.errors import InputError
-from app.limits import check_qmatrix_size
+from app.limits import qmatrix_from_csv_checked, qmatrix_from_json_checked
 from app.routes.responses import ADMIN_ERRORS, AUTH_ERRORS
 from app.schemas import (
     AgreementPublic,
@@ -27,17 +27,22 @@ from app.schemas import (
     QMatrixList,
     QMatrixPublic,
     QMatrixSummary,
+    qmatrix_create_model,
 )
+from app.settings import Settings
 from app.storage import QMatrixExists, StoredQMatrix
+from app.storage.qmatrices import MAX_VERSION
 from diagnosis import UnknownEntities
 from diagnosis.extraction import extract_qmatrix
 from qmatrix.extract import GSM8K_CONCEPTS
-from qmatrix import QMatrix, QMatrixError, qmatrix_from_csv_text, qmatrix_from_json, qmatrix_to_json
+from qmatrix import QMatrix, qmatrix_to_json
 
 router = APIRouter(prefix="/v1/qmatrices", tags=["qmatrices"])
 # Its own path: under /v1/qmatrices/ it would shadow (and be shadowed by) a Q-matrix named "extract".
 extractions = APIRouter(prefix="/v1/qmatrix-extractions", tags=["qmatrices"])
 
+# ?version= is bounded to the column's range (32-bit INTEGER): a larger number could never match and made the
+# database driver raise (SQLite: OverflowError past 2**63), a 500; now it is a 422 naming `version`.
 _BODIES = {
     "requestBody": {
         "content": {
@@ -79,8 +84,9 @@ async def _public(stored: StoredQMatrix, status_code: int = 200) -> Response:
     return Response(content=body, status_code=status_code, media_type="application/json")
 
 
-async def _parse_body(request: Request, *, path_id: str | None = None) -> QMatrix:
-    """The Q-matrix in the body; parsing and validation run in a worker thread (large bodies)."""
+async def _parse_body(request: Request, settings: Settings, *, path_id: str | None = None) -> QMatrix:
+    """The Q-matrix in the body; parsing and validation run in a worker thread (large bodies). The size limits
+    are checked while parsing, so an oversized Q-matrix is refused before its rows are built."""
     content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if content_type == "multipart/form-data":
         try:
@@ -93,41 +99,32 @@ async def _parse_body(request: Request, *, path_id: str | None = None) -> QMatri
         raw_id = form.get("id")
         qid = path_id or (raw_id if isinstance(raw_id, str) and raw_id else PurePath(upload.filename or "qmatrix").stem)
         data = await upload.read()
-        return await asyncio.to_thread(_from_csv, data, qid, ("body", "file"))
+        return await asyncio.to_thread(qmatrix_from_csv_checked, data, qid, settings, ("body", "file"))
     if content_type == "text/csv":
         qid = path_id or request.query_params.get("id")
         if not qid:
             raise InputError(("query", "id"), ["give the Q-matrix id as ?id=... for a text/csv body"])
-        return await asyncio.to_thread(_from_csv, await request.body(), qid, ("body",))
-    return await asyncio.to_thread(_from_json, await request.body())
+        return await asyncio.to_thread(qmatrix_from_csv_checked, await request.body(), qid, settings, ("body",))
+    return await asyncio.to_thread(_from_json, await request.body(), settings)
 
 
-def _from_json(raw: bytes) -> QMatrix:
+def _from_json(raw: bytes, settings: Settings) -> QMatrix:
+    # The model carries this server's limits, so a list past one fails at its first extra element instead of
+    # every element being validated (and listed) first.
+    model = qmatrix_create_model(settings.max_qmatrix_items, settings.max_qmatrix_concepts)
     try:
-        body = QMatrixCreate.model_validate_json(raw)
+        body = model.model_validate_json(raw)
     except ValidationError as exc:
         raise RequestValidationError([{**e, "loc": ("body", *e["loc"])} for e in exc.errors()]) from exc
-    try:
-        return qmatrix_from_json(body.model_dump())
-    except QMatrixError as exc:
-        raise InputError(("body",), exc.problems) from exc
-
-
-def _from_csv(data: bytes, qid: str, loc: tuple[str, ...]) -> QMatrix:
-    text = data.decode("utf-8-sig", errors="replace")
-    try:
-        return qmatrix_from_csv_text(text, id=qid)
-    except QMatrixError as exc:
-        raise InputError(loc, exc.problems) from exc
+    return qmatrix_from_json_checked(body.model_dump(), settings, ("body",))
 
 
 async def _checked(request: Request, store: QMatrixStoreDep, settings: SettingsDep, *, path_id: str | None = None) -> QMatrix:
-    q = await _parse_body(request, path_id=path_id)
+    q = await _parse_body(request, settings, path_id=path_id)
     if not store.valid_id(q.id):
         raise InputError(("body", "id"), [f"id {q.id!r}: use 1-128 letters, digits, '.', '_' or '-'"])
     if path_id is not None and q.id != path_id:
         raise InputError(("body", "id"), [f"the body's id '{q.id}' is not the path's '{path_id}'"])
-    check_qmatrix_size(q, settings, ("body",))
     return q
 
 
@@ -190,7 +187,8 @@ async def read_qmatrices(store: QMatrixStoreDep, principal: PrincipalDep) -> QMa
     **AUTH_ERRORS, 404: {"description": "unknown id (another tenant's is unknown too)"},
 })
 async def read_qmatrix(
-    qmatrix_id: str, store: QMatrixStoreDep, principal: PrincipalDep, version: int | None = None
+    qmatrix_id: str, store: QMatrixStoreDep, principal: PrincipalDep,
+    version: Annotated[int | None, Query(ge=1, le=MAX_VERSION, description="default: the current version")] = None,
 ) -> Response:
     """The current version (or ``?version=N``)."""
     stored = await asyncio.to_thread(store.get, principal.tenant, qmatrix_id, version)

@@ -22,9 +22,10 @@ from app.db import SHARED_TENANT, QMatrixRow
 from app.storage.generations import bump
 from qmatrix import QMatrix, qmatrix_from_json, qmatrix_to_json
 
-__all__ = ["QMatrixExists", "QMatrixStore", "StoredQMatrix"]
+__all__ = ["MAX_VERSION", "QMatrixExists", "QMatrixStore", "StoredQMatrix"]
 
 _SAFE_ID = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
+MAX_VERSION = 2**31 - 1  # versions are 32-bit INTEGER columns (PostgreSQL)
 
 
 class QMatrixExists(ValueError):
@@ -73,8 +74,8 @@ class QMatrixStore:
         if qid in self._builtin:
             builtin = self._builtin[qid]
             return builtin if version in (None, builtin.version) else None
-        if not self.valid_id(qid):
-            return None
+        if not self.valid_id(qid) or (version is not None and not 1 <= version <= MAX_VERSION):
+            return None  # a version past the column's range matches nothing (and would make the driver raise)
         with self.sessions() as session:
             if version is None:
                 version = session.scalar(

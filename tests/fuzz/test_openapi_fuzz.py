@@ -7,9 +7,12 @@ valid against its schema, valid data accepted, invalid data rejected, 405s with 
 
 from __future__ import annotations
 
+import os
+import re
 import tempfile
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import schemathesis
 from schemathesis.config import SchemathesisConfig
@@ -19,6 +22,9 @@ from providers.simulated import SimulatedEntity
 from tests.factories import FakeEntity
 
 CONFIG = Path(__file__).with_name("schemathesis.toml")
+# A longer run with another seed (docs/results/fuzz/README.md), without changing what `make test` runs:
+#   FEDCD_FUZZ_SEED=<n> FEDCD_FUZZ_MAX_EXAMPLES=<n per operation> pytest tests/fuzz -p no:cacheprovider
+_SEED, _MAX_EXAMPLES = os.environ.get("FEDCD_FUZZ_SEED"), os.environ.get("FEDCD_FUZZ_MAX_EXAMPLES")
 _state = Path(tempfile.mkdtemp(prefix="fedcd-fuzz-"))
 _settings = Settings(
     state_dir=_state, data_dir=_state / "no-datasets", entities=[], preload_models=False, default_calibration=False,
@@ -34,8 +40,31 @@ app = create_app(_settings, entities={
     "sim:specialist": SimulatedEntity("specialist"),
 })
 _key = app.state.keys.create(tenant="fuzz", role="admin").api_key
+SERVER_ERRORS: Counter[str] = Counter()  # every 5xx but 503 the app sent, shrinking and replays included
+
+
+def _counting_server_errors(asgi: Any) -> Any:
+    """The app, counting its 5xx answers as they are sent (a failed check stops counting in the test body)."""
+    async def counted(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        async def send_counted(message: dict[str, Any]) -> None:
+            if message["type"] == "http.response.start" and message["status"] >= 500 and message["status"] != 503:
+                SERVER_ERRORS[f"{scope.get('method')} {scope.get('path')} {message['status']}"] += 1
+            await send(message)
+        await asgi(scope, receive, send_counted)
+    return counted
+
+
+def _config_text() -> str:
+    text = CONFIG.read_text().replace("${FEDCD_FUZZ_KEY}", _key)
+    if _SEED is not None:
+        text = re.sub(r"(?m)^seed = .*$", f"seed = {int(_SEED)}", text)
+    if _MAX_EXAMPLES is not None:
+        text = re.sub(r"(?m)^max-examples = .*$", f"max-examples = {int(_MAX_EXAMPLES)}", text)
+    return text
+
+
 schema = schemathesis.openapi.from_asgi(
-    "/openapi.json", app, config=SchemathesisConfig.from_str(CONFIG.read_text().replace("${FEDCD_FUZZ_KEY}", _key))
+    "/openapi.json", _counting_server_errors(app), config=SchemathesisConfig.from_str(_config_text())
 )
 
 
@@ -52,6 +81,10 @@ def test_every_operation_against_every_check(case: schemathesis.Case) -> None:
 
 def test_the_run_covered_every_operation_with_enough_cases() -> None:
     """Runs after the fuzzing above (same module, file order): the run was as large as claimed."""
+    statuses = dict(sorted(STATUSES.items()))
+    print(f"\nfuzz: seed {_SEED or 'committed'}, {sum(CASES.values())} cases, statuses {statuses}, "
+          f"server errors {sum(SERVER_ERRORS.values())} {dict(SERVER_ERRORS)}")
+    assert not SERVER_ERRORS, SERVER_ERRORS
     operations = {f"{op.ok().method.upper()} {op.ok().path}" for op in schema.get_all_operations()}
     assert set(CASES) == operations, operations - set(CASES)
     assert sum(CASES.values()) >= 1000, CASES
