@@ -12,7 +12,7 @@ from app.deps import reject_unknown_query
 from app.errors import install_error_handlers
 from app.gateway import Gateway
 from app.middleware import AccessLog, BodyLimit, RequestMetrics
-from app.openapi import install_openapi
+from app.openapi import install_docs, install_openapi
 from app.routes import admin_keys, admin_policy, calibrate, cohort, diagnose, health, local_model, privacy, qmatrices
 from app.routes import usage as usage_routes
 from app.routes import entities as entities_routes
@@ -54,6 +54,8 @@ def create_app(
         summary="Privacy-preserving multi-LLM federated cognitive diagnosis",
         lifespan=lifespan,
         dependencies=[Depends(reject_unknown_query)],
+        docs_url=None,  # install_docs: the same pages, with their scripts served here instead of from CDNs
+        redoc_url=None,
     )
     app.state.settings = settings
     app.state.gateway = gateway
@@ -67,6 +69,7 @@ def create_app(
     app.state.jobs = gateway.jobs
     install_error_handlers(app)
     install_openapi(app, settings)
+    install_docs(app)
 
     def body_limit(method: str, path: str) -> int:
         upload = (method == "POST" and path.rstrip("/") == "/v1/qmatrices") or (

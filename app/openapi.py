@@ -4,18 +4,40 @@ FastAPI derives the schema from the pydantic models; the request limits are sett
 "Limits"), so they are written into the schema here: ``maxItems`` on the lists they bound, and a
 413 on every operation that takes a body. Clients and fuzzers then see the same bounds the server
 enforces.
+
+The docs pages (``/docs``: Swagger UI, ``/redoc``: ReDoc) load their scripts, stylesheet and icon
+from the gateway itself (``/docs/assets/...``), not from public CDNs, so they work on a host with no
+Internet access. The files come from the ``fastapi-offline`` package, which ships the Swagger UI and
+ReDoc bundles; like FastAPI's own docs routes they need no API key.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
+import fastapi_offline
 from fastapi import FastAPI
+from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html, get_swagger_ui_oauth2_redirect_html
 from fastapi.openapi.utils import get_openapi
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import Request
+from starlette.responses import FileResponse, HTMLResponse
 
 from app.settings import Settings
 
-__all__ = ["install_openapi"]
+__all__ = ["DOCS_ASSETS", "install_docs", "install_openapi"]
+
+DOCS_URL, REDOC_URL, OAUTH2_REDIRECT_URL = "/docs", "/redoc", "/docs/oauth2-redirect"
+ASSETS_URL = "/docs/assets"
+_ASSET_DIR = Path(fastapi_offline.__file__).resolve().parent / "static"
+# name -> media type: the only files served (nothing else of the package's folder is reachable)
+DOCS_ASSETS = {
+    "swagger-ui-bundle.js": "text/javascript; charset=utf-8",
+    "swagger-ui.css": "text/css; charset=utf-8",
+    "redoc.standalone.js": "text/javascript; charset=utf-8",
+    "favicon.png": "image/png",
+}
 
 
 def _limits(settings: Settings) -> dict[tuple[str, str], int]:
@@ -59,3 +81,48 @@ def install_openapi(app: FastAPI, settings: Settings) -> None:
         return document
 
     app.openapi = openapi  # type: ignore[method-assign]
+
+
+def install_docs(app: FastAPI) -> None:
+    """``/docs``, ``/docs/oauth2-redirect`` and ``/redoc`` as FastAPI makes them (create the app with
+    ``docs_url=None, redoc_url=None``), their assets served from ``/docs/assets/``."""
+    missing = [name for name in DOCS_ASSETS if not (_ASSET_DIR / name).is_file()]
+    if missing:
+        raise RuntimeError(f"fastapi-offline lacks the docs assets {missing} in {_ASSET_DIR}: reinstall it")
+    assert app.openapi_url is not None
+
+    def url(request: Request, path: str) -> str:
+        return request.scope.get("root_path", "").rstrip("/") + path
+
+    async def swagger_ui_html(request: Request) -> HTMLResponse:
+        return get_swagger_ui_html(
+            openapi_url=url(request, app.openapi_url or "/openapi.json"), title=f"{app.title} - Swagger UI",
+            swagger_js_url=url(request, f"{ASSETS_URL}/swagger-ui-bundle.js"),
+            swagger_css_url=url(request, f"{ASSETS_URL}/swagger-ui.css"),
+            swagger_favicon_url=url(request, f"{ASSETS_URL}/favicon.png"),
+            oauth2_redirect_url=url(request, OAUTH2_REDIRECT_URL), init_oauth=app.swagger_ui_init_oauth,
+            # no validator badge: Swagger UI would send the document to validator.swagger.io
+            swagger_ui_parameters={"validatorUrl": None, **(app.swagger_ui_parameters or {})},
+        )
+
+    async def swagger_ui_redirect(_: Request) -> HTMLResponse:
+        return get_swagger_ui_oauth2_redirect_html()
+
+    async def redoc_html(request: Request) -> HTMLResponse:
+        return get_redoc_html(
+            openapi_url=url(request, app.openapi_url or "/openapi.json"), title=f"{app.title} - ReDoc",
+            redoc_js_url=url(request, f"{ASSETS_URL}/redoc.standalone.js"),
+            redoc_favicon_url=url(request, f"{ASSETS_URL}/favicon.png"), with_google_fonts=False,
+        )
+
+    async def docs_asset(request: Request) -> FileResponse:
+        name = request.path_params["name"]
+        if name not in DOCS_ASSETS:
+            raise StarletteHTTPException(404, "Not Found")
+        return FileResponse(_ASSET_DIR / name, media_type=DOCS_ASSETS[name],
+                            headers={"Cache-Control": "public, max-age=86400"})
+
+    app.add_route(DOCS_URL, swagger_ui_html, include_in_schema=False)
+    app.add_route(OAUTH2_REDIRECT_URL, swagger_ui_redirect, include_in_schema=False)
+    app.add_route(REDOC_URL, redoc_html, include_in_schema=False)
+    app.add_route(ASSETS_URL + "/{name}", docs_asset, include_in_schema=False)

@@ -255,13 +255,19 @@ def node(
     qmatrix: Annotated[Path, typer.Option(exists=True, dir_okay=False, help="the Q-matrix file (same as the coordinator's)")],
     max_epsilon: Annotated[Optional[float], typer.Option(help="refuse runs whose student-level ε budget is larger")] = None,
     runtime_port: Annotated[Optional[int], typer.Option(help="local port of the SuperNode's runtime API (default: free)")] = None,
+    max_wait: Annotated[float, typer.Option(
+        min=1.0, help="seconds to keep trying to reach the SuperLink, before the first connection or once the "
+                      "coordinator has finished; then exit")] = 120.0,
 ) -> None:
-    """Join a federation: a SuperNode whose ClientApp trains on DATA with student-level DP-SGD and sends only updates."""
+    """Join a federation: a SuperNode whose ClientApp trains on DATA with student-level DP-SGD and sends only updates.
+
+    The node exits (code 0) once its run has ended: the coordinator stops its SuperLink after the run, and the
+    node stops after --max-wait seconds without it."""
     from federated.flower import Node
 
     _exit_on_sigterm()
     member = Node(superlink=superlink, root_cert=root_cert, auth_key=auth_key, data=data, qmatrix=qmatrix,
-                  max_epsilon=max_epsilon, runtime_port=runtime_port)
+                  max_epsilon=max_epsilon, runtime_port=runtime_port, max_wait_s=max_wait)
     try:
         member.start()
         summary = member.summary
@@ -269,12 +275,22 @@ def node(
         console.print(f"node: {len(summary.students)} students, {summary.n_responses} responses on Q-matrix "
                       f"{summary.qmatrix.id} (they stay on this machine); connecting to {superlink}")
         code = member.wait(on_output=lambda line: console.print(line, markup=False, highlight=False, soft_wrap=True))
-        refused = member.refused
+        refused, unreachable, rounds = member.refused, member.unreachable, member.rounds
     except ValueError as exc:
         raise _fail(str(exc)) from exc
     finally:
         member.close()
     if refused:
         raise _fail("the SuperLink refused this node: its public key is not registered with the coordinator", code=1)
+    if unreachable and not refused:
+        raise _fail(f"could not reach the SuperLink at {superlink} within {max_wait:g} s (is the coordinator "
+                    "running? --max-wait waits longer)", code=1)
+    if member.link_gone:
+        runs = sorted({run for run, _ in rounds})
+        took_part = (f"it took part in {len(rounds)} round(s) of run {', '.join(map(str, runs))}" if rounds
+                     else "it was sent no work")
+        console.print(f"node: the SuperLink at {superlink} has been unreachable for {max_wait:g} s: the coordinator "
+                      f"has finished its run (or stopped); {took_part}. Exiting.")
+        return
     if code != 0:
         raise _fail(f"the SuperNode exited with code {code}", code=1)

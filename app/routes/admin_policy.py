@@ -19,10 +19,14 @@ async def read_privacy_policy(policies: PolicyStoreDep, principal: AdminDep) -> 
     return await asyncio.to_thread(policies.current, principal.tenant)
 
 
-@router.put("", response_model=PrivacyPolicyPublic, responses={**ADMIN_ERRORS, 422: {"description": "invalid policy"}})
+@router.put("", response_model=PrivacyPolicyPublic, responses={
+    **ADMIN_ERRORS, 422: {"description": "invalid policy, or one the server's settings forbid (allow_unnoised true "
+                                         "while FEDCD_ALLOW_UNNOISED=false)"}})
 async def update_privacy_policy(body: PrivacyPolicy, policies: PolicyStoreDep, principal: AdminDep) -> PrivacyPolicyPublic:
     """Set a new version; it applies from the next request on. Spend already recorded stays recorded and
-    counts under the new period's rules (e.g. a shorter window forgets more of it)."""
+    counts under the new period's rules (e.g. a shorter window forgets more of it). The server's settings bound
+    the policy: ``allow_unnoised: true`` is refused (422) when the server has ``FEDCD_ALLOW_UNNOISED=false``."""
+    policies.check(body)
     return await asyncio.to_thread(lambda: policies.put(principal.tenant, body, created_by=principal.key_id))
 
 

@@ -3,6 +3,11 @@
 A tenant that never set one runs under the server's default policy (Settings), shown as
 version 0. The policy in force is read on every request, so a change applies from the next
 request on, in every worker.
+
+The server's settings bound what a tenant may choose: with ``FEDCD_ALLOW_UNNOISED=false`` a
+policy asking for unnoised answers is refused (422, naming ``allow_unnoised``), and one stored
+earlier (before the operator turned it off) is read back with ``allow_unnoised`` false: the
+policy in force never allows more than the server does.
 """
 
 from __future__ import annotations
@@ -14,12 +19,16 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import sessionmaker
 
 from app.db import PolicyRow, utcnow
+from app.errors import InputError
 from app.schemas import PeriodIn, PrivacyPolicy, PrivacyPolicyPublic
 from app.settings import Settings
 from app.storage.generations import bump
 from privacy import BudgetRule
 
-__all__ = ["PolicyStore", "budget_rule", "default_policy"]
+__all__ = ["UNNOISED_FORBIDDEN", "PolicyStore", "budget_rule", "default_policy"]
+
+UNNOISED_FORBIDDEN = ("the server forbids unnoised answers (FEDCD_ALLOW_UNNOISED=false): a tenant's policy cannot "
+                      "set allow_unnoised to true")
 
 _PERIOD = TypeAdapter(PeriodIn)
 
@@ -51,8 +60,15 @@ class PolicyStore:
     def __init__(self, sessions: sessionmaker, settings: Settings) -> None:
         self.sessions = sessions
         self._default = default_policy(settings)
+        self.server_allows_unnoised = settings.allow_unnoised
+
+    def check(self, policy: PrivacyPolicy) -> None:
+        """Refuse (422) a policy that asks for more than the server's settings allow."""
+        if policy.allow_unnoised and not self.server_allows_unnoised:
+            raise InputError(("body", "allow_unnoised"), [UNNOISED_FORBIDDEN])
 
     def current(self, tenant: str) -> PrivacyPolicyPublic:
+        """The policy in force for ``tenant``, bounded by the server's settings (module docstring)."""
         with self.sessions() as session:
             row = session.scalars(
                 select(PolicyRow).where(PolicyRow.tenant == tenant).order_by(PolicyRow.version.desc()).limit(1)
@@ -61,9 +77,10 @@ class PolicyStore:
             return PrivacyPolicyPublic(
                 **self._default.model_dump(), tenant=tenant, version=0, created_at=None, created_by=None
             )
-        return self._public(row)
+        return self._bounded(self._public(row))
 
     def put(self, tenant: str, policy: PrivacyPolicy, *, created_by: str) -> PrivacyPolicyPublic:
+        self.check(policy)
         with self.sessions.begin() as session:
             latest = session.scalar(select(func.max(PolicyRow.version)).where(PolicyRow.tenant == tenant)) or 0
             row = PolicyRow(
@@ -78,6 +95,11 @@ class PolicyStore:
         with self.sessions() as session:
             rows = session.scalars(select(PolicyRow).where(PolicyRow.tenant == tenant).order_by(PolicyRow.version))
             return [self._public(r) for r in rows]
+
+    def _bounded(self, policy: PrivacyPolicyPublic) -> PrivacyPolicyPublic:
+        if policy.allow_unnoised and not self.server_allows_unnoised:
+            return policy.model_copy(update={"allow_unnoised": False})
+        return policy
 
     @staticmethod
     def _public(row: PolicyRow) -> PrivacyPolicyPublic:

@@ -19,12 +19,20 @@ and **no metrics**: no student count, loss or gradient norm. The noise (and the 
 students) comes from the node's own OS randomness, never from the seed the server sends,
 which in simulation makes runs reproduce but here would let the coordinator subtract the noise. Student ids and responses stay
 here; ``tests/federated/test_federation.py`` records every request a node sends and checks.
+
+A node exits when its run ends. The coordinator's SuperLink lives for one run (``fedcd federation
+coordinator`` stops it once the run is over), so a node that has connected and then cannot reach
+its SuperLink for ``max_wait_s`` seconds (``flower-supernode --max-wait-time``) is done: it stops,
+exit code 0, instead of retrying forever (Flower's default). ``flower-supernode`` 1.42 logs that it
+gives up but keeps running (its runtime API thread keeps the process alive), so :meth:`Node.wait`
+watches for that line and ends the process tree itself. A node that never reached its SuperLink
+within ``max_wait_s`` exits non-zero (Flower's exit code 305).
 """
 
 from __future__ import annotations
 
 import json
-
+import re
 import secrets
 import shutil
 import tempfile
@@ -50,7 +58,17 @@ from federated.flower.processes import ProcessTree, flower_env, free_port
 from federated.local import LocalResult
 from qmatrix import QMatrix, StudentResponses, load_qmatrix, qmatrix_fingerprint, read_responses_csv
 
-__all__ = ["Node", "NodeClient", "NodeData", "check_run", "load_node_data", "make_node_client_app"]
+__all__ = ["DEFAULT_MAX_WAIT_S", "Node", "NodeClient", "NodeData", "check_run", "load_node_data",
+           "make_node_client_app"]
+
+# How long a node keeps trying to reach its SuperLink (before its first connection, or once the coordinator has
+# finished) before it exits. Longer than a round trip's hiccup, short enough that a finished federation frees its nodes.
+DEFAULT_MAX_WAIT_S = 120.0
+
+# flower-supernode 1.42's log lines this module reads
+_CONNECTED = "SuperNode ID:"
+_GAVE_UP = "Giving up reconnection"
+_ROUND = re.compile(r"\[RUN (\d+), ROUND (\d+)\]")
 
 
 @dataclass(frozen=True)
@@ -133,10 +151,12 @@ class Node:
     """
 
     def __init__(self, *, superlink: str, root_cert: Path, auth_key: Path, data: Path, qmatrix: Path,
-                 max_epsilon: float | None = None, log_dir: Path | None = None, runtime_port: int | None = None) -> None:
+                 max_epsilon: float | None = None, log_dir: Path | None = None, runtime_port: int | None = None,
+                 max_wait_s: float | None = DEFAULT_MAX_WAIT_S) -> None:
         self.superlink, self.root_cert, self.auth_key = superlink, Path(root_cert), Path(auth_key)
         self.data, self.qmatrix, self.max_epsilon = Path(data).resolve(), Path(qmatrix).resolve(), max_epsilon
-        self.runtime_port = runtime_port
+        self.runtime_port, self.max_wait_s = runtime_port, max_wait_s
+        self.link_gone = False  # set by wait(): connected, then the SuperLink stayed unreachable for max_wait_s
         self._home = Path(tempfile.mkdtemp(prefix="fedcd-node-"))
         self.log_dir = Path(log_dir) if log_dir is not None else self._home / "logs"
         self.processes = ProcessTree(flower_env(self._home), self.log_dir)
@@ -147,25 +167,53 @@ class Node:
         config: dict[str, Any] = {"data-path": str(self.data), "qmatrix-path": str(self.qmatrix)}
         if self.max_epsilon is not None:
             config["max-epsilon"] = float(self.max_epsilon)
-        self.processes.spawn(supernode_command(self.superlink, node_config=config, root_cert=self.root_cert.resolve(),
-                                               auth_key=self.auth_key.resolve(),
-                                               runtime_port=self.runtime_port or free_port()), "supernode.log")
+        command = supernode_command(self.superlink, node_config=config, root_cert=self.root_cert.resolve(),
+                                    auth_key=self.auth_key.resolve(), runtime_port=self.runtime_port or free_port())
+        if self.max_wait_s is not None:
+            command += ["--max-wait-time", f"{float(self.max_wait_s):g}"]
+        self.processes.spawn(command, "supernode.log")
         return self
 
     def wait(self, on_output: Callable[[str], None] | None = None, poll_s: float = 0.5) -> int:
-        """Block until the SuperNode exits; pass each new line of its log to ``on_output``."""
+        """Block until the SuperNode exits, or until its run has ended (module docstring: ``link_gone``, then 0);
+        pass each new line of its log to ``on_output``."""
         proc, shown = self.processes.procs[0], 0
+
+        def show(text: str, final: bool) -> None:
+            nonlocal shown
+            if on_output is not None:
+                for line in text[shown:].splitlines(keepends=True):
+                    if line.endswith("\n") or final:
+                        on_output(line.rstrip("\n"))
+                        shown += len(line)
+
         while True:
             code = proc.poll()
             text = self.processes.log("supernode.log")
-            if on_output is not None:
-                for line in text[shown:].splitlines(keepends=True):
-                    if line.endswith("\n") or code is not None:
-                        on_output(line.rstrip("\n"))
-                        shown += len(line)
+            show(text, final=code is not None)
+            connected = text.find(_CONNECTED)
+            if connected >= 0 and text.find(_GAVE_UP, connected) >= 0:
+                self.link_gone = True
+                if code is None:  # it would stay up (module docstring); what it logs while being stopped is noise
+                    self.processes.close()
+                return 0
             if code is not None:
                 return int(code)
             time.sleep(poll_s)
+
+    @property
+    def rounds(self) -> list[tuple[int, int]]:
+        """The (run id, round) pairs this node received work for, in order."""
+        seen: dict[tuple[int, int], None] = {}
+        for run, rnd in _ROUND.findall(self.processes.log("supernode.log")):
+            seen[(int(run), int(rnd))] = None
+        return list(seen)
+
+    @property
+    def unreachable(self) -> bool:
+        """Whether the SuperNode gave up before it ever reached its SuperLink (``max_wait_s`` passed)."""
+        text = self.processes.log("supernode.log")
+        return _CONNECTED not in text and "Failed to initialize the connection" in text
 
     @property
     def refused(self) -> bool:

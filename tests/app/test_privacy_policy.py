@@ -57,17 +57,59 @@ def test_a_change_is_versioned_recorded_and_in_force_on_the_next_request(tmp_pat
 
 
 def test_policy_defaults_and_unnoised_answers_are_per_tenant(tmp_path: Path) -> None:
-    with _client(tmp_path) as client:
+    # A server that allows unnoised answers (FEDCD_ALLOW_UNNOISED=true) but whose default policy refuses them
+    with make_client(tmp_path, {"a": FakeEntity("a", 0.4)}, allow_unnoised=True) as client:
         b_admin = bearer(client, tenant="school-b", role="admin")
+        server_default = client.get("/v1/admin/privacy-policy", headers=b_admin).json()
+        b_policy = {**{k: server_default[k] for k in _policy()}, "allow_unnoised": False}
+        assert client.put("/v1/admin/privacy-policy", json=b_policy, headers=b_admin).status_code == 200
         client.put("/v1/admin/privacy-policy", json=_policy(default_epsilon=4.0, allow_unnoised=True))
         mine = client.post("/v1/diagnose", json=_body(1)).json()
         assert mine["privacy"]["epsilon"] == 4.0 and mine["privacy"]["mechanism"] == "laplace"
         assert client.post("/v1/diagnose", json=_body(1, epsilon="none")).status_code == 200
-        # tenant B still runs under the server default
+        # tenant B keeps its own policy: the server's default diagnosis settings, no unnoised answers
         theirs = client.post("/v1/diagnose", json=_body(1), headers=b_admin).json()
         assert theirs["privacy"]["epsilon"] == 32.0 and theirs["privacy"]["mechanism"] == "piecewise"
         assert client.post("/v1/diagnose", json=_body(1, epsilon="none"), headers=b_admin).status_code == 422
-        assert client.get("/v1/admin/privacy-policy", headers=b_admin).json()["version"] == 0
+        assert client.get("/v1/admin/privacy-policy", headers=b_admin).json()["version"] == 1
+
+
+def test_a_tenant_cannot_allow_unnoised_answers_the_server_forbids(tmp_path: Path) -> None:
+    # Prepare: FEDCD_ALLOW_UNNOISED=false (the default)
+    with _client(tmp_path) as client:
+        # Execute
+        r = client.put("/v1/admin/privacy-policy", json=_policy(allow_unnoised=True))
+
+        # Assert: refused, naming the field and why; nothing stored; raw answers still refused
+        assert r.status_code == 422, r.text
+        [error] = r.json()["detail"]
+        assert error["loc"] == ["body", "allow_unnoised"] and "server forbids" in error["msg"]
+        assert "FEDCD_ALLOW_UNNOISED=false" in error["msg"]
+        policy = client.get("/v1/admin/privacy-policy").json()
+        assert policy["version"] == 0 and policy["allow_unnoised"] is False
+        assert client.get("/v1/admin/privacy-policy/history").json()["count"] == 0
+        assert client.post("/v1/diagnose", json=_body(1, epsilon="none")).status_code == 422
+        # ... and the same policy without unnoised answers is accepted
+        assert client.put("/v1/admin/privacy-policy", json=_policy(allow_unnoised=False)).status_code == 200
+
+
+def test_a_stored_policy_allowing_unnoised_answers_is_not_honoured_once_the_server_forbids_them(
+        tmp_path: Path) -> None:
+    # Prepare: a tenant allowed unnoised answers while the server allowed them ...
+    with make_client(tmp_path, {"a": FakeEntity("a", 0.4)}, allow_unnoised=True) as client:
+        assert client.put("/v1/admin/privacy-policy", json=_policy(allow_unnoised=True)).status_code == 200
+        assert client.post("/v1/diagnose", json=_body(1, epsilon="none")).status_code == 200
+
+    # Execute: ... then the operator restarts the server with FEDCD_ALLOW_UNNOISED=false, same database
+    with _client(tmp_path) as client:
+        policy = client.get("/v1/admin/privacy-policy").json()
+        refused = client.post("/v1/diagnose", json=_body(2, epsilon="none"))
+        noised = client.post("/v1/diagnose", json=_body(2))
+
+    # Assert: the policy in force is capped by the server's setting; raw answers are refused, noised ones served
+    assert policy["version"] == 1 and policy["allow_unnoised"] is False
+    assert refused.status_code == 422 and "allow_unnoised" in refused.text
+    assert noised.status_code == 200
 
 
 def test_a_day_policy_says_when_it_renews_and_warns_before_refusing(tmp_path: Path) -> None:

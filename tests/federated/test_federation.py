@@ -7,8 +7,9 @@ coordinator starts Flower's SuperLink with TLS and node authentication; three no
 processes, each in its own folder with its own CSV (a third of FrcSub's students), join
 through a recording proxy; a fourth node with an unregistered key is refused. Three rounds
 of student-level DP-SGD later the model is published for FrcSub, and the running gateway
-answers with it without a restart. Every request the nodes sent is searched for their
-students' ids and responses, and no process or temporary file is left behind.
+answers with it without a restart. Once the coordinator has finished, every node exits by itself (code 0).
+Every request the nodes sent is searched for their students' ids and responses, and no process or temporary
+file is left behind.
 """
 
 from __future__ import annotations
@@ -30,23 +31,10 @@ import pytest
 from federated.flower import free_port
 from qmatrix import default_data_dir, load_qmatrix, read_responses_csv
 from tests.federated.wire import RecordingProxy
+from tests.federated.processes import marked_processes
 
 ROOT = Path(__file__).resolve().parents[2]
 NODES = 3
-
-
-def _marked_processes(marker: str) -> list[int]:
-    """Live processes whose environment carries this test's marker (everything it started, and their children)."""
-    needle, found = f"FEDCD_TEST_MARKER={marker}".encode(), []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                if needle in (entry / "environ").read_bytes().split(b"\0") and \
-                        (entry / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
-                    found.append(int(entry.name))
-            except OSError:
-                continue
-    return found
 
 
 class Cluster:
@@ -179,7 +167,8 @@ def test_three_institutions_train_publish_and_the_gateway_serves_the_model(clust
         for n in range(1, NODES + 1):
             cluster.start(f"node-{n}", "federation", "node", "--superlink", f"127.0.0.1:{pport}",
                           "--root-cert", "certs/ca.pem", "--auth-key", f"certs/nodes/node-{n}.key",
-                          "--data", f"node-{n}/responses.csv", "--qmatrix", f"node-{n}/qmatrix.json")
+                          "--data", f"node-{n}/responses.csv", "--qmatrix", f"node-{n}/qmatrix.json",
+                          "--max-wait", "30")
         rogue = cluster.start("rogue", "federation", "node", "--superlink", f"127.0.0.1:{pport}",
                               "--root-cert", "certs/ca.pem", "--auth-key", "rogue/rogue.key",
                               "--data", "node-1/responses.csv", "--qmatrix", "node-1/qmatrix.json")
@@ -187,6 +176,8 @@ def test_three_institutions_train_publish_and_the_gateway_serves_the_model(clust
         code = coordinator.wait(timeout=420)
     finally:
         proxy.close()
+    # the run is over and the coordinator has stopped its SuperLink: every node exits by itself (no SIGTERM)
+    node_codes = [cluster.procs[f"node-{n}"].wait(timeout=240) for n in range(1, NODES + 1)]
     output = cluster.log("coordinator")
     after = _diagnose(gateway, q.id, "probe-2", probe)
     described = gateway.get("/v1/local-model", params={"qmatrix_id": q.id}).json()
@@ -197,6 +188,11 @@ def test_three_institutions_train_publish_and_the_gateway_serves_the_model(clust
     assert [line.split(":")[0] for line in output.splitlines() if line.startswith("round ")] == \
         ["round 1", "round 2", "round 3"]
     assert f"round 3: {NODES} nodes" in output and f"published v0001 for Q-matrix {q.id}" in output
+    # ... each node exited 0 once the coordinator had finished, after taking part in the run
+    assert node_codes == [0] * NODES, [cluster.log(f"node-{n}")[-2000:] for n in range(1, NODES + 1)]
+    for n in range(1, NODES + 1):
+        assert "the coordinator has finished its run" in cluster.log(f"node-{n}")
+        assert "it took part in" in cluster.log(f"node-{n}")
     # ... the rogue node was refused
     assert rogue_code == 1 and "public key is not registered" in cluster.log("rogue")
     # ... the gateway skipped local-fed before, and served the new model after, without a restart
@@ -216,6 +212,6 @@ def test_three_institutions_train_publish_and_the_gateway_serves_the_model(clust
     vectors = [enc for answers in node_students.values() if len(answers) >= 8 for enc in _encodings([v for _, v in answers])]
     assert not any(enc in body for enc in vectors for body in sent)
     # ... and no process or temporary file is left
-    assert _marked_processes(cluster.marker) == []
+    assert marked_processes(cluster.marker) == []
     # (torch keeps a per-user compile cache there, shared by every torch process: not ours to remove)
     assert [p.name for p in (tmp / "tmpdir").iterdir() if not p.name.startswith("torchinductor_")] == []
