@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import signal
 import sys
+from types import FrameType
 from typing import Annotated
 
 import typer
@@ -16,6 +18,18 @@ _CURL = """curl -s http://{host}:{port}/v1/diagnose -H "Authorization: Bearer {k
   "student_id": "demo-student", "qmatrix_id": "{qid}", "include_entities": true,
   "responses": [{{"item_id": "q01", "correct": true}}, {{"item_id": "q03", "correct": false}}, {{"item_id": "q10", "correct": true}}]
 }}'"""
+
+
+def _exit_after_clean_shutdown(signum: int, _frame: FrameType | None) -> None:
+    raise SystemExit(0)
+
+
+def _exit_zero_after_shutdown() -> None:
+    """uvicorn shuts down cleanly on SIGTERM/SIGINT, restores the handlers it found and raises the signal again
+    (so the process would end *by* the signal: exit status -15). The handlers it finds are these: the shutdown
+    was clean, so the process exits 0 — what a supervisor (systemd, Kubernetes, docker stop) expects."""
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, _exit_after_clean_shutdown)
 
 
 @cli.command()
@@ -49,6 +63,7 @@ def serve(
 
     names = [s.name for s in settings.entity_specs]
     console.print(f"Starting fedcd; loading entities: {', '.join(names)} ...")
+    _exit_zero_after_shutdown()
     if workers == 1:
         # access_log off: the gateway writes its own access line, with route templates instead of raw paths
         # (no student id from a URL ever reaches a log).
