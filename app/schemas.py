@@ -181,14 +181,14 @@ class DiagnoseRequest(DiagnoseOptions):
     ]})
 
     student_id: Identifier
-    responses: list[Response] = Field(min_length=1)
+    responses: Annotated[list[Response], FailFast()] = Field(min_length=1)
 
 
 class StudentIn(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)  # a request: no type coercion
 
     student_id: Identifier
-    responses: list[Response] = Field(min_length=1)
+    responses: Annotated[list[Response], FailFast()] = Field(min_length=1)
 
 
 class BatchDiagnoseRequest(DiagnoseOptions):
@@ -197,7 +197,7 @@ class BatchDiagnoseRequest(DiagnoseOptions):
         "students": [{"student_id": "s1", "responses": _EXAMPLE_RESPONSES}, {"student_id": "s2", "responses": _EXAMPLE_RESPONSES[:1]}],
     }]})
 
-    students: list[StudentIn] = Field(min_length=1)
+    students: Annotated[list[StudentIn], FailFast()] = Field(min_length=1)
 
 
 class EntityUsage(BaseModel):
@@ -404,7 +404,7 @@ class CalibrationRecordIn(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)  # a request: no type coercion
 
     student_id: Identifier
-    responses: list[Response] = Field(min_length=1)
+    responses: Annotated[list[Response], FailFast()] = Field(min_length=1)
     truth: dict[str, float] | None = Field(
         default=None, description="concept -> mastery in [0, 1]; absent: the paper's proportion-correct rule"
     )
@@ -427,7 +427,7 @@ class DatasetRef(BaseModel):
         description="frcsub | assist0910 | uci | synthetic (SIMULATED, known mastery)"
     )
     part: Literal["train", "validation", "test"] = "validation"
-    seed: int = 0
+    seed: int = Field(default=0, ge=0, le=2**32 - 1, description="the split's seed (NumPy's range)")
     max_students: int | None = Field(default=None, ge=1, description="subsample the dataset first")
 
 
@@ -596,7 +596,7 @@ class CohortReportRequest(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)  # a request: no type coercion
 
     qmatrix_id: str
-    students: list[StudentIn] = Field(min_length=1, max_length=5000)
+    students: Annotated[list[StudentIn], FailFast()] = Field(min_length=1, max_length=5000)
     epsilon: EpsilonValue = Field(description="central-DP ε for the whole report, charged to every student in it")
     bins: int = Field(default=5, ge=1, le=20, description="histogram bins over [0, 1]")
     entities: list[Name] | None = Field(default=None, min_length=1)

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from app.auth import Principal
 from app.errors import InputError, TryLater
 from app.federation import Federation, federation_mode
-from app.limits import check_qmatrix_size, check_responses
+from app.limits import check_responses, qmatrix_from_json_checked
 from app.metrics import count_diagnosis, count_refusal
 from app.services.usage import account_usage
 from app.redaction import Redactor
@@ -72,7 +72,7 @@ from diagnosis import (
 )
 from diagnosis.posterior import DegeneratePosteriorError
 from privacy import BudgetExceeded, Charge, PrivacyLedger, charge_parameters, iso_utc
-from qmatrix import QMatrix, QMatrixError, Response, qmatrix_from_json, qmatrix_to_json
+from qmatrix import QMatrix, Response, qmatrix_to_json
 
 __all__ = ["DiagnosisService", "RequestConfig", "ResolvedQMatrix"]
 
@@ -134,11 +134,8 @@ class DiagnosisService:
 
     def _resolve_qmatrix(self, options: DiagnoseOptions, config: TenantConfig) -> ResolvedQMatrix:
         if options.qmatrix is not None:
-            try:
-                q = qmatrix_from_json(options.qmatrix.model_dump())
-            except QMatrixError as exc:
-                raise InputError(("body", "qmatrix"), exc.problems) from exc
-            check_qmatrix_size(q, self.settings, ("body", "qmatrix"))
+            # Sizes checked while it is read, before any item is built (app.limits).
+            q = qmatrix_from_json_checked(options.qmatrix.model_dump(), self.settings, ("body", "qmatrix"))
             digest = hashlib.sha256(json.dumps(qmatrix_to_json(q), sort_keys=True).encode()).hexdigest()
             return ResolvedQMatrix(q, None, f"inline:{digest}")
         assert options.qmatrix_id is not None

@@ -133,12 +133,17 @@ def _assert_capped(r, total_problems: int) -> None:  # type: ignore[no-untyped-d
 
 def test_duplicate_concepts_in_an_inline_qmatrix_get_a_capped_422(client: TestClient) -> None:
     # The case at a smaller scale: 190,000 duplicate names in a 1 MiB body answered 17.5 MB.
-    n = 20_000
+    n = 400  # under the 500-concept limit: every name is checked, the list capped
     qm = {"id": "dup", "concepts": ["a"] * n, "items": [{"id": "i1", "concepts": ["a"]}]}
     r = client.post("/v1/diagnose", json={"student_id": "s1", "qmatrix": qm,
                                            "responses": [{"item_id": "i1", "correct": True}]})
     _assert_capped(r, n - 1)
     assert r.json()["detail"][0]["loc"] == ["body", "qmatrix"]
+    # Past the limit the count alone refuses it: one message, whatever the names
+    qm["concepts"] = ["a"] * 20_000
+    r = client.post("/v1/diagnose", json={"student_id": "s1", "qmatrix": qm,
+                                           "responses": [{"item_id": "i1", "correct": True}]})
+    assert r.status_code == 422 and _messages(r) == ["concepts: 20000 concepts; at most 500 per Q-matrix"]
 
 
 def test_duplicate_concepts_in_a_registration_get_a_capped_422(client: TestClient) -> None:
@@ -161,13 +166,19 @@ def test_bad_rows_in_a_json_qmatrix_get_a_capped_422(client: TestClient) -> None
 
 
 def test_schema_errors_are_capped_too(client: TestClient) -> None:
-    # Pydantic lists one error per bad value: 5,000 bad responses made a 10,000-entry 422.
+    # Pydantic lists one error per bad value: 5,000 bad responses made a 10,000-entry 422. The response list
+    # now stops at its first bad entry (FailFast), and the cap bounds what is left.
     body = {"student_id": "s1", "qmatrix_id": "example-prealgebra", "responses": [{"item_id": "", "correct": 2}] * 5000}
     r = client.post("/v1/diagnose", json=body)
     assert r.status_code == 422 and len(r.content) < SMALL_BODY
     detail = r.json()["detail"]
-    assert len(detail) == MAX_ERRORS + 1
-    assert detail[-1] == {"loc": ["body"], "msg": f"… and {2 * 5000 - MAX_ERRORS} more errors", "type": "too_many_errors"}
+    assert 1 <= len(detail) <= MAX_ERRORS + 1
+    assert {tuple(d["loc"][:3]) for d in detail} == {("body", "responses", 0)}
+    # Errors spread over many fields (no list to stop early) are capped: the first MAX_ERRORS, then a count
+    body = {"student_id": "", "qmatrix_id": "", "responses": [{"item_id": "q01", "correct": True}],
+            **{f"extra{k}": k for k in range(200)}}
+    detail = client.post("/v1/diagnose", json=body).json()["detail"]
+    assert len(detail) == MAX_ERRORS + 1 and detail[-1]["type"] == "too_many_errors"
 
 
 @pytest.mark.parametrize("path", ["/v1/qmatrices", "/v1/diagnose"])
@@ -313,3 +324,41 @@ def test_csv_rows_are_read_as_before() -> None:
     q = qmatrix_from_csv_lines(io.StringIO(text, newline=""), id="q", max_items=5, max_concepts=3)
     assert [list(r) for r in q.matrix] == [[int(x) for x in row[2:]] for row in list(csv.reader(io.StringIO(text)))[1:]]
     assert json.loads(json.dumps(qmatrix.io.qmatrix_to_json(q)))["id"] == "q"
+
+
+def test_an_inline_qmatrix_is_size_checked_before_its_items_are_built(
+    small_limits: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    built = 0
+
+    class CountedItem(Item):
+        def __init__(self, *args: object, **kwargs: object) -> None:
+            nonlocal built
+            built += 1
+            super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(qmatrix.io, "Item", CountedItem)
+    qm = {"id": "big", "concepts": ["a"], "items": [{"id": f"i{k}", "concepts": ["a"]} for k in range(500)]}
+    r = small_limits.post("/v1/diagnose", json={"student_id": "s1", "qmatrix": qm,
+                                                 "responses": [{"item_id": "i1", "correct": True}]})
+    assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["body", "qmatrix"]
+    assert built == 0
+
+
+@pytest.mark.parametrize("path,key", [("/v1/diagnose", "responses"), ("/v1/diagnose/batch", "students")])
+def test_a_long_list_of_bad_entries_stops_at_the_first(client: TestClient, path: str, key: str) -> None:
+    bad = [{"item_id": "", "correct": "yes"}] * 38_000
+    body = {"qmatrix_id": "example-prealgebra", "responses": bad, "student_id": "s"} if key == "responses" else \
+        {"qmatrix_id": "example-prealgebra", "students": [{"student_id": "s", "responses": bad[:10]}] * 3000}
+    r = client.post(path, json=body)
+    assert r.status_code in (413, 422) and len(r.content) < SMALL_BODY, (r.status_code, len(r.content))
+    if r.status_code == 422:
+        assert len(r.json()["detail"]) <= MAX_ERRORS + 1
+
+
+@pytest.mark.parametrize("seed", [-1, 2**32])
+def test_a_dataset_seed_outside_numpys_range_is_a_422(client: TestClient, seed: int) -> None:
+    r = client.post("/v1/calibrate", json={"qmatrix_id": "example-prealgebra",
+                                           "dataset": {"name": "synthetic", "seed": seed}})
+    assert r.status_code == 422, r.text
+    assert r.json()["detail"][0]["loc"][-1] == "seed"
