@@ -288,6 +288,26 @@ class BudgetBlock(BaseModel):
     repeat: bool = Field(description="an identical earlier request's answer, returned again at no cost")
 
 
+class DiagnosisBasis(BaseModel):
+    """What a diagnosis rests on: whether its aggregation was calibrated (on how many students, with what truth)
+    and which local model answered — so an uncalibrated cold start is never mistaken for a trained one."""
+
+    calibration: Literal["calibrated", "uncalibrated"] = Field(
+        description="uncalibrated: uniform priors and an assumed entity error (posterior), or the plain mean"
+    )
+    calibration_id: str | None = None
+    calibration_students: int = Field(default=0, description="validation students the calibration was fitted on")
+    calibration_truth: str | None = Field(
+        default=None, description="where the calibration's truth came from (provided, proportion-correct, SIMULATED …)"
+    )
+    local_model: Literal["trained", "untrained"] | None = Field(
+        default=None, description="local-fed's model: trained (see local_model_version), the untrained evidence model "
+        "(no trained model for this Q-matrix yet), or null when local-fed did not answer"
+    )
+    local_model_version: str | None = None
+    summary: str = Field(description="the same in one sentence")
+
+
 class SkippedEntity(BaseModel):
     """An entity that could not serve this request at all (e.g. ``local-fed`` with no model for the
     Q-matrix): not a failure, and it released nothing."""
@@ -338,6 +358,7 @@ class DiagnoseResponse(BaseModel):
     )
     interval_level: float | None = None
     aggregation: str = Field(default="mean", description="how the entities' answers were combined")
+    basis: DiagnosisBasis | None = Field(default=None, description="what this diagnosis rests on")
     calibration_id: str | None
     calibration_mismatch: dict[str, dict[str, Any]] | None = Field(
         default=None,

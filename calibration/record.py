@@ -56,7 +56,7 @@ class CalibrationRecord:
 
     @property
     def tag(self) -> CalibrationTag:
-        return CalibrationTag(id=self.id, noise=self.noise)
+        return CalibrationTag(id=self.id, noise=self.noise, n_students=self.n_students, truth_source=self.truth_source)
 
     def aggregator(self, *, estimate: Estimate = "mean") -> Aggregator:
         return self.params.aggregator(calibration=self.tag, estimate=estimate)

@@ -45,10 +45,13 @@ NO_NOISE_LEVEL = NoiseLevel()
 
 @dataclass(frozen=True, kw_only=True)
 class CalibrationTag:
-    """Which calibration an aggregator applies, and the noise level it was fitted for."""
+    """Which calibration an aggregator applies, the noise level it was fitted for, and on what: ``n_students``
+    validation students whose truth came from ``truth_source`` (a diagnosis's ``basis`` reports both)."""
 
     id: str
     noise: NoiseLevel
+    n_students: int = 0
+    truth_source: str = ""
 
 
 def calibration_mismatch(calibrated: NoiseLevel, served: NoiseLevel) -> dict[str, dict[str, object]] | None:

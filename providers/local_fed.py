@@ -7,9 +7,13 @@ request is answered by the *active, signature-verified* model of **its** Q-matri
 * **Hot reload.** Before every request the entity compares the Q-matrix's active pointer
   with the one it loaded (two ``stat`` calls); when a new version was published or rolled
   back to, it is verified and loaded in a worker thread. No restart is needed.
-* **No model for the Q-matrix** (or a request naming none): ``EntitySkipped`` with the
-  reason. The pipeline reports ``local-fed`` as skipped: not a failure, nothing released.
-  A model that fails verification is an error (``EntityRejected``), never skipped silently.
+* **No model for the Q-matrix** (or a request naming none): the *untrained evidence model* answers — a
+  ``higher-order-irt`` model at its starting parameters (every item discrimination 1, intercept 0, a
+  one-factor prior over the request's concepts), i.e. a plain Bayesian fold-in of the responses. It needs
+  no data, serves every Q-matrix from the first request, and is named ``fedcd-cdm/untrained`` so the
+  diagnosis's ``basis`` says what it rests on (issue 21: a new Q-matrix used to get 1.0 everywhere from
+  the embedded LLMs alone). A model that fails verification is an error (``EntityRejected``), never
+  replaced silently.
 
 A request is mapped onto the model's inputs:
 
@@ -41,12 +45,22 @@ from typing import Any, Generic, TypeVar
 import numpy as np
 import torch
 
+from federated.hocdm import HigherOrderCDM
 from federated.registry import LoadedModel, ModelNotFound, ModelRegistry, RegistryError
 from providers.errors import EntityRejected, EntitySkipped
 from providers.types import EntityPrediction, PromptContext, Repair
 from providers.wrappers import timed
 
-__all__ = ["LocalFedEntity", "MicroBatcher"]
+__all__ = ["UNTRAINED_VERSION", "LocalFedEntity", "MicroBatcher", "untrained_model"]
+
+UNTRAINED_VERSION = "untrained"
+_UNTRAINED_CACHE_MAX = 256
+
+
+def untrained_model(concepts: tuple[str, ...]) -> LoadedModel:
+    """The untrained evidence model over ``concepts`` (module docstring); deterministic, needs no data."""
+    return LoadedModel(version=UNTRAINED_VERSION, model=HigherOrderCDM(concepts),
+                       manifest={"untrained": True, "items": {}}, signature_verified=False)
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -133,7 +147,9 @@ def _encode(context: PromptContext, loaded: LoadedModel) -> _Request:
             repairs.append(Repair(rule="item_skipped", detail=f"item '{item.item_id}' requires concepts the local "
                                   f"model does not know: {', '.join(outside) or '(none listed)'}"))
             continue
-        if item.item_id not in model.seen_item_ids:
+        if loaded.version == UNTRAINED_VERSION:
+            pass  # nothing was trained: every item is read from its Q-row alike, no repair to report
+        elif item.item_id not in model.seen_item_ids:
             repairs.append(Repair(rule="unseen_item", detail=f"item '{item.item_id}' was not in the training data; "
                                   "its parameters come from its Q-row" + (" and text" if model.text_dim else "")))
         elif item.item_id in trained_rows and trained_rows[item.item_id] != set(item.concepts):
@@ -180,6 +196,15 @@ class LocalFedEntity:
         self._batcher: MicroBatcher[_Request, np.ndarray] = MicroBatcher(
             self._forward, window_s=batch_window_s, max_batch=max_batch)
         self.forward_passes = 0
+        self._untrained: dict[tuple[str, ...], LoadedModel] = {}  # by the request's concepts
+
+    def _untrained_for(self, concepts: tuple[str, ...]) -> LoadedModel:
+        loaded = self._untrained.get(concepts)
+        if loaded is None:
+            if len(self._untrained) >= _UNTRAINED_CACHE_MAX:
+                self._untrained.clear()
+            loaded = self._untrained[concepts] = untrained_model(concepts)
+        return loaded
 
     @property
     def loaded(self) -> bool:
@@ -278,17 +303,16 @@ class LocalFedEntity:
         if context.task != "diagnose":
             raise EntityRejected(f"the local federated model only diagnoses; it cannot '{context.task}'",
                                  entity=self.name)
-        if context.qmatrix_id is None:
-            raise EntitySkipped("the request names no Q-matrix, and local-fed models are per Q-matrix",
-                                entity=self.name)
-        cached = self._fresh(context.qmatrix_id)  # the common case needs no thread: the pointer did not change
+        if not context.concepts:
+            raise EntitySkipped("the request assesses no concept", entity=self.name)
         try:
+            if context.qmatrix_id is None:  # inline rows: no trained model can be keyed to them
+                raise ModelNotFound("the request names no Q-matrix")
+            cached = self._fresh(context.qmatrix_id)  # the common case needs no thread: the pointer did not change
             loaded = cached[1] if cached is not None and isinstance(cached[1], LoadedModel) else \
                 await asyncio.to_thread(self.model_for, context.qmatrix_id)
         except ModelNotFound:
-            raise EntitySkipped(f"no local-fed model has been published for Q-matrix '{context.qmatrix_id}' "
-                                "(train one with `fedcd federation coordinator` or `fedcd train`)",
-                                entity=self.name) from None
+            loaded = self._untrained_for(tuple(context.concepts))
         except RegistryError as exc:
             raise EntityRejected(f"no usable local model: {exc}", entity=self.name) from exc
         request = _encode(context, loaded)

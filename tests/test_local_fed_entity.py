@@ -163,16 +163,25 @@ async def test_a_newly_published_version_is_served_without_reload(registry_dir: 
     assert entity.info(Q.id)["version"] == "v0001"
 
 
-async def test_a_qmatrix_without_a_model_is_skipped_not_failed(registry_dir: Path, tmp_path: Path) -> None:
+async def test_a_qmatrix_without_a_model_is_answered_by_the_untrained_evidence_model(
+    registry_dir: Path, tmp_path: Path
+) -> None:
     entity = LocalFedEntity(registry_dir)
     other = _context(_items()).model_copy(update={"qmatrix_id": "another-qmatrix"})
-    with pytest.raises(EntitySkipped, match="no local-fed model has been published for Q-matrix 'another-qmatrix'"):
-        await entity.respond(other)
-    with pytest.raises(EntitySkipped, match="names no Q-matrix"):
-        await entity.respond(other.model_copy(update={"qmatrix_id": None}))
-    with pytest.raises(EntitySkipped):
-        await LocalFedEntity(tmp_path / "empty").respond(_context(_items()))
-    assert (await entity.respond(_context(_items()))).status == "ok"  # the example Q-matrix still has its model
+    for context in (other, other.model_copy(update={"qmatrix_id": None}), _context(_items())):
+        prediction = await (LocalFedEntity(tmp_path / "empty") if context is other else entity).respond(context)
+        assert prediction.status == "ok" and set(prediction.mastery) == set(context.concepts)
+    untrained = await entity.respond(other)
+    assert untrained.model == "fedcd-cdm/untrained" and not untrained.repairs  # nothing trained: nothing to flag
+    assert (await entity.respond(_context(_items()))).model != "fedcd-cdm/untrained"  # the example keeps its model
+
+
+async def test_the_untrained_evidence_model_reads_the_evidence(tmp_path: Path) -> None:
+    # Every item right vs every item wrong, on a Q-matrix no model was trained for: mastery must follow the answers.
+    entity = LocalFedEntity(tmp_path / "empty")
+    right = await entity.respond(_context(_items([1.0] * len(Q.items))).model_copy(update={"qmatrix_id": "new"}))
+    wrong = await entity.respond(_context(_items([0.0] * len(Q.items))).model_copy(update={"qmatrix_id": "new"}))
+    assert all(right.mastery[c] > 0.5 > wrong.mastery[c] for c in right.mastery)
 
 
 async def test_tampered_model_is_rejected(registry_dir: Path, tmp_path: Path) -> None:

@@ -27,6 +27,7 @@ from app.errors import InputError, TryLater
 from app.federation import Federation, federation_mode
 from app.limits import check_responses, qmatrix_from_json_checked
 from app.metrics import count_diagnosis, count_refusal
+from app.services.basis import diagnosis_basis
 from app.services.usage import account_usage
 from app.redaction import Redactor
 from app.schemas import (
@@ -343,6 +344,7 @@ class DiagnosisService:
             mastery_interval=result.intervals or None,
             interval_level=result.interval_level,
             aggregation=result.aggregation,
+            basis=diagnosis_basis(result.entities, aggregator.calibration, result.aggregation),
             calibration_id=result.calibration_id,
             calibration_mismatch=result.calibration_mismatch,
             request_id=result.request_id,

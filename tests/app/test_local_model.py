@@ -60,8 +60,8 @@ def test_local_model_endpoint_shows_the_signed_version(tmp_path: Path, registry:
     assert info["config"]["model"]["kind"] == "higher-order-irt" and "q01" in info["config"]["model"]["items"]
 
 
-def test_a_qmatrix_without_a_model_skips_local_fed_with_the_reason(tmp_path: Path, registry: Path) -> None:
-    # Prepare: a second entity answers, so the diagnosis is made; local-fed has no model for this Q-matrix.
+def test_a_qmatrix_without_a_model_is_served_by_the_untrained_evidence_model(tmp_path: Path, registry: Path) -> None:
+    # Prepare: local-fed has no trained model for this Q-matrix; a second entity answers too.
     with _client(tmp_path, registry, SIM) as client:
         assert client.post("/v1/qmatrices", json={
             "id": OTHER.id, "concepts": list(OTHER.concepts),
@@ -74,19 +74,18 @@ def test_a_qmatrix_without_a_model_skips_local_fed_with_the_reason(tmp_path: Pat
     # Assert
     assert r.status_code == 200, r.text
     body = r.json()
-    assert body["failed_entities"] == [] and [s["name"] for s in body["skipped_entities"]] == ["local-fed"]
-    assert "no local-fed model has been published for Q-matrix 'other-q'" in body["skipped_entities"][0]["reason"]
+    assert body["failed_entities"] == [] and body["skipped_entities"] == []
     local = next(e for e in body["entities"] if e["name"] == "local-fed")
-    assert local["status"] == "skipped" and local["mastery"] is None and "other-q" in local["error"]
-    assert body["budget"]["charged_epsilon"] == pytest.approx(2.0)  # ε = 2 for the one entity that answered
+    assert local["status"] == "ok" and local["model"] == "fedcd-cdm/untrained" and set(local["mastery"]) == set(body["mastery"])
+    assert body["budget"]["charged_epsilon"] == pytest.approx(4.0)  # ε = 2 for each of the two entities that answered
     assert missing.status_code == 404 and missing.json()["detail"][0]["loc"] == ["query", "qmatrix_id"]
 
 
-def test_only_local_fed_and_no_model_is_503_naming_the_skip(tmp_path: Path) -> None:
+def test_only_local_fed_and_no_model_still_answers_from_the_evidence(tmp_path: Path) -> None:
     with _client(tmp_path, tmp_path / "empty-registry") as client:
         r = client.post("/v1/diagnose", json=_body("example-prealgebra", ("q01",)))
-    assert r.status_code == 503
-    assert r.json()["entities"][0]["status"] == "skipped"
+    assert r.status_code == 200, r.text
+    assert r.json()["entities"][0]["model"] == "fedcd-cdm/untrained"
 
 
 def test_a_model_published_while_serving_is_picked_up_and_described(tmp_path: Path, registry: Path) -> None:
@@ -105,7 +104,7 @@ def test_a_model_published_while_serving_is_picked_up_and_described(tmp_path: Pa
         described = client.get("/v1/local-model", params={"qmatrix_id": OTHER.id}).json()
 
     # Assert
-    assert [s["name"] for s in before["skipped_entities"]] == ["local-fed"]
+    assert next(e for e in before["entities"] if e["name"] == "local-fed")["model"] == "fedcd-cdm/untrained"
     local = next(e for e in after["entities"] if e["name"] == "local-fed")
     assert after["skipped_entities"] == [] and local["status"] == "ok" and local["model"] == "fedcd-cdm/v0002"
     assert several.status_code == 422 and "name one" in several.json()["detail"][0]["msg"]

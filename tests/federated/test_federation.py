@@ -195,8 +195,8 @@ def test_three_institutions_train_publish_and_the_gateway_serves_the_model(clust
         assert "it took part in" in cluster.log(f"node-{n}")
     # ... the rogue node was refused
     assert rogue_code == 1 and "public key is not registered" in cluster.log("rogue")
-    # ... the gateway skipped local-fed before, and served the new model after, without a restart
-    assert [s["name"] for s in before["skipped_entities"]] == ["local-fed"]
+    # ... the gateway served the untrained evidence model before, and the new model after, without a restart
+    assert next(e for e in before["entities"] if e["name"] == "local-fed")["model"] == "fedcd-cdm/untrained"
     local = next(e for e in after["entities"] if e["name"] == "local-fed")
     assert local["status"] == "ok" and local["model"] == "fedcd-cdm/v0001" and after["skipped_entities"] == []
     assert described["version"] == "v0001" and described["signature_verified"] and described["nodes"] == NODES
