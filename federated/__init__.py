@@ -24,7 +24,15 @@ from federated.dp import add_gaussian_noise, clip_update, flatten, l2_norm, pois
 from federated.features import hash_text, item_features
 from federated.gate import GateDecision, GatePolicy, canary_shift, canary_students, heldout_auc, promotion_gate
 from federated.inprocess import DPMode, FedConfig, FedResult, RoundRecord, run_fedavg
-from federated.registry import FORMAT, LoadedModel, ModelNotFound, ModelRegistry, RegistryError, SignatureInvalid
+from federated.registry import (
+    FORMAT,
+    LoadedModel,
+    ModelNotFound,
+    ModelRegistry,
+    RegistryError,
+    SignatureInvalid,
+    model_key,
+)
 from federated.train import (
     AGGREGATIONS,
     DEFAULT_MODEL,
@@ -59,6 +67,7 @@ from federated.predict import (
 )
 
 __all__ = [
+    "model_key",
     "AGGREGATIONS",
     "DEFAULT_MODEL",
     "FORMAT",

@@ -52,7 +52,13 @@ from federated.model import CDModel
 from federated.models import DiagnosisModel, build_model
 from federated.signing import ModelNotFound, RegistryError, SignatureInvalid, SigningKeys, key_id
 
-__all__ = ["FORMAT", "LoadedModel", "ModelNotFound", "ModelRegistry", "RegistryError", "SignatureInvalid"]
+__all__ = ["FORMAT", "LoadedModel", "ModelNotFound", "ModelRegistry", "RegistryError", "SignatureInvalid", "model_key"]
+
+
+def model_key(qmatrix_id: str, tenant: str | None = None) -> str:
+    """Whose active model a pointer names: a tenant's own model of its Q-matrix (trained from its upload, served to
+    it alone), or — no tenant — an operator's model of the Q-matrix, served to every tenant that uses its id."""
+    return qmatrix_id if tenant is None else f"tenant:{tenant}/{qmatrix_id}"
 
 FORMAT = "fedcd-model/1"
 _VERSION = re.compile(r"^v(\d{4,})$")
@@ -121,7 +127,8 @@ class ModelRegistry:
         except (OSError, ValueError, ModelNotFound):
             return None
         value = manifest.get("qmatrix_id") if isinstance(manifest, dict) else None
-        return str(value) if value else None
+        tenant = manifest.get("tenant") if isinstance(manifest, dict) else None
+        return model_key(str(value), str(tenant) if tenant else None) if value else None
 
     def _pointer(self, qmatrix_id: str) -> dict[str, Any] | None:
         try:
@@ -274,7 +281,8 @@ class ModelRegistry:
     def activate(self, version: str, *, _remember_current: bool = True) -> None:
         """Make ``version`` the active model of the Q-matrix it was trained for, after verifying it
         (a bad version never becomes active)."""
-        qmatrix_id = str(self.verify(version)["qmatrix_id"])
+        manifest = self.verify(version)
+        qmatrix_id = model_key(str(manifest["qmatrix_id"]), manifest.get("tenant") or None)
         state = self._pointer(qmatrix_id) or {}
         current = state.get("version")
         previous = [v for v in state.get("previous", []) if v != version]
@@ -290,7 +298,8 @@ class ModelRegistry:
         for another Q-matrix than ``qmatrix_id``, is refused and the active pointer is left as it was.
         """
         if version is not None:
-            owner = self.verify(version).get("qmatrix_id")
+            manifest = self.verify(version)
+            owner = model_key(str(manifest.get("qmatrix_id")), manifest.get("tenant") or None)
             if qmatrix_id is not None and owner != qmatrix_id:
                 raise RegistryError(f"{version} was trained for Q-matrix '{owner}', not '{qmatrix_id}'")
             self.activate(version)

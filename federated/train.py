@@ -48,7 +48,7 @@ from federated.metrics import evaluate_masked
 from federated.model import CDModel, Interaction
 from federated.hocdm import HigherOrderCDM
 from federated.models import DEFAULT_KIND, new_model
-from federated.registry import ModelRegistry
+from federated.registry import ModelRegistry, model_key
 from federated.rounds import run_rounds
 from qmatrix import Dataset, example_qmatrix, simulate_dina
 
@@ -150,8 +150,11 @@ def train_federated(
     force: bool = False,
     activate: bool = True,
     threads: int | None = None,
+    tenant: str | None = None,
 ) -> TrainResult:
     """Train over ``clients`` simulated federation members, gate, sign and publish (see the module docstring).
+
+    ``tenant``: the model is that tenant's own (``federated.registry.model_key``), gated against its active one.
 
     With DP, ``epsilon`` is the budget for the whole run: the noise multiplier is calibrated so
     ``rounds`` rounds spend at most ``epsilon`` (or ``noise_multiplier`` is taken as given), and
@@ -175,7 +178,7 @@ def train_federated(
         raise ValueError("epsilon is a DP budget; pass dp='student' or dp='client'")
     started = time.perf_counter()
     registry = registry if isinstance(registry, ModelRegistry) else ModelRegistry(registry)
-    active_version = registry.active_version(dataset.qmatrix.id)
+    active_version = registry.active_version(model_key(dataset.qmatrix.id, tenant))
     active = registry.load(active_version) if active_version else None  # a tampered active model fails fast
     rng = np.random.default_rng(seed)
     with torch_threads(threads):
@@ -227,7 +230,7 @@ def train_federated(
             split=split, evaluation=evaluation, hidden_eval=hidden_eval, mask_fraction=config.eval_mask_frac,
             train_students=len(train), dp=dp,
             delta=delta, stop_reason=stop_reason, config=config_row, gate=gate, force=force, activate=activate,
-            started=started,
+            started=started, extra={"tenant": tenant} if tenant is not None else None,
         )
 
 

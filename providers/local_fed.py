@@ -1,8 +1,10 @@
 """The ``local-fed`` entity: the federated-trained diagnosis models, answering directly (no prompt).
 
-The registry (:class:`federated.ModelRegistry`) keeps one signed model per Q-matrix. A
+The registry (:class:`federated.ModelRegistry`) keeps one signed model per Q-matrix and owner. A
 request is answered by the *active, signature-verified* model of **its** Q-matrix
-(``PromptContext.qmatrix_id``):
+(``PromptContext.qmatrix_id``): the requesting tenant's own model (trained from its upload,
+``POST /v1/qmatrices/{id}/train``; the tenant is ``PromptContext.cache_scope``) if it has one, else an
+operator's model of that Q-matrix id (``fedcd train``, ``fedcd federation``, the default model):
 
 * **Hot reload.** Before every request the entity compares the Q-matrix's active pointer
   with the one it loaded (two ``stat`` calls); when a new version was published or rolled
@@ -46,7 +48,7 @@ import numpy as np
 import torch
 
 from federated.hocdm import HigherOrderCDM
-from federated.registry import LoadedModel, ModelNotFound, ModelRegistry, RegistryError
+from federated.registry import LoadedModel, ModelNotFound, ModelRegistry, RegistryError, model_key
 from providers.errors import EntityRejected, EntitySkipped
 from providers.types import EntityPrediction, PromptContext, Repair
 from providers.wrappers import timed
@@ -305,16 +307,22 @@ class LocalFedEntity:
                                  entity=self.name)
         if not context.concepts:
             raise EntitySkipped("the request assesses no concept", entity=self.name)
-        try:
-            if context.qmatrix_id is None:  # inline rows: no trained model can be keyed to them
-                raise ModelNotFound("the request names no Q-matrix")
-            cached = self._fresh(context.qmatrix_id)  # the common case needs no thread: the pointer did not change
-            loaded = cached[1] if cached is not None and isinstance(cached[1], LoadedModel) else \
-                await asyncio.to_thread(self.model_for, context.qmatrix_id)
-        except ModelNotFound:
+        loaded: LoadedModel | None = None
+        # inline rows (no Q-matrix id): no trained model can be keyed to them
+        keys = [] if context.qmatrix_id is None else [
+            *([model_key(context.qmatrix_id, context.cache_scope)] if context.cache_scope else []), context.qmatrix_id]
+        for key in keys:
+            try:
+                cached = self._fresh(key)  # the common case needs no thread: the pointer did not change
+                loaded = cached[1] if cached is not None and isinstance(cached[1], LoadedModel) else \
+                    await asyncio.to_thread(self.model_for, key)
+                break
+            except ModelNotFound:
+                continue
+            except RegistryError as exc:
+                raise EntityRejected(f"no usable local model: {exc}", entity=self.name) from exc
+        if loaded is None:
             loaded = self._untrained_for(tuple(context.concepts))
-        except RegistryError as exc:
-            raise EntityRejected(f"no usable local model: {exc}", entity=self.name) from exc
         request = _encode(context, loaded)
         mastery: dict[str, float] = {}
         if request.answer:

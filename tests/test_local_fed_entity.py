@@ -199,3 +199,23 @@ async def test_tagging_is_refused(registry_dir: Path) -> None:
     context = PromptContext(task="tag", concepts=Q.concepts, items=(_items()[0],))
     with pytest.raises(EntityRejected, match="only diagnoses"):
         await LocalFedEntity(registry_dir).respond(context)
+
+
+async def test_a_tenants_own_model_is_served_to_that_tenant_alone(registry_dir: Path, tmp_path: Path) -> None:
+    # Prepare: the operator's model of the example Q-matrix, and tenant a's own model of it (SIMULATED students)
+    folder = tmp_path / "registry"
+    shutil.copytree(registry_dir, folder)
+    result = train_federated(dataset=simulate_dina(Q, n_students=120, seed=3), registry=folder, rounds=1, seed=3,
+                             tenant="a")
+    assert result.version == "v0002" and result.manifest is not None and result.manifest["tenant"] == "a"
+    entity = LocalFedEntity(folder)
+
+    # Execute
+    served = {scope: (await entity.respond(_context(_items()).model_copy(update={"cache_scope": scope}))).model
+              for scope in ("a", "b", None)}
+    other = _context(_items()).model_copy(update={"cache_scope": "a", "qmatrix_id": "not-trained"})
+
+    # Assert: a gets its own; b and a request without a tenant get the operator's; nobody else's is served
+    assert served == {"a": "fedcd-cdm/v0002", "b": "fedcd-cdm/v0001", None: "fedcd-cdm/v0001"}
+    assert (await entity.respond(other)).model == "fedcd-cdm/untrained"
+    assert ModelRegistry(folder).active_versions() == {"example-prealgebra": "v0001", "tenant:a/example-prealgebra": "v0002"}
