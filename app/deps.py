@@ -22,6 +22,7 @@ from app.auth import KeyStore, Principal
 from app.errors import InputError
 from app.federation import Federation
 from app.services.calibration import CalibrationService
+from app.services.training import TrainingService
 from app.services.diagnosis import DiagnosisService
 from app.services.jobs import JobRunner
 from app.settings import Settings
@@ -32,6 +33,7 @@ __all__ = [
     "reject_unknown_query",
     "AdminDep",
     "CalibrationServiceDep",
+    "TrainingServiceDep",
     "CalibrationStoreDep",
     "DiagnosisServiceDep",
     "FederationDep",
@@ -92,6 +94,10 @@ async def _diagnosis(request: Request) -> DiagnosisService:
 
 async def _calibration_service(request: Request) -> CalibrationService:
     return request.app.state.calibration_service
+
+
+async def _training_service(request: Request) -> TrainingService:
+    return request.app.state.training_service
 
 
 def _unauthorized(message: str) -> HTTPException:
@@ -162,6 +168,7 @@ PolicyStoreDep = Annotated[PolicyStore, Depends(_policies)]
 UsageStoreDep = Annotated[UsageStore, Depends(_usage)]
 DiagnosisServiceDep = Annotated[DiagnosisService, Depends(_diagnosis)]
 CalibrationServiceDep = Annotated[CalibrationService, Depends(_calibration_service)]
+TrainingServiceDep = Annotated[TrainingService, Depends(_training_service)]
 PrincipalDep = Annotated[Principal, Depends(_principal)]
 AdminDep = Annotated[Principal, Depends(_admin)]
 MetricsAccessDep = Depends(_metrics_access)

@@ -23,6 +23,7 @@ from app.redaction import Redactor
 from app.services.calibration import CalibrationService, start_default_calibration
 from app.services.diagnosis import DiagnosisService
 from app.services.jobs import JobRunner
+from app.services.training import TrainingService
 from app.settings import Settings
 from app.storage import CalibrationStore, PolicyStore, QMatrixStore, UsageStore, budget_rule, default_policy
 from app.workers import WorkerRegistry
@@ -65,6 +66,7 @@ class Gateway:
         self.federation: Federation | None = None
         self.diagnosis: DiagnosisService | None = None
         self.calibration: CalibrationService | None = None
+        self.training: TrainingService | None = None
         self._maintenance: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
@@ -87,6 +89,9 @@ class Gateway:
         self.calibration = CalibrationService(
             federation=self.federation, qmatrices=self.qmatrices, calibrations=self.calibrations, jobs=self.jobs,
             policies=self.policies, settings=settings, ledger=self.ledger, usage=self.usage,
+        )
+        self.training = TrainingService(
+            qmatrices=self.qmatrices, jobs=self.jobs, calibration=self.calibration, settings=settings
         )
         self.diagnosis = DiagnosisService(
             federation=self.federation, qmatrices=self.qmatrices, calibrations=self.calibrations,

@@ -13,7 +13,8 @@ from app.errors import install_error_handlers
 from app.gateway import Gateway
 from app.middleware import AccessLog, BodyLimit, RequestMetrics
 from app.openapi import install_docs, install_openapi
-from app.routes import admin_keys, admin_policy, calibrate, cohort, diagnose, health, local_model, privacy, qmatrices
+from app.routes import admin_keys, admin_policy, calibrate, cohort, diagnose, health, jobs, local_model, privacy, qmatrices
+from app.routes import training as training_routes
 from app.routes import usage as usage_routes
 from app.routes import entities as entities_routes
 from app.routes import metrics as metrics_routes
@@ -43,6 +44,7 @@ def create_app(
         app.state.federation = gateway.federation
         app.state.diagnosis = gateway.diagnosis
         app.state.calibration_service = gateway.calibration
+        app.state.training_service = gateway.training
         if on_ready is not None:
             on_ready()
         yield
@@ -74,7 +76,7 @@ def create_app(
     def body_limit(method: str, path: str) -> int:
         upload = (method == "POST" and path.rstrip("/") == "/v1/qmatrices") or (
             method == "PUT" and path.startswith("/v1/qmatrices/")
-        )
+        ) or (method == "POST" and path.startswith("/v1/qmatrices/") and path.rstrip("/").endswith("/train"))
         return settings.max_qmatrix_body_bytes if upload else settings.max_body_bytes
 
     app.add_middleware(BodyLimit, limit_for=body_limit)
@@ -82,7 +84,7 @@ def create_app(
     app.add_middleware(RequestMetrics)
     for router in (health.router, qmatrices.router, qmatrices.extractions, diagnose.router, calibrate.router,
                    cohort.router, privacy.router, local_model.router, entities_routes.router, admin_keys.router,
-                   admin_policy.router, usage_routes.router, metrics_routes.router):
+                   admin_policy.router, usage_routes.router, metrics_routes.router, jobs.router, training_routes.router):
         app.include_router(router)
     return app
 

@@ -507,6 +507,31 @@ class JobEvent(BaseModel):
     message: str
 
 
+class JobPublic(BaseModel):
+    """Any background job of the tenant (``GET /v1/jobs``): a calibration or an upload-and-train run."""
+
+    job_id: str
+    kind: str = Field(description="calibrate | train")
+    status: Literal["queued", "running", "succeeded", "failed"]
+    progress: JobProgress
+    calibration_id: str | None = None
+    metrics: dict[str, Any] = Field(default_factory=dict, description="what the job measured and produced")
+    notes: list[str] = Field(default_factory=list)
+    error: str | None = None
+    resumed: int = 0
+    history: list[JobEvent] = Field(default_factory=list, description="every status change, oldest first")
+    created_at: str
+    updated_at: str
+
+
+class JobList(BaseModel):
+    data: list[JobPublic]
+    count: int = Field(description="jobs on this page")
+    total: int = Field(description="the tenant's jobs in all")
+    limit: int
+    offset: int
+
+
 class CalibrateJob(BaseModel):
     job_id: str
     status: Literal["queued", "running", "succeeded", "failed"]

@@ -64,6 +64,14 @@ class JobContext:
     def set_total(self, total: int) -> None:
         self._update(total=total)
 
+    def step(self, done: int, message: str) -> None:
+        """A job made of stages (not units): ``done`` of its total, and a history line saying what it is doing."""
+        with self.sessions.begin() as session:
+            job = session.get(JobRow, self.job_id)
+            assert job is not None
+            job.done, job.heartbeat_at = done, time.time()
+            session.add(JobEventRow(job_id=self.job_id, status="running", worker=None, message=message))
+
     def _update(self, **fields: Any) -> None:
         with self.sessions.begin() as session:
             job = session.get(JobRow, self.job_id)
@@ -132,6 +140,16 @@ class JobRunner:
         with self.sessions() as session:
             row = session.get(JobRow, job_id)
         return row if row is not None and row.tenant == tenant else None
+
+    def page(self, tenant: str, *, limit: int, offset: int) -> tuple[list[JobRow], int]:
+        """The tenant's jobs, newest first: one page, and how many there are in all."""
+        with self.sessions() as session:
+            total = session.scalar(select(func.count()).where(JobRow.tenant == tenant)) or 0
+            rows = list(session.scalars(
+                select(JobRow).where(JobRow.tenant == tenant)
+                .order_by(JobRow.created_at.desc(), JobRow.id.desc()).limit(limit).offset(offset)
+            ))
+        return rows, total
 
     def history(self, job_id: str) -> list[JobEventRow]:
         with self.sessions() as session:

@@ -1,0 +1,52 @@
+"""Every background job of the tenant (admin keys): ``GET /v1/jobs`` (newest first, paginated) and
+``GET /v1/jobs/{job_id}`` — calibrations and upload-and-train runs alike. Another tenant's job is 404."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Annotated
+
+from fastapi import APIRouter, Query
+
+from app.deps import AdminDep, JobRunnerDep
+from app.errors import InputError
+from app.routes.responses import ADMIN_ERRORS
+from app.schemas import JobEvent, JobList, JobProgress, JobPublic
+from app.services.jobs import JobRunner
+
+router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
+
+
+def _public(jobs: JobRunner, row, *, with_history: bool) -> JobPublic:  # type: ignore[no-untyped-def]
+    history = jobs.history(row.id) if with_history else []
+    return JobPublic(
+        job_id=row.id, kind=row.kind, status=row.status,
+        progress=JobProgress(done=row.done, total=row.total, failed_entities=json.loads(row.failed_entities_json)),
+        calibration_id=row.calibration_id, metrics=json.loads(row.metrics_json), notes=json.loads(row.notes_json),
+        error=row.error, resumed=row.resumed,
+        history=[JobEvent(at=e.at, status=e.status, worker=e.worker, message=e.message) for e in history],
+        created_at=row.created_at, updated_at=row.updated_at,
+    )
+
+
+@router.get("", response_model=JobList, responses=ADMIN_ERRORS)
+async def read_jobs(
+    jobs: JobRunnerDep, principal: AdminDep,
+    limit: Annotated[int, Query(ge=1, le=200, description="jobs per page")] = 50,
+    offset: Annotated[int, Query(ge=0, le=2**31 - 1, description="jobs to skip (newest first)")] = 0,
+) -> JobList:
+    """The tenant's jobs, newest first (without their histories: read one job for that)."""
+    rows, total = await asyncio.to_thread(jobs.page, principal.tenant, limit=limit, offset=offset)
+    data = [_public(jobs, row, with_history=False) for row in rows]
+    return JobList(data=data, count=len(data), total=total, limit=limit, offset=offset)
+
+
+@router.get("/{job_id}", response_model=JobPublic, responses={
+    **ADMIN_ERRORS, 404: {"description": "unknown job (another tenant's is unknown too)"},
+})
+async def read_job(job_id: str, jobs: JobRunnerDep, principal: AdminDep) -> JobPublic:
+    row = await asyncio.to_thread(jobs.get, job_id, tenant=principal.tenant)
+    if row is None:
+        raise InputError(("path", "job_id"), [f"unknown job id '{job_id}'"], status_code=404)
+    return await asyncio.to_thread(_public, jobs, row, with_history=True)
