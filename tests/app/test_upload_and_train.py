@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+import typer
 from fastapi.testclient import TestClient
 
 from app import Settings, create_app
@@ -143,3 +144,21 @@ def test_the_upload_route_refuses_what_is_not_an_upload(app_and_admin) -> None: 
                        files={"responses": ("h.csv", b"x", "text/csv")}).status_code == 403
     assert client.get("/v1/jobs", headers=client_key).status_code == 403
     assert client.get("/v1/jobs", headers=admin, params={"limit": 0}).status_code == 422
+
+
+def test_the_cli_uploads_follows_the_job_and_lists_jobs(app_and_admin, tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    # The command's own functions, over the test client (an httpx.Client): the same requests a shell would send.
+    from app.cli.upload import upload_and_train, wait_for_job
+
+    client, admin, _ = app_and_admin
+    client.headers.update(admin)
+    client.post("/v1/qmatrices", json=BANK)
+    path = tmp_path / "history.csv"
+    path.write_bytes(_csv(qmatrix_from_json(BANK), 60, tmp_path))
+    job = wait_for_job(client, upload_and_train(client, "geometry", path), poll_s=0.05)
+    assert job["status"] == "succeeded" and job["metrics"]["model_version"] == "v0001"
+    bad = tmp_path / "bad.csv"
+    bad.write_text("student_id,item_id,correct\ns1,nope,1\n")
+    with pytest.raises(typer.Exit):
+        upload_and_train(client, "geometry", bad)
+    assert "items not in Q-matrix 'geometry': nope" in capsys.readouterr().err
