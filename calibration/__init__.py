@@ -11,6 +11,7 @@ from calibration.calibrators import (
     PosteriorCalibrator,
     validation_mae,
 )
+from calibration.exclusion import DEFAULT_MIN_ANSWERS, TooFewAnswers, entities_to_exclude
 from calibration.fitting import ValidationAnswer, answer_validation_student, calibration_record, validation_set
 from calibration.methods import CALIBRATORS, make_calibrator
 from calibration.params import (
@@ -29,6 +30,7 @@ from calibration.validation import ValidationSet
 __all__ = [
     "CALIBRATORS",
     "DEFAULT_FOLDS",
+    "DEFAULT_MIN_ANSWERS",
     "PARAMS_BY_METHOD",
     "AggregationMode",
     "BiasCalibrator",
@@ -43,11 +45,13 @@ __all__ = [
     "PosteriorParams",
     "StackingCalibrator",
     "StackingParams",
+    "TooFewAnswers",
     "ValidationAnswer",
     "ValidationSet",
     "aggregator_for",
     "answer_validation_student",
     "calibration_record",
+    "entities_to_exclude",
     "make_calibrator",
     "params_from_json",
     "validation_mae",

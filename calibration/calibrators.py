@@ -16,6 +16,12 @@ What a calibration releases about the validation students: residuals are per-(en
 means over n students, stacking weights are least-squares fits on them, posterior priors and τ
 are moments and root-mean-square errors, and the metrics are averages. Without ``release_epsilon``
 these are released without noise; the record's ``notes`` say so.
+
+**Entities with too few answers.** ``fit`` first leaves out every entity with fewer than ``min_answers``
+successful validation answers (:mod:`calibration.exclusion`): the method is fitted (and released) on the other
+entities' answers, the parameters list the left-out ones, and their aggregator drops those entities' answers. Which
+entities answered how many validation students is released as it is (it counts the entities' failures). The
+uncalibrated metric keeps every answer, as an uncalibrated diagnosis does.
 """
 
 from __future__ import annotations
@@ -27,9 +33,10 @@ from typing import ClassVar
 
 import numpy as np
 
+from calibration.exclusion import DEFAULT_MIN_ANSWERS, entities_to_exclude, exclusion_note, required_answers
 from calibration.params import BiasParams, CalibrationParams, PaperParams, PosteriorParams
 from calibration.release import noisy_posterior, noisy_residuals
-from calibration.validation import Predictions, Truth, ValidationSet
+from calibration.validation import Predictions, ValidationSet
 from diagnosis import (
     DEFAULT_ALPHA,
     NO_NOISE,
@@ -111,30 +118,42 @@ class Calibrator(ABC):
         release_epsilon: float | None = None,
         rng: np.random.Generator | None = None,
         folds: int = DEFAULT_FOLDS,
+        min_answers: int = DEFAULT_MIN_ANSWERS,
     ) -> FittedCalibration:
         """Fit on the validation students; with ``release_epsilon`` the released parameters are
-        differentially private (``calibration.release``) and the in-sample metric describes them."""
+        differentially private (``calibration.release``) and the in-sample metric describes them.
+        Entities with fewer than ``min_answers`` successful answers are left out (module docstring)."""
         if not len(data):
             raise ValueError("calibration needs at least one validation student")
         if folds < 2:
             raise ValueError(f"folds must be >= 2, got {folds}")
-        params, notes = self._fit(data)
+        excluded = entities_to_exclude(data, min_answers)
+        kept = data.without(excluded)
+
+        def fit_kept(part: ValidationSet) -> CalibrationParams:
+            return self._fit(part.without(excluded))[0].with_excluded(excluded)
+
+        params, notes = self._fit(kept)
+        if excluded:
+            notes.append(exclusion_note(excluded, required_answers(data, min_answers)))
         if release_epsilon is not None:
             if not release_epsilon > 0:
                 raise ValueError(f"release_epsilon must be > 0, got {release_epsilon}")
-            params = self._release(params, data, release_epsilon, rng if rng is not None else np.random.default_rng())
+            params = self._release(params, kept, release_epsilon, rng if rng is not None else np.random.default_rng())
             notes.append(
                 f"released with differential privacy: ε = {release_epsilon:g} over the validation students (Laplace "
                 "noise on the released statistics, sensitivity per student; see calibration/release.py)"
             )
         else:
             notes.append(RELEASE_NOTE)
+        params = params.with_excluded(excluded)
         metrics = {
             "validation_mae_uncalibrated": validation_mae(BiasParams(alpha=0.0), data),
-            "validation_mae": _cross_validated_mae(lambda part: self._fit(part)[0], data, folds),
+            "validation_mae": _cross_validated_mae(fit_kept, data, folds),
             "validation_mae_in_sample": validation_mae(params, data),
             "cv_folds": float(min(folds, len(data))),
             "n_students": float(len(data)),
+            "entities_excluded": float(len(excluded)),
         }
         return FittedCalibration(params=params, metrics=metrics, notes=notes)
 

@@ -103,19 +103,27 @@ async def answer_validation_student(
 
 
 def validation_set(students: Sequence[ValidationAnswer], *, keep_clean: bool) -> ValidationSet:
-    """The students with at least one answer and some truth, as a :class:`ValidationSet`."""
+    """The students with at least one answer and some truth, as a :class:`ValidationSet`; every entity's failures
+    over all ``students`` (the dropped ones included) go with it, for the minimum of answers a calibration asks."""
     usable = [s for s in students if s.answers and s.truth]
     if not usable:
         raise ValueError("no validation student got an answer from any entity")
     answers: list[Predictions] = [s.answers for s in usable]
     truths: list[Truth] = [s.truth for s in usable]
     mechanisms: list[MechanismDescription] = [s.mechanism for s in usable]
-    if not keep_clean:
-        return ValidationSet(answers=answers, truths=truths, clean=None, mechanisms=mechanisms)
-    missing = sum(1 for s in usable if s.clean is None)
-    if missing:
-        raise ValueError(f"{missing} validation students have no clean answers, which this method fits on")
-    return ValidationSet(answers=answers, truths=truths, clean=[s.clean or {} for s in usable], mechanisms=mechanisms)
+    failures: dict[str, int] = {}
+    for student in students:
+        for name in set(student.failed):
+            failures[name] = failures.get(name, 0) + 1
+    clean: list[Predictions] | None = None
+    if keep_clean:
+        missing = sum(1 for s in usable if s.clean is None)
+        if missing:
+            raise ValueError(f"{missing} validation students have no clean answers, which this method fits on")
+        clean = [s.clean or {} for s in usable]
+    return ValidationSet(
+        answers=answers, truths=truths, clean=clean, mechanisms=mechanisms, failures=failures, n_asked=len(students)
+    )
 
 
 def calibration_record(
@@ -129,8 +137,10 @@ def calibration_record(
     n_students: int,
     version: int,
     notes: Sequence[str] = (),
+    metrics: Mapping[str, float] | None = None,
 ) -> CalibrationRecord:
-    """The record of a fitted calibration; it stores ``noise``, the level diagnoses are expected to use."""
+    """The record of a fitted calibration; it stores ``noise``, the level diagnoses are expected to use.
+    ``notes`` and ``metrics`` are added to the fit's own (e.g. what the validation students were)."""
     return CalibrationRecord(
         id=record_id,
         qmatrix_id=qmatrix_id,
@@ -143,7 +153,7 @@ def calibration_record(
         truth_source=truth_source,
         n_students=n_students,
         version=version,
-        metrics=dict(fitted.metrics),
+        metrics={**fitted.metrics, **(metrics or {})},
         notes=[*fitted.notes, *notes],
     )
 

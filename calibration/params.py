@@ -3,14 +3,19 @@
 A :class:`CalibrationRecord <calibration.record.CalibrationRecord>` holds exactly one of these, so a
 record never carries fields of a method it is not. ``PARAMS_BY_METHOD`` maps the stored method name
 back to its type when a record is read.
+
+Every type carries ``excluded``: the entities the calibration left out for too few successful validation
+answers (:mod:`calibration.exclusion`); its aggregator drops their answers.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import asdict, dataclass, field
-from typing import Any, ClassVar
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any, ClassVar, Self
 
+from calibration.exclusion import ExcludingPosteriorAggregator, ExcludingResidualAggregator, ExcludingStackingAggregator
 from diagnosis import (
     DEFAULT_ALPHA,
     DEFAULT_ENTITY_ERROR_SD,
@@ -34,17 +39,25 @@ __all__ = [
 ]
 
 
+@dataclass(frozen=True)
 class CalibrationParams(ABC):
     """What one calibration method fitted; ``aggregator`` applies it to a diagnosis."""
 
     method: ClassVar[str]
+    # entity -> {"answers": successful validation answers, "students": validation students asked}: left out for
+    # too few answers; the aggregator drops their answers (empty in records written before this existed).
+    excluded: dict[str, dict[str, int]] = field(default_factory=dict)
 
     @abstractmethod
     def aggregator(self, *, calibration: CalibrationTag | None = None, estimate: Estimate = "mean") -> Aggregator:
         """The aggregator this calibration prescribes (``estimate`` matters to posterior ones only)."""
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)  # type: ignore[call-overload]
+        return asdict(self)
+
+    def with_excluded(self, excluded: Mapping[str, Mapping[str, int]]) -> Self:
+        """These parameters with ``excluded`` left out (fitted without them)."""
+        return replace(self, excluded={e: dict(c) for e, c in excluded.items()})
 
 
 @dataclass(frozen=True)
@@ -53,7 +66,10 @@ class _Residuals(CalibrationParams):
     residuals: dict[str, dict[str, float]] = field(default_factory=dict)  # entity -> concept -> r
 
     def aggregator(self, *, calibration: CalibrationTag | None = None, estimate: Estimate = "mean") -> Aggregator:
-        return ResidualAggregator(residuals=self.residuals, alpha=self.alpha, calibration=calibration)
+        options: dict[str, Any] = {"residuals": self.residuals, "alpha": self.alpha, "calibration": calibration}
+        if self.excluded:
+            return ExcludingResidualAggregator(excluded=self.excluded, **options)
+        return ResidualAggregator(**options)
 
 
 @dataclass(frozen=True)
@@ -83,9 +99,22 @@ class StackingParams(CalibrationParams):
     pooled_intercept: float = 0.0
 
     def aggregator(self, *, calibration: CalibrationTag | None = None, estimate: Estimate = "mean") -> Aggregator:
-        return StackingAggregator(
-            weights=self.weights, intercepts=self.intercepts, isotonic=self.isotonic,
-            pooled_weights=self.pooled_weights, pooled_intercept=self.pooled_intercept, calibration=calibration,
+        options: dict[str, Any] = {
+            "weights": self.weights, "intercepts": self.intercepts, "isotonic": self.isotonic,
+            "pooled_weights": self.pooled_weights, "pooled_intercept": self.pooled_intercept, "calibration": calibration,
+        }
+        if self.excluded:
+            return ExcludingStackingAggregator(excluded=self.excluded, **options)
+        return StackingAggregator(**options)
+
+    def with_excluded(self, excluded: Mapping[str, Mapping[str, int]]) -> StackingParams:
+        """Also shows each left-out entity's weight as 0 wherever weights were fitted. Never in empty weights: those
+        mean "the plain mean", and a dict of zeros would turn that into the intercept."""
+        zero = dict.fromkeys(excluded, 0.0)
+        return replace(
+            super().with_excluded(excluded),
+            weights={c: {**w, **zero} for c, w in self.weights.items()},
+            pooled_weights={**self.pooled_weights, **zero} if self.pooled_weights else {},
         )
 
 
@@ -94,7 +123,8 @@ class PosteriorParams(CalibrationParams):
     """Bayes post-processing: a Beta prior per concept and each entity's error sd τ (clean answers).
 
     An entity the calibration did not measure gets the widest τ it measured: it is trusted no more
-    than the least accurate entity seen, never more than one that was measured.
+    than the least accurate entity seen, never more than one that was measured. An entity it asked
+    that answered too few validation students is left out instead (``excluded``).
     """
 
     method: ClassVar[str] = "posterior"
@@ -106,11 +136,14 @@ class PosteriorParams(CalibrationParams):
         return max(self.entity_error_sd.values(), default=DEFAULT_ENTITY_ERROR_SD)
 
     def aggregator(self, *, calibration: CalibrationTag | None = None, estimate: Estimate = "mean") -> Aggregator:
-        return PosteriorAggregator(
-            priors={c: BetaPrior(a=ab[0], b=ab[1]) for c, ab in self.priors.items()},
-            entity_error_sd=self.entity_error_sd, default_error_sd=self.unmeasured_error_sd,
-            estimate=estimate, calibration=calibration,
-        )
+        options: dict[str, Any] = {
+            "priors": {c: BetaPrior(a=ab[0], b=ab[1]) for c, ab in self.priors.items()},
+            "entity_error_sd": self.entity_error_sd, "default_error_sd": self.unmeasured_error_sd,
+            "estimate": estimate, "calibration": calibration,
+        }
+        if self.excluded:  # left out, not given the widest τ: see calibration.exclusion
+            return ExcludingPosteriorAggregator(excluded=self.excluded, **options)
+        return PosteriorAggregator(**options)
 
 
 PARAMS_BY_METHOD: dict[str, type[CalibrationParams]] = {

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -24,12 +24,18 @@ class ValidationSet:
       when they were not collected (methods that fit on the released answers do not need them);
     * ``mechanisms`` — the public description of the noise each student's answers went through;
     * ``truths`` — the mastery the calibration is fitted to.
+
+    ``failures`` (entity -> validation students it was asked about and failed for, the students no entity
+    answered included) and ``n_asked`` (validation students asked; None: as many as answered) say how often each
+    entity answered, so a calibration can leave out one that rarely did (:meth:`answer_counts`).
     """
 
     answers: Sequence[Predictions]
     truths: Sequence[Truth]
     clean: Sequence[Predictions] | None
     mechanisms: Sequence[MechanismDescription]
+    failures: Mapping[str, int] = field(default_factory=dict)
+    n_asked: int | None = None
 
     def __post_init__(self) -> None:
         sizes = {len(self.answers), len(self.truths), len(self.mechanisms)} | (
@@ -53,6 +59,32 @@ class ValidationSet:
 
     def __len__(self) -> int:
         return len(self.answers)
+
+    @property
+    def students_asked(self) -> int:
+        return len(self) if self.n_asked is None else max(self.n_asked, len(self))
+
+    def answer_counts(self) -> dict[str, int]:
+        """entity -> validation students it answered (any concept), for every entity that answered or failed."""
+        counts = dict.fromkeys(self.failures, 0)
+        for preds in self.answers:
+            for entity, values in preds.items():
+                counts[entity] = counts.get(entity, 0) + (1 if values else 0)
+        return counts
+
+    def without(self, entities: Collection[str]) -> ValidationSet:
+        """The same students with ``entities``' answers (noisy and clean) removed."""
+        if not entities:
+            return self
+
+        def drop(preds: Predictions) -> Predictions:
+            return {e: v for e, v in preds.items() if e not in entities}
+
+        return ValidationSet(
+            answers=[drop(p) for p in self.answers], truths=self.truths,
+            clean=None if self.clean is None else [drop(p) for p in self.clean], mechanisms=self.mechanisms,
+            failures={e: n for e, n in self.failures.items() if e not in entities}, n_asked=self.n_asked,
+        )
 
     def subset(self, indices: Sequence[int]) -> ValidationSet:
         return ValidationSet(

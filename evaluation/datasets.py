@@ -2,8 +2,8 @@
 
 ``frcsub`` and ``assist0910`` are the real public datasets (``qmatrix.datasets``);
 ``uci`` is UCI Student Performance (Portuguese course) mapped to the paper's five attribute
-groups (``qmatrix.uci``); ``synthetic`` is SIMULATED: DINA students on the project's example Q-matrix, with known
-mastery; a PATH is a folder holding ``qmatrix.csv`` and ``responses.csv`` in the FrcSub
+groups (``qmatrix.uci``); ``synthetic`` is SIMULATED: DINA students on the project's example Q-matrix (or on the
+Q-matrix given, e.g. a tenant's own for ``/v1/calibrate``), with known mastery; a PATH is a folder holding ``qmatrix.csv`` and ``responses.csv`` in the FrcSub
 tidy form (``student_id,item_id,correct``; ``correct`` may be a score in [0, 1]).
 """
 
@@ -15,6 +15,7 @@ import numpy as np
 
 from qmatrix import (
     Dataset,
+    QMatrix,
     StudentResponses,
     example_qmatrix,
     load_assist0910,
@@ -61,7 +62,13 @@ def load_dataset(
     max_items: int | None = None,
     seed: int = 0,
     synthetic_students: int = 300,
+    qmatrix: QMatrix | None = None,
+    synthetic_items: int | None = None,
 ) -> Dataset:
+    """``qmatrix`` and ``synthetic_items`` (items each simulated student answers; None: all) apply to ``synthetic``
+    only: the Q-matrix its students are simulated on (default: the example)."""
+    if qmatrix is not None and name != "synthetic":
+        raise ValueError(f"dataset {name!r} has its own Q-matrix; only 'synthetic' simulates students on a given one")
     if name == "frcsub":
         dataset = load_frcsub(data_dir)
     elif name == "assist0910":
@@ -69,7 +76,10 @@ def load_dataset(
     elif name == "uci":
         dataset = load_uci(data_dir)
     elif name == "synthetic":
-        dataset = simulate_dina(example_qmatrix(), n_students=synthetic_students, seed=seed, student_prefix="synth")
+        dataset = simulate_dina(
+            qmatrix or example_qmatrix(), n_students=synthetic_students, seed=seed, student_prefix="synth",
+            items_per_student=synthetic_items,
+        )
     else:
         folder = Path(name)
         if not (folder / "qmatrix.csv").is_file() or not (folder / "responses.csv").is_file():

@@ -6,6 +6,11 @@ calibration is fitted on the kind of answers it will correct, and the record sto
 (``calibration.fitting``: the evaluation's ``served`` row fits through the same functions). Entity answers are cached within the job (beneath the privacy wrapper, so each
 reuse is privatized afresh). Each finished student is stored at once; a job cut off by a
 restart resumes where it stopped.
+
+The ``synthetic`` dataset simulates SIMULATED DINA students on the request's own Q-matrix (the example when it
+names none), with their simulated mastery as the truth, so any Q-matrix can be calibrated before real data
+exists; the job's notes and metrics and the record say the students were SIMULATED. Entities with fewer than
+``FEDCD_CALIBRATION_MIN_ANSWERS`` successful validation answers are left out of the fit (``calibration.exclusion``).
 """
 
 from __future__ import annotations
@@ -14,19 +19,20 @@ import asyncio
 import logging
 import time
 import uuid
+from dataclasses import dataclass, field
 from typing import Any
 
 from app.db import SHARED_TENANT
 from app.errors import InputError
+from app.federation import Federation
 from app.limits import check_responses
 from app.metrics import count_charge
 from app.schemas import CalibrateRequest, DatasetRef, PrivacyPolicy
-from app.settings import Settings
-from app.storage import CalibrationStore, PolicyStore, QMatrixStore, StoredQMatrix, UsageStore, budget_rule
-from app.federation import Federation
 from app.services.jobs import JobContext, JobRunner
 from app.services.usage import account_usage
-from calibration import make_calibrator
+from app.settings import Settings
+from app.storage import CalibrationStore, PolicyStore, QMatrixStore, StoredQMatrix, UsageStore, budget_rule
+from calibration import TooFewAnswers, make_calibrator
 from calibration.fitting import ValidationAnswer, answer_validation_student, calibration_record, validation_set
 from diagnosis import DiagnosisPipeline, NoiseLevel, UnknownEntities
 from evaluation import proportion_correct_truth, split_students
@@ -34,10 +40,23 @@ from evaluation.datasets import load_dataset
 from privacy import PrivacyLedger, make_rng
 from providers.wrappers import Cached
 from qmatrix import EXAMPLE_QMATRIX_ID, Response
+from qmatrix.simulate import DINA_GUESS, DINA_MASTERY_RATE, DINA_SLIP
 
 __all__ = ["CalibrationService", "start_default_calibration"]
 
 log = logging.getLogger("fedcd.calibration")
+
+
+@dataclass
+class _Students:
+    """A job's validation students and what the record must say about them."""
+
+    stored: StoredQMatrix
+    rows: list[dict[str, Any]]  # [{student_id, responses, truth|None}]
+    truth_source: str
+    simulated: bool = False
+    notes: list[str] = field(default_factory=list)
+    metrics: dict[str, float] = field(default_factory=dict)
 
 
 class CalibrationService:
@@ -68,6 +87,9 @@ class CalibrationService:
             except UnknownEntities as exc:
                 raise InputError(("body", "entities"), [str(exc)]) from exc
         if body.records is None:
+            simulated_on = body.qmatrix_id if body.dataset is not None and body.dataset.name == "synthetic" else None
+            if simulated_on is not None and self.qmatrices.get(tenant, simulated_on) is None:  # it must exist
+                raise InputError(("body", "qmatrix_id"), [f"unknown Q-matrix id '{simulated_on}'"], status_code=404)
             return
         if len(body.records) > self.settings.max_calibration_records:
             raise InputError(("body", "records"), [f"at most {self.settings.max_calibration_records} records"])
@@ -85,8 +107,7 @@ class CalibrationService:
         await asyncio.to_thread(self.check, body, tenant)
         return self.jobs.submit("calibrate", body.model_dump(mode="json"), tenant=tenant)
 
-    def _students(self, request: CalibrateRequest, tenant: str) -> tuple[StoredQMatrix, list[dict[str, Any]], str]:
-        """(Q-matrix version, [{student_id, responses, truth|None}], truth source)."""
+    def _students(self, request: CalibrateRequest, tenant: str) -> _Students:
         if request.records is not None:
             stored = self.qmatrices.get(tenant, request.qmatrix_id or "")
             if stored is None:
@@ -97,9 +118,11 @@ class CalibrationService:
             source = "provided" if all(r.truth is not None for r in request.records) else (
                 "proportion-correct" if all(r.truth is None for r in request.records) else "mixed"
             )
-            return stored, rows, source
+            return _Students(stored, rows, source)
         assert request.dataset is not None
         ref = request.dataset
+        if ref.name == "synthetic":
+            return self._simulated(request, tenant)
         dataset = load_dataset(
             ref.name, data_dir=self.settings.data_dir, max_students=ref.max_students, seed=ref.seed
         )
@@ -115,7 +138,47 @@ class CalibrationService:
             {"student_id": s.student_id, "responses": s.responses, "truth": dataset.true_mastery.get(s.student_id)}
             for s in part
         ]
-        return stored, rows, ("simulated-true-mastery" if dataset.simulated else "proportion-correct")
+        return _Students(stored, rows, "simulated-true-mastery" if dataset.simulated else "proportion-correct",
+                         simulated=dataset.simulated)
+
+    def _simulated(self, request: CalibrateRequest, tenant: str) -> _Students:
+        """SIMULATED DINA students on the request's own Q-matrix (the example when it names none), seeded by the
+        dataset's seed; their simulated mastery is the truth. A resumed job simulates the same students again."""
+        assert request.dataset is not None
+        ref = request.dataset
+        stored = self.qmatrices.get(tenant, request.qmatrix_id or EXAMPLE_QMATRIX_ID)
+        if stored is None:
+            raise ValueError(f"unknown Q-matrix id '{request.qmatrix_id}'")
+        q = stored.qmatrix
+        # A simulated student answers no more items than a diagnosis accepts, drawn at random from a large bank.
+        per_student = min(len(q.items), self.settings.max_responses_per_student)
+        dataset = load_dataset(
+            "synthetic", qmatrix=q, max_students=ref.max_students, seed=ref.seed,
+            synthetic_items=per_student if per_student < len(q.items) else None,
+        )
+        part = split_students(dataset.students, seed=ref.seed).part(ref.part)
+        rows = [
+            {"student_id": s.student_id, "responses": s.responses, "truth": dataset.true_mastery[s.student_id]}
+            for s in part
+        ]
+        note = (
+            f"SIMULATED validation students: {len(rows)} DINA students (the {ref.part} part of {len(dataset.students)}, "
+            f"seed {ref.seed}; slip {DINA_SLIP:g}, guess {DINA_GUESS:g}, mastery rate {DINA_MASTERY_RATE:g}; {per_student} "
+            f"of {len(q.items)} items each) on "
+            f"Q-matrix '{q.id}' version {stored.version}, their simulated mastery the truth: this calibration describes "
+            "how the entities read simulated students, not real ones; refit on real validation students when you have them"
+        )
+        return _Students(stored, rows, "simulated-true-mastery", simulated=True, notes=[note],
+                         metrics={"simulated_students": float(len(rows))})
+
+    def _release_epsilon(self, request: CalibrateRequest, simulated: bool) -> float | None:
+        """ε the fitted parameters are released with: the request's; omitted, none for SIMULATED students (there is
+        nobody to protect, and noise would only blur a fit on few students), else the server default."""
+        if request.release_epsilon == "none":
+            return None
+        if request.release_epsilon is not None:
+            return float(request.release_epsilon)
+        return None if simulated else self.settings.calibration_release_epsilon
 
     @staticmethod
     def _noise(request: CalibrateRequest, policy: PrivacyPolicy) -> NoiseLevel:
@@ -132,7 +195,8 @@ class CalibrationService:
         start = time.perf_counter()
         tenant = job.tenant
         request = CalibrateRequest.model_validate(raw_request)
-        stored, rows, truth_source = await asyncio.to_thread(self._students, request, tenant)
+        students = await asyncio.to_thread(self._students, request, tenant)
+        stored, rows = students.stored, students.rows
         q = stored.qmatrix
         job.set_total(len(rows))
         policy = await asyncio.to_thread(self.policies.current, tenant)
@@ -175,9 +239,7 @@ class CalibrationService:
             )
         except ValueError as exc:
             raise RuntimeError(f"{exc} (failures: {failures})") from exc
-        release = None if request.release_epsilon == "none" else (
-            float(request.release_epsilon) if request.release_epsilon is not None else self.settings.calibration_release_epsilon
-        )
+        release = self._release_epsilon(request, students.simulated)
         charges = []
         if release is not None and request.records is not None and self.ledger is not None:
             # Every validation student pays the release ε before anything is released, or nobody does.
@@ -186,16 +248,24 @@ class CalibrationService:
                 rule=budget_rule(policy),
             )
         try:
-            fitted = calibrator.fit(data, release_epsilon=release, rng=make_rng(self.settings.noise_seed))
-        except Exception:
+            fitted = calibrator.fit(data, release_epsilon=release, rng=make_rng(self.settings.noise_seed),
+                                    min_answers=self.settings.calibration_min_answers)
+        except Exception as exc:
             if charges:
                 await self.ledger.asettle_all(charges, released=None)  # type: ignore[union-attr]  # nothing released
+            if isinstance(exc, TooFewAnswers):
+                raise TooFewAnswers(f"{exc} (FEDCD_CALIBRATION_MIN_ANSWERS = {self.settings.calibration_min_answers}; "
+                                    f"failures: {failures})") from exc
             raise
+        notes = list(students.notes)
+        if students.truth_source == "proportion-correct":
+            notes.append("truth: the paper's rule, per-concept proportion correct over each record's responses")
+        if release is None and students.simulated and request.release_epsilon is None:
+            notes.append("released without noise by default: the validation students are SIMULATED, nobody to protect")
         record = calibration_record(
             fitted, record_id=f"cal-{uuid.uuid4().hex[:12]}", qmatrix_id=q.id, entities=selected, noise=noise,
-            truth_source=truth_source, n_students=len(data), version=self.calibrations.next_version(tenant, q.id),
-            notes=["truth: the paper's rule, per-concept proportion correct over each record's responses"]
-            if truth_source == "proportion-correct" else [],
+            truth_source=students.truth_source, n_students=len(data),
+            version=self.calibrations.next_version(tenant, q.id), notes=notes, metrics=students.metrics,
         )
         self.calibrations.save(record, tenant=tenant, qmatrix_version=stored.version)
         if charges:

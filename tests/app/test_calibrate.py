@@ -9,7 +9,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from app.db import Database, JobRow
-from providers import PromptContext
+from providers import EntityUnavailable, PromptContext
 from providers.simulated import observed_proportions
 from tests.app.conftest import make_client
 from tests.factories import FakeEntity
@@ -220,3 +220,70 @@ def test_isotonic_stacking_through_the_api(tmp_path: Path) -> None:
         assert record["params"]["isotonic"]["good"] and any("isotonic" in n for n in record["notes"])
         r = client.post("/v1/calibrate", json={**body, "method": "bias"})
         assert r.status_code == 422 and "isotonic" in r.text
+
+
+ITEMS = ["q01", "q02", "q03", "q04", "q05", "q07", "q09", "q10"]  # the order _records encodes each student's number in
+
+
+def fails_from(first_failing: int, answer):  # type: ignore[no-untyped-def]
+    """A SIMULATED flaky entity: answers _records' students 0 .. first_failing − 1 with ``answer``, fails on the rest."""
+
+    def respond(context: PromptContext) -> dict[str, float]:
+        student = sum(int(item.score) << ITEMS.index(item.item_id) for item in context.items)
+        if student >= first_failing:
+            raise EntityUnavailable("timed out (SIMULATED)")
+        return answer(context) if callable(answer) else {c: float(answer) for c in context.concepts}
+
+    return respond
+
+
+def test_an_entity_that_failed_on_most_students_gets_no_weight_and_the_job_says_so(tmp_path: Path) -> None:
+    # Prepare: 'flaky' answers a useless 1.0 for 5 of the 30 validation students and fails on the rest.
+    entities = {"good": FakeEntity("good", biased(0.0)), "flaky": FakeEntity("flaky", fails_from(5, 1.0))}
+    with make_client(tmp_path, entities) as client:
+        # Execute: the default minimum is 20 successful answers.
+        body = {"qmatrix_id": Q_ID, "records": _records(30), "epsilon": "none", "method": "stacking"}
+        job = _wait(client, client.post("/v1/calibrate", json=body).json()["job_id"])
+        assert job["status"] == "succeeded", job
+        record = client.get(f"/v1/calibrations/{job['calibration_id']}").json()
+        # Assert: weight 0 everywhere, listed with its count, named in the job's notes and the record's.
+        assert job["progress"]["failed_entities"] == {"flaky": 25}
+        assert record["params"]["excluded"] == {"flaky": {"answers": 5, "students": 30}}
+        assert all(w["flaky"] == 0.0 for w in record["params"]["weights"].values())
+        # Fitted on all 30 students (with flaky, 5 complete rows: too few for a concept's own weights).
+        assert record["params"]["weights"]["Add and subtract fractions"]["good"] > 0.9
+        for notes in (job["notes"], record["notes"]):
+            assert any("flaky answered 5 of 30" in n for n in notes), notes
+        assert job["metrics"]["entities_excluded"] == 1.0
+        # A diagnosis flaky answers (student 1) is the same as one it is not asked for: it moves nothing.
+        diagnose = {"student_id": "t", "qmatrix_id": Q_ID, "epsilon": "none",
+                    "responses": [{"item_id": "q01", "correct": True}, {"item_id": "q02", "correct": False}]}
+        asked = len(entities["flaky"].contexts)
+        both = client.post("/v1/diagnose", json=diagnose).json()
+        assert len(entities["flaky"].contexts) == asked + 1 and both["failed_entities"] == []
+        assert both["mastery"] == client.post("/v1/diagnose", json={**diagnose, "entities": ["good"]}).json()["mastery"]
+
+
+@pytest.mark.parametrize("minimum,kept", [(10, True), (11, False)])
+def test_an_entity_at_exactly_the_minimum_keeps_its_weight(tmp_path: Path, minimum: int, kept: bool) -> None:
+    # 'flaky' is the accurate one here (it reports the truth) and answers exactly 10 of 30 students.
+    entities = {"flaky": FakeEntity("flaky", fails_from(10, biased(0.0))), "flat": FakeEntity("flat", 0.5)}
+    with make_client(tmp_path, entities, calibration_min_answers=minimum) as client:
+        body = {"qmatrix_id": Q_ID, "records": _records(30), "epsilon": "none", "method": "stacking"}
+        job = _wait(client, client.post("/v1/calibrate", json=body).json()["job_id"])
+        assert job["status"] == "succeeded", job
+        params = client.get(f"/v1/calibrations/{job['calibration_id']}").json()["params"]
+    if kept:
+        assert params["excluded"] == {} and params["pooled_weights"]["flaky"] > 0.5
+        assert not any("left out" in n for n in job["notes"])
+    else:
+        assert params["excluded"] == {"flaky": {"answers": 10, "students": 30}}
+        assert params["pooled_weights"]["flaky"] == 0.0
+
+
+def test_a_calibration_where_no_entity_answered_enough_fails_naming_the_setting(tmp_path: Path) -> None:
+    with make_client(tmp_path, {"flaky": FakeEntity("flaky", fails_from(3, 0.5))}) as client:
+        body = {"qmatrix_id": Q_ID, "records": _records(30), "epsilon": "none", "method": "bias"}
+        job = _wait(client, client.post("/v1/calibrate", json=body).json()["job_id"])
+    assert job["status"] == "failed"
+    assert "flaky answered 3 of 30" in job["error"] and "FEDCD_CALIBRATION_MIN_ANSWERS = 20" in job["error"]
