@@ -96,12 +96,14 @@ class Federation:
         circuits: CircuitBreakers | None = None,
         cache: ResponseCache | None = None,
     ) -> None:
-        self.specs = {s.name: s for s in specs}
         self.circuits, self.cache = circuits, cache
         self._guarded: list[str] = []  # entities behind a breaker (built here from their specs)
         if entities is None:
             entities = {s.name: self._build(s, circuits, cache) for s in specs}
             self._guarded = list(entities) if circuits is not None else []
+        else:  # ready-made entities are the federation: a declaration of no entity given here counts nowhere
+            specs = [s for s in specs if s.name in entities]
+        self.specs = {s.name: s for s in specs}
         # An entity passed ready-made without a declaration (tests) is tier 0.
         self.pipeline = DiagnosisPipeline(
             entities, seed=seed, tiers={s.name: s.tier for s in specs}, prices={s.name: price_of(s) for s in specs}

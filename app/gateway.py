@@ -79,7 +79,9 @@ class Gateway:
             if settings.auth == "enabled":
                 await asyncio.to_thread(ensure_dev_key, self.keys, settings.state_dir)
             await self._settle_orphans()
-            if self._entities is None and settings.local_fed and settings.train_default_model:
+            if self._entities is None and settings.train_default_model and any(
+                s.kind == "local_fed" and s.model_path == str(settings.registry_dir) for s in settings.entity_specs
+            ):  # local-fed serving the default registry: a declared disabled one, or one elsewhere, needs none
                 await train_default_model(settings)
         self.federation = Federation(
             settings.entity_specs, entities=self._entities, seed=settings.noise_seed, circuits=circuit_breakers(settings),

@@ -445,7 +445,8 @@ class DatasetRef(BaseModel):
 
     # Named datasets only: a request never names a path on the server's disk (the CLI may).
     name: Literal["frcsub", "assist0910", "uci", "synthetic"] = Field(
-        description="frcsub | assist0910 | uci | synthetic (SIMULATED, known mastery)"
+        description="frcsub | assist0910 | uci | synthetic: SIMULATED DINA students with known mastery, on the "
+        "request's qmatrix_id (any Q-matrix of the tenant; the example when omitted)"
     )
     part: Literal["train", "validation", "test"] = "validation"
     seed: int = Field(default=0, ge=0, le=2**32 - 1, description="the split's seed (NumPy's range)")
@@ -556,7 +557,9 @@ class CalibrationPublic(BaseModel):
     method: str
     params: dict[str, Any] = Field(
         description="what the method fitted: paper/bias {alpha, residuals}; stacking {weights, intercepts, isotonic, "
-        "pooled_weights, pooled_intercept}; posterior {priors: concept -> Beta(a, b), entity_error_sd: entity -> τ}"
+        "pooled_weights, pooled_intercept}; posterior {priors: concept -> Beta(a, b), entity_error_sd: entity -> τ}; "
+        "every method: excluded {entity: {answers, students}}, the entities left out for too few successful "
+        "validation answers (FEDCD_CALIBRATION_MIN_ANSWERS): no weight, their answers are not aggregated"
     )
     entities: list[str]
     epsilon: float | None = Field(description="the noise level diagnoses are expected to use (null: no noise)")

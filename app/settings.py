@@ -6,12 +6,20 @@ named by ``FEDCD_CONFIG``, then defaults. Entities are declared under ``entities
 none are declared, the default federation is used: the embedded ``smollm2`` and ``gemma3``,
 each hosted provider whose API key (``OPENAI_API_KEY``, ``ANTHROPIC_API_KEY``,
 ``GROQ_API_KEY``) is set, and ``local-fed`` when ``local_fed`` is on.
+
+Declared entities keep ``local-fed`` too, unless ``local_fed`` is off or one of them is of kind
+``local_fed`` (that declaration is then used instead, ``enabled: false`` dropping it). A declared
+entity whose key variable (``api_key_env``) is unset or empty, with no ``api_key``, is dropped: it
+counts nowhere, and a warning names it once per process. :attr:`Settings.entity_specs` is the one
+place that decides; :attr:`Settings.dropped_entities` names what it left out and why.
 """
 
 from __future__ import annotations
 
 import ipaddress
+import logging
 import os
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Literal
@@ -27,7 +35,25 @@ from pydantic_settings import (
 from privacy import EPSILON_MAX, EPSILON_MIN
 from providers import EntityKind, EntitySpec, default_entity_specs
 
-__all__ = ["Settings", "get_settings", "is_loopback"]
+__all__ = ["LOCAL_FED_NAME", "DroppedEntity", "Settings", "get_settings", "is_loopback"]
+
+log = logging.getLogger("fedcd.settings")
+
+LOCAL_FED_NAME = "local-fed"
+
+# (entity, variable) pairs already warned about in this process: the warning is logged once, however often the
+# settings are read (the gateway, the CLI, each Settings object).
+_WARNED_MISSING_KEYS: set[tuple[str, str]] = set()
+
+
+@dataclass(frozen=True)
+class DroppedEntity:
+    """A declared entity left out of the federation, and why (``missing_env``: the unset key variable)."""
+
+    name: str
+    kind: str
+    reason: str
+    missing_env: str | None = None
 
 
 class Settings(BaseSettings):
@@ -130,6 +156,13 @@ class Settings(BaseSettings):
         description="method of /v1/calibrate when a request names none, and of the first-start calibration: stacking "
         "weights every entity per concept at the served noise, so a strong member is not dragged down by weak ones",
     )
+    # 20 (calibration.DEFAULT_MIN_ANSWERS): a weight or residual fitted on fewer students is noise. Measured: the
+    # first-start calibration weighted two embedded LLMs that had answered only 5 and 3 of its 24 students.
+    calibration_min_answers: int = Field(
+        default=20, ge=1,
+        description="a calibration gives no weight to an entity with fewer successful validation answers (or, when "
+        "fewer validation students were asked, to one that missed any); the record lists who was left out",
+    )
     local_fed: bool = Field(
         default=True, description="serve the federated-trained models (one per Q-matrix) as entity 'local-fed'"
     )
@@ -225,20 +258,69 @@ class Settings(BaseSettings):
     @computed_field  # type: ignore[prop-decorator]
     @property
     def entity_specs(self) -> list[EntitySpec]:
-        """Declared entities, or the default federation: the embedded LLMs, hosted ones with keys,
-        and ``local-fed`` whenever ``local_fed`` is on. ``local-fed`` holds one model per Q-matrix
-        and reads the registry on every request, so a model published while the gateway runs is
-        served at once; a request on a Q-matrix with no published model skips it (named in the
-        response with the reason, never charged)."""
-        if self.entities is not None:
-            return [s for s in self.entities if s.enabled]
-        specs = default_entity_specs()
-        if self.local_fed:
-            specs.append(EntitySpec(
-                name="local-fed", kind="local_fed", model="federated-cdm", model_path=str(self.registry_dir),
-                concurrency=64, temperature=None, structured_output="none",
-            ))
-        return specs
+        """The federation's members: what the gateway builds, ``/v1/entities`` lists, the privacy budget counts and
+        each diagnosis reserves ε for. Declared entities (``enabled`` ones whose key is there), or the default
+        federation: the embedded LLMs and hosted ones with keys; either way ``local-fed`` whenever ``local_fed`` is
+        on, unless an entity of kind ``local_fed`` is declared (then the declaration decides). ``local-fed`` holds
+        one model per Q-matrix and reads the registry on every request, so a model published while the gateway
+        runs is served at once (``providers.local_fed``). Declared entities left out: :attr:`dropped_entities`."""
+        return self._entity_plan()[0]
+
+    @property
+    def dropped_entities(self) -> list[DroppedEntity]:
+        """Declared entities left out of :attr:`entity_specs`, with why: disabled (``enabled: false``), or their
+        key variable (``api_key_env``) unset or empty with no ``api_key`` (warned about once per process)."""
+        return self._entity_plan()[1]
+
+    def _entity_plan(self) -> tuple[list[EntitySpec], list[DroppedEntity]]:
+        if self.entities is None:
+            specs = default_entity_specs()  # hosted defaults join only with their key: nothing to drop or warn
+            if self.local_fed:
+                specs.append(self._default_local_fed())
+            return specs, []
+        declared = list(self.entities)
+        if self.local_fed and not any(s.kind == "local_fed" for s in declared):
+            declared.append(self._default_local_fed())
+        usable: list[EntitySpec] = []
+        dropped: list[DroppedEntity] = []
+        for spec in declared:
+            if not spec.enabled:
+                dropped.append(DroppedEntity(spec.name, spec.kind, "disabled in its declaration (enabled: false)"))
+            elif (missing := _missing_key_env(spec)) is not None:
+                dropped.append(DroppedEntity(
+                    spec.name, spec.kind, f"its API key variable {missing} is not set", missing_env=missing,
+                ))
+                if (spec.name, missing) not in _WARNED_MISSING_KEYS:
+                    _WARNED_MISSING_KEYS.add((spec.name, missing))
+                    log.warning("entity %r dropped: its API key variable %s is not set (api_key_env); it is not "
+                                "asked, listed or counted in any privacy budget", spec.name, missing)
+            else:
+                usable.append(spec)
+        return usable, dropped
+
+    def _default_local_fed(self) -> EntitySpec:
+        return EntitySpec(
+            name=LOCAL_FED_NAME, kind="local_fed", model="federated-cdm", model_path=str(self.registry_dir),
+            concurrency=64, temperature=None, structured_output="none",
+        )
+
+    @model_validator(mode="after")
+    def _local_fed_name_is_free(self) -> Settings:
+        declared = self.entities or []
+        if (self.local_fed and not any(s.kind == "local_fed" for s in declared)
+                and any(s.name == LOCAL_FED_NAME for s in declared)):
+            raise ValueError(
+                f"entity name {LOCAL_FED_NAME!r} is the federated-trained model's, kept with declared entities: "
+                "declare it with kind local_fed, rename the entity, or set FEDCD_LOCAL_FED=false"
+            )
+        return self
+
+
+def _missing_key_env(spec: EntitySpec) -> str | None:
+    """The key variable ``spec`` names (``api_key_env``) when it is unset or empty and no ``api_key`` is given."""
+    if spec.api_key_env and spec.resolved_api_key() is None:
+        return spec.api_key_env
+    return None
 
 
 def is_loopback(host: str) -> bool:

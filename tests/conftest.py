@@ -24,11 +24,12 @@ def make_client(
     specs: list[EntitySpec] | None = None, **settings: object,
 ) -> TestClient:
     """A test client authenticated with a fresh key of ``tenant`` (admin unless ``role``). ``specs``: declarations
-    of (some of) the fakes, for what the federation reads from them (tiers, deadlines); the fakes answer."""
+    of (some of) the fakes, for what the federation reads from them (tiers, deadlines); the fakes answer. The fakes
+    are the whole federation, so ``local-fed`` (kept with declared entities) is off unless ``local_fed`` is passed."""
     # Most API tests exercise diagnosis, not the budget: unnoised answers allowed, a generous cap.
     values: dict[str, object] = {
         "default_calibration": False, "allow_unnoised": True, "privacy_cap_epsilon": 1e6,
-        "calibration_release_epsilon": None, **settings,
+        "calibration_release_epsilon": None, "local_fed": False, **settings,
     }
     config = Settings(state_dir=tmp_path, entities=specs or [], preload_models=False, noise_seed=1, **values)  # type: ignore[arg-type]
     app = create_app(config, entities=entities)

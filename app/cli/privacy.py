@@ -42,14 +42,20 @@ def privacy_budget(
     from app.settings import Settings
 
     settings = Settings()
-    count = entities if entities is not None else len(settings.entity_specs)
+    # The configured federation as the gateway builds it: a declared entity missing its key is not counted.
+    members = [s.name for s in settings.entity_specs]
+    count = entities if entities is not None else len(members)
     period_days = {"rolling": settings.privacy_window_s / 86400, "day": 1.0, "week": 7.0}.get(settings.privacy_period)
     cap = settings.privacy_cap_epsilon if settings.privacy_cap_epsilon is not None else math.inf
     table = budget_table(entities=count, epsilon=settings.default_epsilon, cap=cap, period_days=period_days)
     table.update(period=settings.privacy_period, cap_epsilon=cap, mechanism=settings.default_mechanism,
                  sensitivity=settings.sensitivity)
+    federation = {
+        "entity_names": None if entities is not None else members,
+        "dropped_entities": [{"name": d.name, "reason": d.reason} for d in settings.dropped_entities],
+    }
     if as_json:
-        print(json.dumps(table))
+        print(json.dumps({**table, **federation}))
         return
     out = Table(title=f"default policy: {settings.default_mechanism}, ε {settings.default_epsilon:g} per entity answer, "
                       f"Δ {settings.sensitivity}, cap {cap:g} per {settings.privacy_period} period")
@@ -58,3 +64,7 @@ def privacy_budget(
     for key, value in table.items():
         out.add_row(key.replace("_", " "), "—" if value is None else f"{value:g}" if isinstance(value, float) else str(value))
     console.print(out)
+    if entities is None:
+        console.print(f"entities counted: {', '.join(members) or '(none)'}")
+    for dropped in settings.dropped_entities:
+        console.print(f"not counted: {dropped.name} ({dropped.reason})")

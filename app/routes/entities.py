@@ -1,8 +1,9 @@
 from __future__ import annotations
 
 from fastapi import APIRouter
+from pydantic import BaseModel, Field
 
-from app.deps import FederationDep, PrincipalDep
+from app.deps import FederationDep, PrincipalDep, SettingsDep
 from app.routes.responses import AUTH_ERRORS
 from app.schemas import EntityInfo, EntityList
 from providers.circuit import CircuitStoreUnavailable
@@ -10,9 +11,24 @@ from providers.circuit import CircuitStoreUnavailable
 router = APIRouter(prefix="/v1/entities", tags=["entities"])
 
 
-@router.get("", response_model=EntityList, responses=AUTH_ERRORS)
-async def read_entities(federation: FederationDep, principal: PrincipalDep) -> EntityList:
-    """The federation's members; their endpoints (``base_url``) only to admin keys."""
+class DroppedEntityInfo(BaseModel):
+    name: str
+    kind: str
+    reason: str = Field(description="why it is not in the federation, e.g. its API key variable is not set")
+
+
+class EntityListing(EntityList):
+    dropped: list[DroppedEntityInfo] | None = Field(
+        default=None,
+        description="admin keys only: declared entities left out of the federation (disabled, or their API key "
+        "variable unset); they are neither asked nor counted in any privacy budget",
+    )
+
+
+@router.get("", response_model=EntityListing, responses=AUTH_ERRORS)
+async def read_entities(federation: FederationDep, principal: PrincipalDep, settings: SettingsDep) -> EntityListing:
+    """The federation's members; their endpoints (``base_url``), and the declared entities left out, only to
+    admin keys."""
     try:
         circuits = await federation.circuit_states()
     except CircuitStoreUnavailable:
@@ -39,4 +55,10 @@ async def read_entities(federation: FederationDep, principal: PrincipalDep) -> E
                 base_url=spec.base_url if (spec and principal.is_admin) else None,
             )
         )
-    return EntityList(data=data, count=len(data))
+    dropped = (
+        [DroppedEntityInfo(name=d.name, kind=d.kind, reason=d.reason) for d in settings.dropped_entities
+         if d.name not in federation.names]
+        if principal.is_admin
+        else None
+    )
+    return EntityListing(data=data, count=len(data), dropped=dropped)

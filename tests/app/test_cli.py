@@ -87,6 +87,7 @@ def test_diagnose_federation_selective_asks_the_paid_tier_only_when_unsure(
     files: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("FEDCD_ENTITIES", SIMULATED_TIERS)
+    monkeypatch.setenv("FEDCD_LOCAL_FED", "false")  # only the two declared tiers (local-fed would be tier 0)
     qpath, responses = files
     args = ["diagnose", "--qmatrix", str(qpath), "--responses", str(responses), "--no-noise", "--json"]
     for threshold, asked in (("1.0", [["sim:local"]] * 2), ("0.01", [["sim:local", "sim:paid"]] * 2)):

@@ -21,3 +21,4 @@ def test_the_default_policy_in_numbers(tmp_path: Path, monkeypatch: pytest.Monke
     assert numbers["epsilon_per_diagnosis"] == 32.0 * entities and numbers["cap_epsilon"] == 480.0
     assert numbers["diagnoses_per_day"] == per_day and numbers["epsilon_per_year"] == per_year
     assert numbers["period"] == "rolling" and numbers["sensitivity"] == "assessed"
+    assert numbers["entity_names"] is None  # --entities: a size, not the configured federation

@@ -47,7 +47,8 @@ def test_environment_overrides(monkeypatch: pytest.MonkeyPatch) -> None:
     )
     settings = Settings()
     assert settings.default_epsilon == 4.5
-    assert [s.name for s in settings.entity_specs] == ["local"]
+    # declared entities keep local-fed (README, Configuration)
+    assert [s.name for s in settings.entity_specs] == ["local", "local-fed"]
 
 
 def test_yaml_config_file(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -59,9 +60,14 @@ def test_yaml_config_file(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> No
         "  - {name: spare, kind: groq, model: x, enabled: false}\n"
     )
     monkeypatch.setenv("FEDCD_CONFIG", str(config))
+    monkeypatch.setenv("MY_KEY", "sk-test")
+    monkeypatch.setenv("FEDCD_LOCAL_FED", "false")
     settings = Settings()
     assert settings.default_epsilon == 3.0
     assert [(s.name, s.model, s.temperature) for s in settings.entity_specs] == [("gpt", "gpt-4o", 0.2)]
+    assert [(d.name, d.reason) for d in settings.dropped_entities] == [
+        ("spare", "disabled in its declaration (enabled: false)")
+    ]
 
 
 def test_missing_config_file_is_a_clear_error(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
