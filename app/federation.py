@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from app.settings import Settings
-from diagnosis import AskAll, DiagnosisPipeline, FederationMode, Selective
+from diagnosis import AskAll, AskCalibrated, DiagnosisPipeline, FederationMode, Selective
 from providers import (
     CacheKey,
     CacheStore,
@@ -78,9 +78,11 @@ def federation_mode(name: str | None, settings: Settings) -> FederationMode:
     by the request's posterior intervals, or the uncalibrated posterior's when the aggregation is a mean
     (diagnosis.tiers)."""
     mode = name or settings.federation_default
-    if mode not in ("all", "selective"):
-        raise ValueError(f"unknown federation mode {mode!r} (use 'all' or 'selective')")
-    return Selective(threshold=settings.selective_threshold) if mode == "selective" else AskAll()
+    if mode not in ("all", "calibrated", "selective"):
+        raise ValueError(f"unknown federation mode {mode!r} (use 'all', 'calibrated' or 'selective')")
+    if mode == "selective":
+        return Selective(threshold=settings.selective_threshold)
+    return AskCalibrated() if mode == "calibrated" else AskAll()
 
 
 class Federation:

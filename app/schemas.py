@@ -155,11 +155,13 @@ class DiagnoseOptions(BaseModel):
     entities: list[Name] | None = Field(default=None, min_length=1, description="entity names; omitted: all")
     calibration_id: str | None = None
     include_entities: bool = False
-    federation: Literal["all", "selective"] | None = Field(
+    federation: Literal["all", "calibrated", "selective"] | None = Field(
         default=None,
-        description="all: ask every selected entity at once; selective: tier by tier, cheapest first, until every "
-        "assessed concept's credible interval is narrower than the server's selective_threshold; omitted: the server "
-        "default (FEDCD_FEDERATION_DEFAULT)",
+        description="all: ask every selected entity at once; calibrated: the same, leaving out the entities the "
+        "calibration gives no weight for the request's concepts (neither asked nor charged; listed in "
+        "left_out_entities); selective: tier by tier among those, cheapest first, until every assessed concept's "
+        "credible interval is narrower than the server's selective_threshold; omitted: the server default "
+        "(FEDCD_FEDERATION_DEFAULT)",
     )
 
     @model_validator(mode="after")
@@ -332,7 +334,7 @@ class FederationStage(BaseModel):
 class FederationBlock(BaseModel):
     """Which tiers a diagnosis asked and why (README "Selective federation")."""
 
-    mode: Literal["all", "selective"]
+    mode: Literal["all", "calibrated", "selective"]
     threshold: float | None = Field(description="selective: the credible-interval width that stops escalation")
     tiers: list[FederationStage]
     escalated: bool = Field(description="more than one tier was asked")
@@ -351,6 +353,10 @@ class DiagnoseResponse(BaseModel):
     )
     skipped_entities: list[SkippedEntity] = Field(
         default_factory=list, description="entities that could not serve this request, with the reason"
+    )
+    left_out_entities: list[SkippedEntity] = Field(
+        default_factory=list, description="entities not asked (nor charged) because the calibration gives them no "
+        "weight for this request's concepts, with the reason (federation calibrated or selective)"
     )
     privacy: PrivacyBlock
     mastery_interval: dict[str, tuple[float, float]] | None = Field(

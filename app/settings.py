@@ -116,9 +116,12 @@ class Settings(BaseSettings):
         default=False, description="allow epsilon \"none\" (raw answers: unbounded privacy cost, never charged)"
     )
     # Selective federation (README "Selective federation"): ask tier 0 first, the paid tiers only when it is unsure.
-    # `all` stays the default: on FrcSub the bench cannot resolve an AUC change of 0.005 (its 95 % interval is ±0.02).
-    federation_default: Literal["all", "selective"] = Field(
-        default="all", description="federation mode of a request that names none"
+    # Not the default: on FrcSub the bench cannot resolve an AUC change of 0.005 (its 95 % interval is ±0.02).
+    # `calibrated` by default: an entity the calibration gives no weight moves no diagnosis, so asking it only costs
+    # the student ε and the server time (issue 21: the embedded LLMs, weight 0 on real data, doubled ε per diagnosis).
+    federation_default: Literal["all", "calibrated", "selective"] = Field(
+        default="calibrated", description="federation mode of a request that names none: all asks every entity; "
+        "calibrated leaves out those the calibration gives no weight; selective also asks tier by tier"
     )
     # 0.8: the largest measured threshold within 0.005 held-out AUC of `all` on both FrcSub and ASSIST0910 at the
     # default noise (docs/results/cost/, `fedcd bench cost`); the width depends on the noise, so re-measure if it changes.

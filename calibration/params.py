@@ -11,7 +11,7 @@ answers (:mod:`calibration.exclusion`); its aggregator drops their answers.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, ClassVar, Self
 
@@ -38,6 +38,9 @@ __all__ = [
     "params_from_json",
 ]
 
+# A non-negative stacking weight at or below this gives an entity no say in a concept (NNLS returns exact zeros).
+_ZERO_WEIGHT = 1e-6
+
 
 @dataclass(frozen=True)
 class CalibrationParams(ABC):
@@ -58,6 +61,12 @@ class CalibrationParams(ABC):
     def with_excluded(self, excluded: Mapping[str, Mapping[str, int]]) -> Self:
         """These parameters with ``excluded`` left out (fitted without them)."""
         return replace(self, excluded={e: dict(c) for e, c in excluded.items()})
+
+    def unhelpful(self, concepts: Sequence[str]) -> dict[str, str]:
+        """entity -> why asking it cannot move a diagnosis of ``concepts`` under this calibration (not worth
+        asking nor charging): left out for too few validation answers (every method)."""
+        return {e: f"the calibration left it out: it answered {c.get('answers', 0)} of {c.get('students', 0)} "
+                   "validation students" for e, c in sorted(self.excluded.items())}
 
 
 @dataclass(frozen=True)
@@ -106,6 +115,17 @@ class StackingParams(CalibrationParams):
         if self.excluded:
             return ExcludingStackingAggregator(excluded=self.excluded, **options)
         return StackingAggregator(**options)
+
+    def unhelpful(self, concepts: Sequence[str]) -> dict[str, str]:
+        """Also every entity whose stacking weight is 0 for each of ``concepts`` (its concept's fitted weights, or the
+        pooled ones for a concept fitted on too few students)."""
+        found = super().unhelpful(concepts)
+        entities = {e for w in self.weights.values() for e in w} | set(self.pooled_weights)
+        for entity in sorted(entities - set(found)):
+            weights = [(self.weights.get(c) or self.pooled_weights).get(entity) for c in concepts]
+            if concepts and all(w is not None and w <= _ZERO_WEIGHT for w in weights):
+                found[entity] = "its stacking weight is 0 for every concept of this request"
+        return found
 
     def with_excluded(self, excluded: Mapping[str, Mapping[str, int]]) -> StackingParams:
         """Also shows each left-out entity's weight as 0 wherever weights were fitted. Never in empty weights: those

@@ -25,7 +25,7 @@ from diagnosis.pipeline import (
     UnknownEntities,
     build_context,
 )
-from diagnosis.tiers import AskAll, FederationMode, FederationReport, Selective, Stage, StageReport, Verdict
+from diagnosis.tiers import AskAll, AskCalibrated, FederationMode, FederationReport, Selective, Stage, StageReport, Verdict
 from diagnosis.posterior import (
     DEFAULT_ENTITY_ERROR_SD,
     BetaPrior,
@@ -49,6 +49,7 @@ __all__ = [
     "Aggregator",
     "AllEntitiesFailed",
     "AskAll",
+    "AskCalibrated",
     "BetaPrior",
     "CalibrationTag",
     "DegeneratePosteriorError",

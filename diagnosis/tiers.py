@@ -28,6 +28,7 @@ from diagnosis.posterior import PosteriorAggregator
 
 __all__ = [
     "AskAll",
+    "AskCalibrated",
     "FederationMode",
     "FederationReport",
     "Selective",
@@ -83,7 +84,7 @@ class FederationReport:
 class FederationMode(ABC):
     """Orders the selected entities into stages and says, after each, whether the answer is good enough."""
 
-    name: ClassVar[Literal["all", "selective"]]
+    name: ClassVar[Literal["all", "calibrated", "selective"]]
     threshold: float | None = None
 
     @abstractmethod
@@ -113,6 +114,18 @@ class AskAll(FederationMode):
         self, aggregation: Aggregation, answered: Predictions, concepts: Sequence[str], *, mechanism: MechanismDescription
     ) -> Verdict:
         return Verdict(enough=True, decision="all", reason="every selected entity, all tiers at once")
+
+
+class AskCalibrated(AskAll):
+    """Every selected entity at once, after the service left out those the calibration gives no weight
+    (``CalibrationParams.unhelpful``): the selection differs, the stages do not."""
+
+    name = "calibrated"
+
+    def verdict(
+        self, aggregation: Aggregation, answered: Predictions, concepts: Sequence[str], *, mechanism: MechanismDescription
+    ) -> Verdict:
+        return Verdict(enough=True, decision="all", reason="every entity the calibration gives weight, all tiers at once")
 
 
 class Selective(FederationMode):

@@ -186,10 +186,9 @@ class DiagnosisService:
 
     async def diagnose(self, body: DiagnoseRequest, principal: Principal) -> DiagnoseResponse:
         config = await self.configuration(body, principal.tenant)
-        resolved, policy = config.resolved, config.policy
-        self.check_responses(resolved.qmatrix, body.responses, ("body",))
+        self.check_responses(config.resolved.qmatrix, body.responses, ("body",))
         aggregator = self.aggregator(body, config.calibration)
-        return await _counted(principal.tenant, self._run(body, resolved, body, aggregator, principal.tenant, policy))
+        return await _counted(principal.tenant, self._run(body, config, body, aggregator, principal.tenant))
 
     async def diagnose_batch(self, body: BatchDiagnoseRequest, principal: Principal) -> BatchDiagnoseResponse:
         if len(body.students) > self.settings.max_batch_size:
@@ -207,7 +206,7 @@ class DiagnosisService:
             async with gate:
                 try:
                     return await _counted(
-                        principal.tenant, self._run(body, resolved, student, aggregator, principal.tenant, policy)
+                        principal.tenant, self._run(body, config, student, aggregator, principal.tenant)
                     )
                 except AllEntitiesFailed as exc:
                     detail = {"message": str(exc),
@@ -232,9 +231,22 @@ class DiagnosisService:
                  "refuses it (allow_unnoised)"],
             )
 
+    def _left_out(
+        self, options: DiagnoseOptions, record: CalibrationRecord | None, q: QMatrix, responses: Sequence[Response]
+    ) -> dict[str, str]:
+        """Entities not worth asking (nor charging) for these responses: the calibration gives them no weight for the
+        concepts assessed. Only when the request names no entities and its federation is not ``all``."""
+        mode = options.federation or self.settings.federation_default
+        if record is None or mode == "all" or options.entities is not None:
+            return {}
+        unhelpful = record.params.unhelpful(q.concepts_for(r.item_id for r in responses))
+        left_out = {name: reason for name, reason in unhelpful.items() if name in self.federation.names}
+        # Never everyone: a calibration leaves out at most some of its entities, but the federation may have changed.
+        return left_out if len(left_out) < len(self.federation.names) else {}
+
     def _request(
         self, options: DiagnoseOptions, student: StudentIn | DiagnoseRequest, q: QMatrix, policy: PrivacyPolicy,
-        tenant: str,
+        tenant: str, entities: list[str] | None,
     ) -> DiagnosisRequest:
         epsilon = None if options.epsilon == "none" else (
             float(options.epsilon) if options.epsilon is not None else policy.default_epsilon
@@ -247,27 +259,30 @@ class DiagnosisService:
             sensitivity=options.sensitivity or policy.sensitivity,
             mechanism=options.mechanism or policy.default_mechanism,
             delta=options.delta,
-            entities=options.entities,
+            entities=entities,
             include_answers=self.settings.send_answer_text,
             federation=federation_mode(options.federation, self.settings),
-            deadline_s=self.settings.request_deadline_s or self.federation.deadline_s(options.entities),
+            deadline_s=self.settings.request_deadline_s or self.federation.deadline_s(entities),
             cache_scope=tenant,
         )
 
     async def _run(
         self,
         options: DiagnoseOptions,
-        resolved: ResolvedQMatrix,
+        config: RequestConfig,
         student: StudentIn | DiagnoseRequest,
         aggregator: Aggregator,
         tenant: str,
-        policy: PrivacyPolicy,
     ) -> DiagnoseResponse:
-        request = self._request(options, student, resolved.qmatrix, policy, tenant)
-        selected = self.select(options.entities)
+        resolved, policy = config.resolved, config.policy
+        left_out = self._left_out(options, config.calibration, resolved.qmatrix, student.responses)
+        entities = [n for n in self.federation.names if n not in left_out] if left_out else options.entities
+        request = self._request(options, student, resolved.qmatrix, policy, tenant, entities)
+        selected = self.select(entities)
         self._check_unnoised(options, policy)
         if request.epsilon is None or self.ledger is None:
-            return self._response(await self._diagnose(request, aggregator, tenant), request, options, aggregator)
+            result = await self._diagnose(request, aggregator, tenant)
+            return self._response(result, request, options, aggregator, left_out)
         ledger, rule = self.ledger, budget_rule(policy)
         cost = charge_parameters(self.pipeline.mechanism_for(request))
         fingerprint = _fingerprint(request, options, resolved, aggregator.calibration_id)
@@ -290,7 +305,7 @@ class DiagnosisService:
                 )
         try:
             result = await self._diagnose(request, aggregator, tenant)
-            response = self._response(result, request, options, aggregator)
+            response = self._response(result, request, options, aggregator, left_out)
             released = sum(1 for o in result.entities if o.mastery)  # entities that released ≥ 1 concept
             if released == 0:
                 await ledger.arefund(charge.id)
@@ -329,7 +344,8 @@ class DiagnosisService:
 
     @staticmethod
     def _response(
-        result: DiagnosisResult, request: DiagnosisRequest, options: DiagnoseOptions, aggregator: Aggregator
+        result: DiagnosisResult, request: DiagnosisRequest, options: DiagnoseOptions, aggregator: Aggregator,
+        left_out: dict[str, str],
     ) -> DiagnoseResponse:
         return DiagnoseResponse(
             student_id=result.student_id,
@@ -340,6 +356,7 @@ class DiagnosisService:
             failure_reasons={o.name: o.reason or "error" for o in result.entities if o.status == "failed"},
             skipped_entities=[SkippedEntity(name=o.name, reason=o.error or "")
                               for o in result.entities if o.status == "skipped"],
+            left_out_entities=[SkippedEntity(name=name, reason=reason) for name, reason in left_out.items()],
             privacy=PrivacyBlock(**result.privacy, sensitivity_mode=request.sensitivity),  # type: ignore[arg-type]
             mastery_interval=result.intervals or None,
             interval_level=result.interval_level,

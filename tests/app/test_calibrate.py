@@ -255,13 +255,19 @@ def test_an_entity_that_failed_on_most_students_gets_no_weight_and_the_job_says_
         for notes in (job["notes"], record["notes"]):
             assert any("flaky answered 5 of 30" in n for n in notes), notes
         assert job["metrics"]["entities_excluded"] == 1.0
-        # A diagnosis flaky answers (student 1) is the same as one it is not asked for: it moves nothing.
+        # Asked anyway (federation all), flaky's answer moves nothing: the same as without it.
         diagnose = {"student_id": "t", "qmatrix_id": Q_ID, "epsilon": "none",
                     "responses": [{"item_id": "q01", "correct": True}, {"item_id": "q02", "correct": False}]}
         asked = len(entities["flaky"].contexts)
-        both = client.post("/v1/diagnose", json=diagnose).json()
+        both = client.post("/v1/diagnose", json={**diagnose, "federation": "all"}).json()
         assert len(entities["flaky"].contexts) == asked + 1 and both["failed_entities"] == []
-        assert both["mastery"] == client.post("/v1/diagnose", json={**diagnose, "entities": ["good"]}).json()["mastery"]
+        good_only = client.post("/v1/diagnose", json={**diagnose, "entities": ["good"]}).json()
+        assert both["mastery"] == good_only["mastery"]
+        # By default (federation calibrated) it is neither asked nor charged, and the response says why.
+        default = client.post("/v1/diagnose", json={**diagnose, "student_id": "t2"}).json()
+        assert len(entities["flaky"].contexts) == asked + 1 and default["mastery"] == good_only["mastery"]
+        assert default["federation"]["mode"] == "calibrated" and default["usage"]["calls"] == 1
+        assert [(e["name"], "answered 5 of 30" in e["reason"]) for e in default["left_out_entities"]] == [("flaky", True)]
 
 
 @pytest.mark.parametrize("minimum,kept", [(10, True), (11, False)])
@@ -287,3 +293,15 @@ def test_a_calibration_where_no_entity_answered_enough_fails_naming_the_setting(
         job = _wait(client, client.post("/v1/calibrate", json=body).json()["job_id"])
     assert job["status"] == "failed"
     assert "flaky answered 3 of 30" in job["error"] and "FEDCD_CALIBRATION_MIN_ANSWERS = 20" in job["error"]
+
+
+def test_an_entity_left_out_by_the_calibration_is_not_charged(tmp_path: Path) -> None:
+    entities = {"good": FakeEntity("good", biased(0.0)), "flaky": FakeEntity("flaky", fails_from(5, 1.0))}
+    with make_client(tmp_path, entities) as client:
+        body = {"qmatrix_id": Q_ID, "records": _records(30), "epsilon": "none", "method": "stacking"}
+        assert _wait(client, client.post("/v1/calibrate", json=body).json()["job_id"])["status"] == "succeeded"
+        diagnose = {"qmatrix_id": Q_ID, "epsilon": 2.0, "responses": [{"item_id": "q01", "correct": True}]}
+        default = client.post("/v1/diagnose", json={**diagnose, "student_id": "a"}).json()
+        everyone = client.post("/v1/diagnose", json={**diagnose, "student_id": "b", "federation": "all"}).json()
+    assert default["budget"]["charged_epsilon"] == pytest.approx(2.0)  # good only
+    assert everyone["budget"]["charged_epsilon"] == pytest.approx(4.0) and everyone["left_out_entities"] == []

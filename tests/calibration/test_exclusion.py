@@ -160,3 +160,16 @@ def test_records_written_before_exclusions_read_as_excluding_nobody() -> None:
     record = CalibrationRecord.from_json(old)
     assert record.params.excluded == {}
     assert type(aggregator_for(record)).__name__ == "StackingAggregator"
+
+
+def test_unhelpful_entities_are_the_left_out_and_the_zero_weighted_for_the_requests_concepts() -> None:
+    from calibration.params import BiasParams, StackingParams
+
+    stacking = StackingParams(weights={"c1": {"a": 0.7, "b": 0.0, "z": 0.0}, "c2": {"a": 0.2, "b": 0.4, "z": 0.0}},
+                              pooled_weights={"a": 0.6, "b": 0.1, "z": 0.0},
+                              excluded={"x": {"answers": 3, "students": 30}})
+    assert set(stacking.unhelpful(["c1"])) == {"b", "x", "z"}  # b has no say in c1
+    assert set(stacking.unhelpful(["c1", "c2"])) == {"x", "z"}  # ... but it has in c2
+    assert set(stacking.unhelpful(["c3"])) == {"x", "z"}  # a concept without its own weights: the pooled ones
+    assert "answered 3 of 30" in stacking.unhelpful(["c1"])["x"]
+    assert BiasParams().unhelpful(["c1"]) == {}
