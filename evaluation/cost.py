@@ -8,8 +8,10 @@
 * **Protocol.** The held-out protocol's split, hiding, link and AUC (``evaluation.heldout``): the
   served calibration (the server's default method, fitted on the validation split at the server's
   default noise, every entity answering) is applied, and the validation and test students are
-  diagnosed through ``DiagnosisPipeline.diagnose`` once per federation mode: ``all``, and
-  ``selective`` at each threshold, with noise keyed by (student, entity) so the modes differ only in
+  diagnosed through ``DiagnosisPipeline.diagnose`` once per federation mode: ``all``,
+  ``calibrated`` (the server's default: the entities the served calibration leaves out or weights 0
+  for a student's concepts are not asked, ``CalibrationParams.unhelpful``), and ``selective`` at each
+  threshold, with noise keyed by (student, entity) so the modes differ only in
   whom they ask (:func:`keyed_noise`). AUC is scored on the test students' hidden responses; cost and
   calls are averaged over every diagnosed student (validation and test). The AUC loss against ``all``
   comes with a 95 % paired-bootstrap interval over test students (``evaluation.significance``).
@@ -30,7 +32,9 @@ from typing import Any
 
 import numpy as np
 
-from diagnosis import Aggregator, AllEntitiesFailed, AskAll, DiagnosisPipeline, DiagnosisRequest, DiagnosisResult
+from calibration import CalibrationRecord
+from diagnosis import Aggregator, AllEntitiesFailed, AskAll, AskCalibrated, DiagnosisPipeline, DiagnosisRequest
+from diagnosis import DiagnosisResult
 from diagnosis import FederationMode, NoiseSource, Selective, build_context
 from evaluation.harness import federation
 from evaluation.heldout import HeldoutScorer, train_easiness, validation_truths
@@ -83,6 +87,10 @@ class ModeRow:
     students: int
     failed: int  # students no entity answered
     seconds: float
+    # ε charged per student (released answers × ε per answer, as the ledger charges) and the diagnosis latency
+    epsilon_per_student: float = 0.0
+    latency_ms_p50: float = 0.0
+    latency_ms_p95: float = 0.0
 
 
 @dataclass
@@ -138,7 +146,7 @@ def hosted_stand_ins(seed: int) -> list[EntitySpec]:
 
 
 def _modes(thresholds: Sequence[float]) -> list[FederationMode]:
-    return [AskAll(), *(Selective(threshold=t) for t in sorted(set(thresholds)))]
+    return [AskAll(), AskCalibrated(), *(Selective(threshold=t) for t in sorted(set(thresholds)))]
 
 
 def keyed_noise(seed: int) -> NoiseSource:
@@ -153,15 +161,25 @@ def keyed_noise(seed: int) -> NoiseSource:
 async def _diagnose(
     pipeline: DiagnosisPipeline, q: QMatrix, students: Sequence[Sequence[Response]], part: str, config: ServedConfig,
     aggregator: Aggregator, mode: FederationMode, gate: asyncio.Semaphore, progress: Progress | None,
+    record: CalibrationRecord | None = None,
 ) -> list[DiagnosisResult | None]:
     noise = config.noise
+
+    def entities(responses: Sequence[Response]) -> list[str] | None:
+        """Who the mode asks: ``calibrated`` and ``selective`` leave out what the calibration gives no weight (as the
+        service does, ``DiagnosisService._left_out``); ``all`` asks everyone."""
+        if record is None or isinstance(mode, AskAll) and not isinstance(mode, AskCalibrated):
+            return None
+        unhelpful = record.params.unhelpful(q.concepts_for(r.item_id for r in responses))
+        kept = [n for n in pipeline.entities if n not in unhelpful]
+        return kept if unhelpful and kept else None
 
     async def one(i: int, responses: Sequence[Response]) -> DiagnosisResult | None:
         async with gate:
             request = DiagnosisRequest(
                 student_id=f"{part}-{i}", qmatrix=q, responses=responses, epsilon=noise.epsilon,
                 mechanism=noise.mechanism, sensitivity=noise.sensitivity, delta=noise.delta,  # type: ignore[arg-type]
-                federation=mode,
+                federation=mode, entities=entities(responses),
             )
             try:
                 return await pipeline.diagnose(request, aggregator)
@@ -175,8 +193,9 @@ async def _diagnose(
 
 
 def _row(mode: FederationMode, results: Sequence[DiagnosisResult | None], tiers: dict[str, int], score: float,
-         loss: tuple[float, float, float], seconds: float) -> ModeRow:
+         loss: tuple[float, float, float], seconds: float, epsilon: float | None) -> ModeRow:
     done = [r for r in results if r is not None]
+    latencies = [r.latency_ms for r in done] or [0.0]
     asked = [[o for o in r.entities if o.reason not in ("skipped", "circuit_open")] for r in done]
     n = max(len(results), 1)
     return ModeRow(
@@ -187,6 +206,8 @@ def _row(mode: FederationMode, results: Sequence[DiagnosisResult | None], tiers:
         calls_per_student=sum(len(a) for a in asked) / n,
         escalated_share=sum(1 for r in done if r.federation.escalated) / n,
         students=len(results), failed=len(results) - len(done), seconds=seconds,
+        epsilon_per_student=sum((epsilon or 0.0) for r in done for o in r.entities if o.mastery) / n,
+        latency_ms_p50=float(np.percentile(latencies, 50)), latency_ms_p95=float(np.percentile(latencies, 95)),
     )
 
 
@@ -246,8 +267,8 @@ async def run_cost_bench(
         reference: np.ndarray | None = None  # the test P(correct) of federation all, the first mode
         for mode in _modes(thresholds):
             began = time.perf_counter()
-            val = await _diagnose(pipeline, q, val_obs, "val", config, aggregator, mode, gate, progress)
-            test = await _diagnose(pipeline, q, test_obs, "test", config, aggregator, mode, gate, progress)
+            val = await _diagnose(pipeline, q, val_obs, "val", config, aggregator, mode, gate, progress, record)
+            test = await _diagnose(pipeline, q, test_obs, "test", config, aggregator, mode, gate, progress, record)
             estimates = Estimates(name=mode.name, epsilon=config.noise.epsilon,
                                   validation=[r.mastery if r else {} for r in val],
                                   test=[r.mastery if r else {} for r in test])
@@ -255,7 +276,8 @@ async def run_cost_bench(
             reference = probabilities if reference is None else reference
             loss = paired_bootstrap_auc(reference, probabilities, scorer.test_y, scorer.owner, seed=seed)
             score = auc(probabilities, scorer.test_y)
-            result.rows.append(_row(mode, [*val, *test], tiers, score, loss, time.perf_counter() - began))
+            result.rows.append(_row(mode, [*val, *test], tiers, score, loss, time.perf_counter() - began,
+                                    config.noise.epsilon))
     result.cache = await cache_hit_rate(dataset, specs)
     result.seconds = time.perf_counter() - start
     return result
@@ -268,6 +290,9 @@ def progress_total(dataset: Dataset, thresholds: Sequence[float], seed: int) -> 
 
 
 def thresholds_from(text: str) -> list[float]:
+    """Selective thresholds from ``0.5,0.8``; ``none``: no selective rows (only ``all`` and ``calibrated``)."""
+    if text.strip().lower() == "none":
+        return []
     values = sorted({float(t) for t in text.split(",") if t.strip()})
     if not values or any(not 0 < v <= 1 for v in values):
         raise ValueError(f"thresholds must be in (0, 1], got {text!r}")

@@ -16,7 +16,7 @@ __all__ = ["write_cost_report"]
 
 
 def _label(row: ModeRow) -> str:
-    return "all" if row.threshold is None else f"selective {row.threshold:g}"
+    return row.mode if row.threshold is None else f"selective {row.threshold:g}"
 
 
 def _plot(result: CostBenchResult, folder: Path) -> Path:
@@ -72,14 +72,15 @@ def _markdown(result: CostBenchResult, command: str) -> str:
         f"({result.to_json()['bootstrap_resamples']} resamples). A paid call is one asked of a tier ≥ 1 entity.",
         "",
         "| mode | AUC | AUC loss vs all [95 % CI] | $ / 1000 students | paid calls / student | paid-call cut | calls / student "
-        "| escalated | failed |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| ε / student | latency p50 / p95 ms | escalated | failed |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in result.rows:
         lines.append(
             f"| {_label(r)} | {r.auc:.4f} | {r.auc_loss:+.4f} [{r.auc_loss_low:+.4f}, {r.auc_loss_high:+.4f}] | "
             f"{r.cost_usd_per_student * 1000:.3f} | "
             f"{r.paid_calls_per_student:.2f} | {result.paid_call_cut(r):.1%} | {r.calls_per_student:.2f} | "
+            f"{r.epsilon_per_student:.1f} | {r.latency_ms_p50:.0f} / {r.latency_ms_p95:.0f} | "
             f"{r.escalated_share:.1%} | {r.failed} |"
         )
     lines += ["", "![cost–AUC](cost_auc.png)", ""]

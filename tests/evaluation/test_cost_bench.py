@@ -69,7 +69,23 @@ def test_the_report_names_the_command_and_the_simulated_entities(bench: CostBenc
     always = next(r for r in bench.rows if r.threshold == ALWAYS)
     # The largest paid-call cut within 0.005 AUC of all: ALWAYS (cut 100 %) if it is close enough, else NEVER (0 %).
     assert data["recommended_threshold"] == (ALWAYS if always.auc_loss <= 0.005 else NEVER)
-    assert [r["threshold"] for r in data["rows"]] == [None, NEVER, ALWAYS]
+    assert [(r["mode"], r["threshold"]) for r in data["rows"]] == [
+        ("all", None), ("calibrated", None), ("selective", NEVER), ("selective", ALWAYS)]
+    assert "| calibrated |" in report and "ε / student" in report
+
+
+def test_the_calibrated_mode_asks_whom_the_calibration_weights_and_charges_accordingly(bench: CostBenchResult) -> None:
+    calibrated = next(r for r in bench.rows if r.mode == "calibrated")
+    base = bench.baseline
+    # Every entity here answers every validation student, so only a stacking weight of 0 can leave one out
+    assert calibrated.calls_per_student <= base.calls_per_student
+    assert calibrated.epsilon_per_student == pytest.approx(32.0 * calibrated.calls_per_student)
+    assert base.epsilon_per_student == pytest.approx(32.0 * base.calls_per_student)
+    assert calibrated.latency_ms_p50 > 0 and calibrated.latency_ms_p95 >= calibrated.latency_ms_p50
+
+
+def test_no_thresholds_means_no_selective_rows() -> None:
+    assert thresholds_from("none") == []
 
 
 @pytest.mark.parametrize("text", ["", "0", "1.5", "0.3,-1"])
