@@ -45,6 +45,7 @@ from evaluation.significance import BOOTSTRAP_RESAMPLES, paired_bootstrap_auc
 from evaluation.splits import split_holdout, split_students
 from providers import DEFAULT_EMBEDDED, DEFAULT_HOSTED, EntitySpec, build_adapter
 from providers.cache import CacheKey, MemoryCacheStore, ResponseCached
+from providers.wrappers import Cached
 from providers.pricing import price_of
 from qmatrix import Dataset, QMatrix, Response
 
@@ -266,6 +267,9 @@ async def run_cost_bench(
         )
         reference: np.ndarray | None = None  # the test P(correct) of federation all, the first mode
         for mode in _modes(thresholds):
+            # Each mode asks afresh: a tier-0 answer computed for an earlier mode (or the calibration) would make this
+            # mode's latency a cache lookup. The noise stays keyed; an LLM's answer is drawn again.
+            pipeline.entities = {n: Cached(e.inner) if isinstance(e, Cached) else e for n, e in members.items()}
             began = time.perf_counter()
             val = await _diagnose(pipeline, q, val_obs, "val", config, aggregator, mode, gate, progress, record)
             test = await _diagnose(pipeline, q, test_obs, "test", config, aggregator, mode, gate, progress, record)

@@ -1,4 +1,5 @@
-"""`fedcd bench cost`: cost per student, paid calls and held-out AUC of federation `all` vs `selective`."""
+"""`fedcd bench cost`: cost, ε and latency per student, paid calls and held-out AUC of federation `all`, `calibrated`
+and `selective`."""
 
 from __future__ import annotations
 
@@ -20,7 +21,8 @@ DEFAULT_THRESHOLDS = "0.5,0.6,0.7,0.75,0.8,0.85,0.9,0.95"
 @bench.command("cost")
 def bench_cost(
     dataset: Annotated[str, typer.Option(help="frcsub | assist0910 | a folder with qmatrix.csv + responses.csv")] = "frcsub",
-    thresholds: Annotated[str, typer.Option(help="selective thresholds (credible-interval widths in (0, 1])")] = DEFAULT_THRESHOLDS,
+    thresholds: Annotated[str, typer.Option(help="selective thresholds (credible-interval widths in (0, 1]); none: "
+                                            "all and calibrated only")] = DEFAULT_THRESHOLDS,
     max_students: Annotated[Optional[int], typer.Option(min=10, help="subsample the dataset (seeded) to bound run time")] = None,
     seed: Annotated[int, typer.Option(help="seed for subsampling, splits, hold-outs, noise and local-fed")] = 0,
     concurrency: Annotated[int, typer.Option(min=1, help="students diagnosed at once")] = 8,
@@ -52,7 +54,7 @@ def bench_cost(
                                         progress=lambda k: bar.advance(task, k), embedded=embedded)
 
     result = asyncio.run(run())
-    args = ["bench", "cost", "--dataset", dataset, "--thresholds", ",".join(f"{t:g}" for t in levels), "--seed",
+    args = ["bench", "cost", "--dataset", dataset, "--thresholds", ",".join(f"{t:g}" for t in levels) or "none", "--seed",
             str(seed), "--out", str(out)]
     if max_students is not None:
         args += ["--max-students", str(max_students)]
