@@ -55,7 +55,7 @@ def bench_cost(
 
     result = asyncio.run(run())
     args = ["bench", "cost", "--dataset", dataset, "--thresholds", ",".join(f"{t:g}" for t in levels) or "none", "--seed",
-            str(seed), "--out", str(out)]
+            str(seed), "--concurrency", str(concurrency), "--out", str(out)]
     if max_students is not None:
         args += ["--max-students", str(max_students)]
     if embedded:
