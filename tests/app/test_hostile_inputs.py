@@ -246,25 +246,30 @@ def test_the_csv_parser_refuses_a_wide_header_before_reading_rows() -> None:
     assert lines.taken == 1
 
 
-def test_the_json_form_checks_its_size_before_building_items(monkeypatch: pytest.MonkeyPatch) -> None:
-    built = 0
+@pytest.fixture
+def items_built(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """How many Q-matrix items the parser has built (one counter, read as ``items_built[0]``)."""
+    built = [0]
 
     class CountedItem(Item):
         def __init__(self, *args: object, **kwargs: object) -> None:
-            nonlocal built
-            built += 1
+            built[0] += 1
             super().__init__(*args, **kwargs)  # type: ignore[arg-type]
 
     monkeypatch.setattr(qmatrix.io, "Item", CountedItem)
+    return built
+
+
+def test_the_json_form_checks_its_size_before_building_items(items_built: list[int]) -> None:
     data = {"id": "big", "concepts": ["a"], "items": [{"id": f"i{k}", "concepts": ["a"]} for k in range(10_000)]}
     with pytest.raises(QMatrixTooLarge, match="items: 10000 items; at most 100"):
         qmatrix_from_json(data, max_items=100)
     data = {"id": "wide", "concepts": [f"c{k}" for k in range(1000)], "items": [{"id": "i", "concepts": ["c0"]}]}
     with pytest.raises(QMatrixTooLarge, match="concepts: 1000 concepts; at most 500"):
         qmatrix_from_json(data, max_concepts=500)
-    assert built == 0
+    assert items_built[0] == 0
     small = {"id": "ok", "concepts": ["a"], "items": [{"id": "i", "concepts": ["a"]}]}
-    assert len(qmatrix_from_json(small, max_items=1, max_concepts=1).items) == 1 and built > 0  # within: built
+    assert len(qmatrix_from_json(small, max_items=1, max_concepts=1).items) == 1 and items_built[0] > 0  # within: built
 
 
 @pytest.mark.parametrize("upload", ["text/csv", "multipart"])
@@ -327,22 +332,13 @@ def test_csv_rows_are_read_as_before() -> None:
 
 
 def test_an_inline_qmatrix_is_size_checked_before_its_items_are_built(
-    small_limits: TestClient, monkeypatch: pytest.MonkeyPatch
+    small_limits: TestClient, items_built: list[int]
 ) -> None:
-    built = 0
-
-    class CountedItem(Item):
-        def __init__(self, *args: object, **kwargs: object) -> None:
-            nonlocal built
-            built += 1
-            super().__init__(*args, **kwargs)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(qmatrix.io, "Item", CountedItem)
     qm = {"id": "big", "concepts": ["a"], "items": [{"id": f"i{k}", "concepts": ["a"]} for k in range(500)]}
     r = small_limits.post("/v1/diagnose", json={"student_id": "s1", "qmatrix": qm,
                                                  "responses": [{"item_id": "i1", "correct": True}]})
     assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["body", "qmatrix"]
-    assert built == 0
+    assert items_built[0] == 0
 
 
 @pytest.mark.parametrize("path,key", [("/v1/diagnose", "responses"), ("/v1/diagnose/batch", "students")])
