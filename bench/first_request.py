@@ -58,7 +58,8 @@ from typing import Any
 
 import httpx
 
-from bench.gateway import ROOT, _checkout, _free_port, _percentile, _Processes, _wait_http
+from bench.gateway import _checkout, _percentile
+from bench.processes import ROOT, Processes, free_port, wait_http
 from bench.healthz import _loadavg, _revision
 
 __all__ = ["FIRST_CURL_BODY", "FirstRequestBenchConfig", "later_bodies", "run_first_request_bench", "seconds_summary",
@@ -225,7 +226,7 @@ def run_first_request_bench(config: FirstRequestBenchConfig, *,
     (:func:`write_first_request_report` writes them)."""
     work = Path(tempfile.mkdtemp(prefix="fedcd-bench-first-request-"))
     state = work / "state"
-    procs = _Processes(work)
+    procs = Processes(work)
     root = _checkout(config.revision, work / "checkout") if config.revision else ROOT
     env = _env(state, config.simulated, root)
     jobs = _Jobs(state / "fedcd.db")
@@ -242,12 +243,12 @@ def run_first_request_bench(config: FirstRequestBenchConfig, *,
     start_up_s = calibration_wait_s = None
     calibration_at_ready = None
     try:
-        port = _free_port()
+        port = free_port()
         base = f"http://127.0.0.1:{port}"
         progress(f"starting fedcd serve{f' at {config.revision}' if config.revision else ''} on 127.0.0.1:{port}, "
                  f"fresh state {state}" + (" (SIMULATED entity)" if config.simulated else " (default configuration)"))
         gateway = procs.start("gateway", [sys.executable, "-m", "app.cli", "serve", "--port", str(port)], env, cwd=root)
-        _wait_http(f"{base}/healthz", gateway, seconds=max(1.0, left()))
+        wait_http(f"{base}/healthz", gateway, seconds=max(1.0, left()))
         start_up_s = round(time.monotonic() - started, 3)
         key = (state / "dev-api-key").read_text().strip()
         calibration_at_ready = jobs.status()

@@ -15,7 +15,6 @@ import os
 import random
 import secrets
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -29,11 +28,11 @@ from typing import Any
 import httpx
 import psutil
 
+from bench.processes import ROOT, Processes, free_port, wait_http
 from bench.profiling import BenchSetupError, Profile, py_spy_command, start_profile
 
 __all__ = ["GatewayBenchConfig", "ScenarioResult", "run_gateway_bench"]
 
-ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE_ITEMS = ["q01", "q02", "q03", "q04", "q05", "q06", "q07", "q08", "q09", "q10", "q11", "q12"]
 
 
@@ -79,12 +78,6 @@ class ScenarioResult:
     notes: list[str] = field(default_factory=list)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _cpu_seconds(pid: int) -> float:
     """User + system CPU of a process and all its children (uvicorn workers)."""
     proc = psutil.Process(pid)
@@ -96,44 +89,6 @@ def _cpu_seconds(pid: int) -> float:
         except psutil.NoSuchProcess:
             continue
     return total
-
-
-def _wait_http(url: str, proc: subprocess.Popen[bytes], seconds: float = 120.0) -> None:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"{proc.args!r} exited with {proc.returncode}")
-        try:
-            httpx.get(url, timeout=1.0)
-            return
-        except httpx.HTTPError:
-            time.sleep(0.1)
-    raise RuntimeError(f"{url} did not answer within {seconds:.0f} s")
-
-
-class _Processes:
-    """Every process the bench starts, ended when it finishes (and nothing else)."""
-
-    def __init__(self, log_dir: Path) -> None:
-        self.log_dir, self.procs = log_dir, []  # type: ignore[var-annotated]
-
-    def start(
-        self, name: str, args: Sequence[str], env: dict[str, str], cwd: Path = ROOT
-    ) -> subprocess.Popen[bytes]:
-        log = (self.log_dir / f"{name}.log").open("ab")
-        proc = subprocess.Popen(list(args), env=env, cwd=cwd, stdout=log, stderr=log)
-        self.procs.append(proc)
-        return proc
-
-    def stop_all(self) -> None:
-        for proc in reversed(self.procs):
-            if proc.poll() is None:
-                proc.terminate()
-        for proc in self.procs:
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
 
 
 def _percentile(values: Sequence[float], q: float) -> float:
@@ -248,18 +203,18 @@ def _litellm_command(config: GatewayBenchConfig) -> str:
     return command
 
 
-def _litellm(config: GatewayBenchConfig, stub_url: str, procs: _Processes, work: Path) -> list[ScenarioResult]:
+def _litellm(config: GatewayBenchConfig, stub_url: str, procs: Processes, work: Path) -> list[ScenarioResult]:
     command = _litellm_command(config)
     cfg = work / "litellm.yaml"
     master_key = f"sk-bench-{secrets.token_hex(16)}"  # authenticated like fedcd's requests are
     cfg.write_text(json.dumps({"model_list": [{"model_name": "stub", "litellm_params": {
         "model": "openai/stub", "api_base": f"{stub_url}/v1", "api_key": "bench"}}],
         "litellm_settings": {"telemetry": False}, "general_settings": {"master_key": master_key}}))
-    port = _free_port()
+    port = free_port()
     env = {**os.environ, "LITELLM_LOG": "ERROR", "LITELLM_TELEMETRY": "False"}
     proc = procs.start("litellm", [command, "--config", str(cfg), "--port", str(port), "--host", "127.0.0.1",
                                    "--num_workers", str(config.workers)], env)
-    _wait_http(f"http://127.0.0.1:{port}/health/liveliness", proc, 180)
+    wait_http(f"http://127.0.0.1:{port}/health/liveliness", proc, 180)
     schema = {"type": "object", "properties": {c: {"type": "number"} for c in ("fractions", "equations")}}
     body = {"model": "stub", "messages": [{"role": "user", "content": "mastery?"}],
             "response_format": {"type": "json_schema", "json_schema": {"name": "mastery", "schema": schema}}}
@@ -280,7 +235,7 @@ class _CheckoutRun:
 
 
 def _fedcd_scenarios(
-    root: Path, label: str, config: GatewayBenchConfig, stub_urls: Sequence[str], procs: _Processes, work: Path,
+    root: Path, label: str, config: GatewayBenchConfig, stub_urls: Sequence[str], procs: Processes, work: Path,
     rng: random.Random, progress: Callable[[str], None],
 ) -> _CheckoutRun:
     """Start the gateway of the checkout at ``root`` and run every fedcd scenario against it; stop it after."""
@@ -292,11 +247,11 @@ def _fedcd_scenarios(
         env=env, cwd=root, capture_output=True, text=True, check=True, timeout=120,
     ).stdout)["api_key"]
     headers = {"Authorization": f"Bearer {key}"}
-    port = _free_port()
+    port = free_port()
     gateway = procs.start(f"gateway-{label}", [sys.executable, "-m", "app.cli", "serve", "--port", str(port),
                                                "--workers", str(config.workers)], env, cwd=root)
     base = f"http://127.0.0.1:{port}"
-    _wait_http(f"{base}/healthz", gateway)
+    wait_http(f"{base}/healthz", gateway)
     progress(f"{label}: gateway up ({config.workers} worker(s), ledger {'on' if config.ledger else 'off'})")
     r = httpx.post(f"{base}/v1/qmatrices?id=bank", content=_big_qmatrix_csv(config.big_items),
                    headers={**headers, "content-type": "text/csv"}, timeout=120)
@@ -369,17 +324,17 @@ def run_gateway_bench(config: GatewayBenchConfig, *, progress: Callable[[str], N
     if config.profile and py_spy_command() is None:
         raise BenchSetupError("--profile needs py-spy: pip install -e '.[bench]'")
     work = Path(tempfile.mkdtemp(prefix="fedcd-bench-"))
-    procs = _Processes(work)
+    procs = Processes(work)
     results: list[ScenarioResult] = []
     profile_text = None
     try:
         stub_urls = []
         for k in range(config.entities):
-            port = _free_port()
+            port = free_port()
             stub = procs.start(f"stub{k}", [sys.executable, "-m", "bench.stub", "--port", str(port),
                                              "--latency-ms", str(config.stub_latency_ms)],
                                {**os.environ, "PYTHONPATH": str(ROOT)})
-            _wait_http(f"http://127.0.0.1:{port}/healthz", stub)
+            wait_http(f"http://127.0.0.1:{port}/healthz", stub)
             stub_urls.append(f"http://127.0.0.1:{port}")
         progress(f"{len(stub_urls)} stub providers at {config.stub_latency_ms:g} ms")
         # One generator for both checkouts: they get different students (a repeat of another's student would

@@ -36,7 +36,8 @@ from typing import Any
 import httpx
 import psutil
 
-from bench.gateway import ROOT, _free_port, _percentile, _Processes, _wait_http
+from bench.gateway import _percentile
+from bench.processes import ROOT, Processes, free_port, wait_http
 
 __all__ = ["HealthzBenchConfig", "latency_summary", "run_healthz_bench", "write_healthz_report"]
 
@@ -123,7 +124,7 @@ def run_healthz_bench(config: HealthzBenchConfig, *,
                       progress: Callable[[str], None] = lambda _: None) -> dict[str, Any]:
     """Run both phases; returns the results as plain data (:func:`write_healthz_report` writes them)."""
     work = Path(tempfile.mkdtemp(prefix="fedcd-bench-healthz-"))
-    procs = _Processes(work)
+    procs = Processes(work)
     entities = [{"name": "sim:specialist", "kind": "simulated", "simulated_style": "specialist", "seed": 1}]
     env = {**os.environ, "PYTHONPATH": str(ROOT), "FEDCD_STATE_DIR": str(work / "state"),
            "FEDCD_ENTITIES": json.dumps(entities), "FEDCD_LOCAL_FED": "false", "FEDCD_TRAIN_DEFAULT_MODEL": "false",
@@ -134,11 +135,11 @@ def run_healthz_bench(config: HealthzBenchConfig, *,
             [sys.executable, "-m", "app.cli", "keys", "create", "--tenant", "bench", "--role", "admin", "--json"],
             env=env, cwd=ROOT, capture_output=True, text=True, check=True, timeout=120,
         ).stdout)["api_key"]
-        port = _free_port()
+        port = free_port()
         gateway = procs.start("gateway", [sys.executable, "-m", "app.cli", "serve", "--port", str(port),
                                           "--workers", str(config.workers)], env)
         base = f"http://127.0.0.1:{port}"
-        _wait_http(f"{base}/healthz", gateway)
+        wait_http(f"{base}/healthz", gateway)
         progress(f"gateway up ({config.workers} worker(s)) on 127.0.0.1:{port}")
         body = qmatrix_csv(config.items, config.concepts, config.seed).encode()
         peak = _Peak(gateway.pid)

@@ -27,9 +27,9 @@ from evaluation.harness import (Federation, Mastery, assessed, baseline_mastery,
                                 served_setting)
 from evaluation.link import ItemEasiness, fit_link, item_easiness
 from evaluation.metrics import accuracy, auc, ece, response_rmse
-from evaluation.results import EvaluationResult, Row
+from evaluation.results import VIA_API_ROW, EvaluationResult, Row
 from evaluation.rows import Estimates, federation_estimates, single_estimates
-from evaluation.served import served_estimates
+from evaluation.served import HeldoutStudents, ServedRowSource, served_estimates
 from evaluation.significance import BOOTSTRAP_RESAMPLES, PairedDifference, paired_bootstrap_auc
 from evaluation.splits import proportion_correct_truth, split_holdout
 from qmatrix import QMatrix, Response, StudentResponses
@@ -108,6 +108,7 @@ def train_easiness(train: Sequence[StudentResponses]) -> ItemEasiness:
 async def heldout_protocol(
     fed: Federation, q: QMatrix, split, result: EvaluationResult, *, epsilons: Sequence[float], served, ncdm,  # type: ignore[no-untyped-def]
     seed: int, sensitivity: str, delta: float, concurrency: int, progress,  # type: ignore[no-untyped-def]
+    served_via: ServedRowSource | None = None,
 ) -> None:
     val_obs, val_held = split_holdout(split.validation, seed)
     test_obs, test_held = split_holdout(split.test, seed)
@@ -128,6 +129,9 @@ async def heldout_protocol(
                                      config=served, seed=seed, concurrency=concurrency)
         estimates += run.estimates
         result.served["calibrations"] = run.calibrations
+    if served_via is not None:  # the same students, diagnosed through a running gateway after an upload
+        estimates.append(await served_via(HeldoutStudents(
+            qmatrix=q, history=[*split.train, *split.validation], validation=val_obs, test=test_obs)))
     scorer = HeldoutScorer(q, train_easiness(split.train), val_held, test_held)
     y = scorer.test_y
     probs: dict[tuple[str, float | None, str], np.ndarray] = {}  # (row, ε, mechanism) -> test P(correct)
@@ -167,17 +171,20 @@ async def heldout_protocol(
 def _significance(probs: Mapping[tuple[str, float | None, str], np.ndarray], y: np.ndarray, owner: np.ndarray,
                   seed: int) -> list[PairedDifference]:
     """``served`` at each noise level against every baseline, and against ``single:local-fed`` at the same noise;
-    ``single:local-fed`` without noise against every baseline."""
+    ``single:local-fed`` without noise against every baseline; the row served through the API against ``served``
+    at the same noise."""
     out = []
     for (name, eps, mechanism), p in probs.items():
         if name == "single:local-fed" and eps is None:
             compared: Sequence[str] = [b for b in COMPARED_WITH if not b.startswith("single:")]
         elif name == "served":
             compared = COMPARED_WITH
+        elif name == VIA_API_ROW:
+            compared = ("served",)
         else:
             continue
         for baseline in compared:
-            same_noise = baseline.startswith("single:")
+            same_noise = baseline.startswith("single:") or baseline == "served"
             q = probs.get((baseline, eps, mechanism) if same_noise else (baseline, None, "none"))
             if q is None:
                 continue

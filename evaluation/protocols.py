@@ -39,7 +39,7 @@ from evaluation.heldout import heldout_protocol
 from evaluation.metrics import accuracy, mae, rmse
 from evaluation.results import EvaluationResult, Row
 from evaluation.rows import federation_estimates, single_estimates
-from evaluation.served import ServedConfig, local_fed_folder, served_estimates
+from evaluation.served import ServedConfig, ServedRowSource, local_fed_folder, served_estimates
 from evaluation.simulation import simulate
 from evaluation.splits import proportion_correct_truth, split_students
 from providers import Entity
@@ -159,11 +159,13 @@ async def evaluate(
     served: ServedConfig | None = None,
     ncdm: NCDMSettings | None = None,
     progress: Progress | None = None,
+    served_via: ServedRowSource | None = None,
 ) -> EvaluationResult:
     """Run one protocol; ``epsilons`` are the finite noise levels (ε = ∞ is always included).
 
     ``served``: add the served rows (held-out and simulated protocols) and train ``local-fed`` on the
-    train split; ``ncdm``: fit NCDM with these settings next to the classical baselines.
+    train split; ``ncdm``: fit NCDM with these settings next to the classical baselines; ``served_via`` (held-out
+    protocol): one more served row, measured through a running gateway (``app.served_api``).
     """
     if protocol not in PROTOCOLS:
         raise ValueError(f"unknown protocol {protocol!r} (use {', '.join(PROTOCOLS)})")
@@ -195,7 +197,7 @@ async def evaluate(
                 await _paper(dataset, fed, result, split=split, epsilons=epsilons, ncdm=ncdm, seed=seed, **kw)
             else:
                 await heldout_protocol(fed, dataset.qmatrix, split, result, epsilons=epsilons, served=served,
-                                       ncdm=ncdm, seed=seed, **kw)
+                                       ncdm=ncdm, seed=seed, served_via=served_via, **kw)
             result.entity_calls = fed.calls()
     result.entities = sorted(result.entity_calls) or list(entities)
     if any(name.startswith("sim:") for name in result.entities):

@@ -6,7 +6,9 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-__all__ = ["EvaluationResult", "Row"]
+__all__ = ["VIA_API_ROW", "EvaluationResult", "Row"]
+
+VIA_API_ROW = "served-via-api"  # the served row measured through a running gateway (app.served_api)
 
 
 def _clean(value: float | None) -> float | None:

@@ -20,7 +20,7 @@ import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -34,7 +34,15 @@ from providers import Entity
 from providers.local_fed import LocalFedEntity
 from qmatrix import Dataset, QMatrix, Response, StudentResponses
 
-__all__ = ["LocalFedTraining", "ServedConfig", "served_calibration", "served_estimates", "train_local_fed"]
+__all__ = [
+    "HeldoutStudents",
+    "LocalFedTraining",
+    "ServedConfig",
+    "ServedRowSource",
+    "served_calibration",
+    "served_estimates",
+    "train_local_fed",
+]
 
 Mastery = dict[str, float]
 
@@ -85,6 +93,26 @@ class ServedConfig:
     aggregation: AggregationMode = "auto"
     release_epsilon: float | None = None  # DP release of the calibration (None: released without noise)
     local_fed: LocalFedTraining | None = field(default_factory=LocalFedTraining)  # None: no local-fed member
+
+
+@dataclass(frozen=True)
+class HeldoutStudents:
+    """What a row measured through the API is given: the Q-matrix, the tenant's history (the train and validation
+    students, all their responses: what a platform would upload) and the observed responses of the validation and
+    test students it diagnoses (input order). The test students are never in the history."""
+
+    qmatrix: QMatrix
+    history: Sequence[StudentResponses]
+    validation: Sequence[Sequence[Response]]
+    test: Sequence[Sequence[Response]]
+
+
+class ServedRowSource(Protocol):
+    """Builds a served row elsewhere than in this process (``app.served_api``: upload, train and diagnose through a
+    running gateway); the evaluation scores it like every other row. Defined here, implemented above: evaluation
+    never imports the gateway."""
+
+    async def __call__(self, students: HeldoutStudents) -> Estimates: ...
 
 
 @dataclass

@@ -14,6 +14,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from app.cli.common import cli, console, err, parse_epsilons
 from app.settings import Settings
+from evaluation.results import VIA_API_ROW
 
 if TYPE_CHECKING:
     from evaluation.served import ServedConfig
@@ -76,6 +77,11 @@ def evaluate(
     served_release_epsilon: Annotated[
         str, typer.Option(help="ε of the served calibration's DP release; none: released without noise")
     ] = "none",
+    served_via_api: Annotated[
+        bool, typer.Option("--served-via-api", help="heldout: one more served row, through a fresh gateway process: "
+                           "the train and validation students uploaded as a tenant's history, trained, calibrated, "
+                           "then validation and test students diagnosed over HTTP")
+    ] = False,
     ncdm: Annotated[bool, typer.Option("--ncdm/--no-ncdm", help="fit the NCDM baseline (PyTorch) on the train split")] = True,
     ncdm_batch_size: Annotated[int, typer.Option(min=1, help="NCDM minibatch size")] = 64,
     local_fed_model: Annotated[
@@ -150,6 +156,22 @@ def evaluate(
     settings_count = 1 + 2 * len(eps) + (1 if served_rows is not None else 0)
     total = (len(split.validation) + len(split.test)) * settings_count * (2 if protocol == "simulated" else 1)
 
+    via_api = None
+    if served_via_api:
+        if protocol != "heldout" or served_rows is None:
+            err.print("[red]error:[/] --served-via-api needs --protocol heldout and the served rows")
+            raise typer.Exit(2)
+        if local_fed_rounds < 1:
+            err.print("[red]error:[/] --served-via-api trains through the API: --local-fed-rounds must be at least 1")
+            raise typer.Exit(2)
+        from app.served_api import ServedViaApi
+        from providers import EntitySpec
+
+        specs = [s for s in configured if s.name in names] + [
+            EntitySpec(name=n, kind="simulated", simulated_style=sims[n].style, seed=seed) for n in names if n in sims]
+        via_api = ServedViaApi(settings, specs, seed=seed, release_epsilon=release, rounds=local_fed_rounds,
+                               progress=lambda m: err.print(f"[dim]served-via-api:[/] {m}"))
+
     async def run() -> object:
         federation = Federation(configured)
         try:
@@ -160,6 +182,7 @@ def evaluate(
                     data, chosen, protocol=protocol, epsilons=eps, seed=seed, method=method, sensitivity=sensitivity,
                     n_simulated=n_simulated, progress=lambda k: bar.advance(task, k), served=served_rows,
                     ncdm=NCDMSettings(batch_size=ncdm_batch_size, seed=seed) if ncdm else None,
+                    served_via=via_api,
                 )
         finally:
             await federation.aclose()
@@ -169,6 +192,14 @@ def evaluate(
     except ValueError as exc:
         err.print(f"[red]error:[/] {exc}")
         raise typer.Exit(2) from exc
+    if via_api is not None:
+        result.served["via_api"] = via_api.facts  # type: ignore[attr-defined]
+        result.notes.append(  # type: ignore[attr-defined]
+            f"`{VIA_API_ROW}`: the train and validation students uploaded as tenant '{via_api.facts.get('tenant')}'s "
+            "history to a fresh `fedcd serve` (POST /v1/qmatrices/{id}/train: local-fed trained with one institution, "
+            "gated, published, then calibrated on a held-out part of the upload as large as the validation split), "
+            "then every validation and test student's observed responses sent to POST /v1/diagnose; "
+            f"train job: {via_api.facts.get('train_job')}; diagnoses rested on: {via_api.facts.get('bases')}")
     # Rebuilt from the parsed options (not sys.argv) so it always names every setting used.
     args = ["evaluate", "--dataset", dataset, "--protocol", protocol, "--entities", ",".join(names),
             "--epsilons", ",".join([*(f"{e:g}" for e in eps), "inf"]), "--seed", str(seed), "--method", method,
@@ -183,6 +214,7 @@ def evaluate(
         args += ["--no-served"]
     elif release is not None:
         args += ["--served-release-epsilon", f"{release:g}"]
+    args += ["--served-via-api"] if via_api is not None else []
     args += ["--ncdm-batch-size", str(ncdm_batch_size)] if ncdm else ["--no-ncdm"]
     if served:
         args += ["--local-fed-model", local_fed_model, "--local-fed-rounds", str(local_fed_rounds),

@@ -12,6 +12,10 @@ EPS=0.5,1,2,inf
   --out docs/results/frcsub-heldout
 .venv/bin/fedcd evaluate --dataset assist0910 --protocol heldout --entities "$SIM" --epsilons "$EPS" --seed 0 \
   --out docs/results/assist0910-heldout
+# The same FrcSub run with one more served row measured through a fresh gateway: upload, train, calibrate, diagnose
+# over HTTP (issue 21: within 0.01 AUC of the in-process served row).
+.venv/bin/fedcd evaluate --dataset frcsub --protocol heldout --entities "$SIM" --epsilons "$EPS" --seed 0 \
+  --served-via-api --out docs/results/frcsub-heldout-via-api
 # What training buys local-fed (v2): untrained / 1 round / trained, centralized / federated, DP ε 1, 2, 8, v1,
 # against IRT, DINA and NCDM on the same split (no served defaults involved).
 for dataset in frcsub assist0910; do
