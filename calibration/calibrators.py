@@ -40,11 +40,11 @@ from calibration.validation import Predictions, ValidationSet
 from diagnosis import (
     DEFAULT_ALPHA,
     NO_NOISE,
-    MechanismDescription,
     fit_concept_priors,
     fit_entity_error_sd,
     paper_residuals,
 )
+from privacy import Mechanism
 
 __all__ = [
     "DEFAULT_FOLDS",
@@ -75,7 +75,7 @@ class FittedCalibration:
         return self.params.method
 
     def predict(
-        self, predictions: Predictions, concepts: Sequence[str], *, mechanism: MechanismDescription = NO_NOISE
+        self, predictions: Predictions, concepts: Sequence[str], *, mechanism: Mechanism = NO_NOISE
     ) -> dict[str, float]:
         return self.params.aggregator().aggregate(predictions, concepts, mechanism=mechanism).mastery
 

@@ -25,8 +25,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from calibration.validation import ValidationSet
-from diagnosis import Aggregation, MechanismDescription, PosteriorAggregator, ResidualAggregator, StackingAggregator
+from diagnosis import Aggregation, PosteriorAggregator, ResidualAggregator, StackingAggregator
 from diagnosis.aggregation import Predictions
+from privacy import Mechanism
 
 __all__ = [
     "DEFAULT_MIN_ANSWERS",
@@ -95,7 +96,7 @@ class _DropsExcluded:
         self.excluded = frozenset(excluded)
 
     def aggregate(
-        self, predictions: Predictions, concepts: Sequence[str], *, mechanism: MechanismDescription
+        self, predictions: Predictions, concepts: Sequence[str], *, mechanism: Mechanism
     ) -> Aggregation:
         kept = {e: v for e, v in predictions.items() if e not in self.excluded}
         return super().aggregate(kept, concepts, mechanism=mechanism)  # type: ignore[misc]

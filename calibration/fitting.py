@@ -25,9 +25,9 @@ from diagnosis import (
     DiagnosisPipeline,
     DiagnosisRequest,
     EntityOutcome,
-    MechanismDescription,
     NoiseLevel,
 )
+from privacy import Mechanism, mechanism_from_description
 from qmatrix import QMatrix, Response
 
 __all__ = ["ValidationAnswer", "answer_validation_student", "calibration_record", "validation_set"]
@@ -38,7 +38,7 @@ class ValidationAnswer:
     """One validation student's entity answers, released at the calibration's noise level."""
 
     answers: dict[str, dict[str, float]]
-    mechanism: dict[str, object]  # the public description of the noise the answers went through
+    mechanism: Mechanism  # the mechanism the answers were released through (stored as its description)
     truth: dict[str, float]
     clean: dict[str, dict[str, float]] | None = None  # only for methods that fit on clean answers
     failed: list[str] = field(default_factory=list)  # entities that failed for this student
@@ -47,13 +47,14 @@ class ValidationAnswer:
     outcomes: list[EntityOutcome] = field(default_factory=list, compare=False)
 
     def to_json(self) -> dict[str, Any]:
-        return {"answers": self.answers, "mechanism": self.mechanism, "truth": self.truth, "clean": self.clean,
-                "failed": self.failed}
+        return {"answers": self.answers, "mechanism": self.mechanism.describe(), "truth": self.truth,
+                "clean": self.clean, "failed": self.failed}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> ValidationAnswer:
-        return cls(answers=data["answers"], mechanism=data["mechanism"], truth=data["truth"], clean=data.get("clean"),
-                   failed=list(data.get("failed", [])))
+        # The stored description becomes the mechanism again here, at the storage boundary.
+        return cls(answers=data["answers"], mechanism=mechanism_from_description(data["mechanism"]),
+                   truth=data["truth"], clean=data.get("clean"), failed=list(data.get("failed", [])))
 
 
 async def _answers(pipeline: DiagnosisPipeline, request: DiagnosisRequest) -> list[EntityOutcome]:
@@ -94,7 +95,7 @@ async def answer_validation_student(
     assessed = set(qmatrix.concepts_for([r.item_id for r in responses]))
     return ValidationAnswer(
         answers={o.name: o.mastery for o in outcomes if o.mastery is not None},
-        mechanism=pipeline.mechanism_for(served).describe(),
+        mechanism=pipeline.mechanism_for(served),
         truth={c: float(v) for c, v in truth.items() if c in assessed},
         clean=clean,
         failed=[o.name for o in outcomes if o.status == "failed"],
@@ -110,7 +111,7 @@ def validation_set(students: Sequence[ValidationAnswer], *, keep_clean: bool) ->
         raise ValueError("no validation student got an answer from any entity")
     answers: list[Predictions] = [s.answers for s in usable]
     truths: list[Truth] = [s.truth for s in usable]
-    mechanisms: list[MechanismDescription] = [s.mechanism for s in usable]
+    mechanisms: list[Mechanism] = [s.mechanism for s in usable]
     failures: dict[str, int] = {}
     for student in students:
         for name in set(student.failed):

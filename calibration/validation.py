@@ -7,7 +7,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from diagnosis import NO_NOISE, MechanismDescription
+from diagnosis import NO_NOISE
+from privacy import Mechanism
 
 __all__ = ["Predictions", "Truth", "ValidationSet", "stacking_rows"]
 
@@ -22,7 +23,7 @@ class ValidationSet:
     * ``answers`` — the entities' answers privatized at the noise diagnoses will use;
     * ``clean`` — the same answers before the noise (what the posterior's τ is fitted on), or None
       when they were not collected (methods that fit on the released answers do not need them);
-    * ``mechanisms`` — the public description of the noise each student's answers went through;
+    * ``mechanisms`` — the mechanism each student's answers were released through;
     * ``truths`` — the mastery the calibration is fitted to.
 
     ``failures`` (entity -> validation students it was asked about and failed for, the students no entity
@@ -33,7 +34,7 @@ class ValidationSet:
     answers: Sequence[Predictions]
     truths: Sequence[Truth]
     clean: Sequence[Predictions] | None
-    mechanisms: Sequence[MechanismDescription]
+    mechanisms: Sequence[Mechanism]
     failures: Mapping[str, int] = field(default_factory=dict)
     n_asked: int | None = None
 

@@ -26,13 +26,13 @@ from typing import ClassVar, Literal
 import numpy as np
 
 from diagnosis.calibrated import CalibrationTag
+from privacy import Mechanism, NoNoise
 
 __all__ = [
     "DEFAULT_ALPHA",
     "NO_NOISE",
     "Aggregation",
     "Aggregator",
-    "MechanismDescription",
     "ResidualAggregator",
     "StackingAggregator",
     "answered_by",
@@ -45,8 +45,7 @@ __all__ = [
 DEFAULT_ALPHA = 0.3
 
 Predictions = Mapping[str, Mapping[str, float]]  # entity -> concept -> value in [0, 1]
-MechanismDescription = Mapping[str, object]  # privacy.Mechanism.describe(): the public parameters of the noise
-NO_NOISE: MechanismDescription = {"mechanism": "none", "epsilon": None, "sensitivity": None, "noise_scale": 0.0}
+NO_NOISE: Mechanism = NoNoise()  # what raw (unprivatized) answers were "released" through
 
 
 @dataclass(frozen=True)
@@ -132,10 +131,10 @@ class Aggregator(ABC):
 
     @abstractmethod
     def aggregate(
-        self, predictions: Predictions, concepts: Sequence[str], *, mechanism: MechanismDescription
+        self, predictions: Predictions, concepts: Sequence[str], *, mechanism: Mechanism
     ) -> Aggregation:
-        """``mechanism``: the public description of the noise the predictions were released through
-        (``NO_NOISE`` for raw answers); a mean ignores it, Bayes post-processing models it."""
+        """``mechanism``: the mechanism the predictions were released through (``NO_NOISE`` for raw
+        answers); a mean ignores it, Bayes post-processing models its likelihood."""
 
 
 def apply_isotonic(
@@ -208,7 +207,7 @@ class ResidualAggregator(Aggregator):
         self.alpha = alpha
 
     def aggregate(
-        self, predictions: Predictions, concepts: Sequence[str], *, mechanism: MechanismDescription
+        self, predictions: Predictions, concepts: Sequence[str], *, mechanism: Mechanism
     ) -> Aggregation:
         return residual_aggregate(predictions, concepts, residuals=self.residuals, alpha=self.alpha)
 
@@ -232,7 +231,7 @@ class StackingAggregator(Aggregator):
         self.pooled_weights, self.pooled_intercept = pooled_weights or {}, pooled_intercept
 
     def aggregate(
-        self, predictions: Predictions, concepts: Sequence[str], *, mechanism: MechanismDescription
+        self, predictions: Predictions, concepts: Sequence[str], *, mechanism: Mechanism
     ) -> Aggregation:
         return stacked_aggregate(
             predictions, concepts, weights=self.weights, intercepts=self.intercepts, isotonic=self.isotonic,

@@ -30,7 +30,7 @@ import numpy as np
 from diagnosis.aggregation import Aggregation, Aggregator, ResidualAggregator
 from diagnosis.calibrated import NoiseLevel, calibration_mismatch
 from diagnosis.tiers import AskAll, FederationMode, FederationReport, Stage, StageReport
-from privacy import DEFAULT_DELTA, Mechanism, SensitivityMode, make_rng, mechanism_for_request
+from privacy import DEFAULT_DELTA, PAPER_MECHANISM, Mechanism, SensitivityMode, make_rng, mechanism_for_request
 from providers import Entity, EntityError, EntityPrediction, EntitySkipped, PromptContext, PromptItem, WithDeadline
 from providers.pricing import FREE, Price
 from qmatrix import QMatrix, Response
@@ -70,7 +70,7 @@ class Privatized:
     async def respond(self, context: PromptContext) -> EntityPrediction:
         raw = await self.inner.respond(context)
         noisy = self.mechanism.privatize(raw.mastery, self._rng)
-        return raw.model_copy(update={"mastery": noisy, "privatized": self.mechanism.name != "none"})
+        return raw.model_copy(update={"mastery": noisy, "privatized": self.mechanism.adds_noise})
 
     async def aclose(self) -> None:
         await self.inner.aclose()
@@ -89,7 +89,7 @@ class DiagnosisRequest:
     responses: Sequence[Response]
     epsilon: float | None = 1.0  # None: the caller asked for no noise
     sensitivity: SensitivityMode = "paper"
-    mechanism: str = "laplace"  # privacy.MECHANISM_NAMES; the paper's Laplace by default
+    mechanism: str = PAPER_MECHANISM  # privacy.MECHANISM_NAMES; the paper's Laplace by default
     delta: float = DEFAULT_DELTA  # used by the Gaussian mechanism only
     entities: Sequence[str] | None = None  # None: every configured entity
     include_answers: bool = False  # send free-text answers to the entities (off: data minimisation)
@@ -270,7 +270,8 @@ class DiagnosisPipeline:
         )
 
     def mechanism_for(self, request: DiagnosisRequest) -> Mechanism:
-        """The privacy mechanism this request's answers will be released through."""
+        """The privacy mechanism this request's answers will be released through (built once per parameters:
+        the registry reuses it, so the service's charge and the release see the same object)."""
         return mechanism_for_request(
             name=request.mechanism,
             epsilon=request.epsilon,
@@ -288,8 +289,7 @@ class DiagnosisPipeline:
             request.qmatrix, request.responses, include_answers=request.include_answers, cache_scope=request.cache_scope
         )
         selected = self.select(request.entities)
-        mechanism = self.mechanism_for(request)
-        described = mechanism.describe()
+        mechanism = self.mechanism_for(request)  # the one object privatizing, modelled and described below
         mode = request.federation
         report = FederationReport(mode=mode.name, threshold=mode.threshold)
         outcomes: list[EntityOutcome] = []
@@ -314,7 +314,7 @@ class DiagnosisPipeline:
             answered = {o.name: o.mastery for o in outcomes if o.mastery is not None}
             cells = len(context.concepts) * len(answered)
             aggregation = await _off_loop(
-                cells, partial(aggregator.aggregate, answered, context.concepts, mechanism=described)
+                cells, partial(aggregator.aggregate, answered, context.concepts, mechanism=mechanism)
             )
             if n == len(stages) - 1 and stage.tier is not None:
                 report.stages.append(StageReport(tier=stage.tier, entities=stage.entities, decision="last tier",
@@ -322,7 +322,7 @@ class DiagnosisPipeline:
                 break
             verdict = await _off_loop(
                 cells if mode.gauge_needed(aggregation) else 0,
-                partial(mode.verdict, aggregation, answered, context.concepts, mechanism=described),
+                partial(mode.verdict, aggregation, answered, context.concepts, mechanism=mechanism),
             )
             report.stages.append(StageReport(tier=stage.tier, entities=stage.entities, decision=verdict.decision,
                                              reason=verdict.reason, widest=verdict.widest))

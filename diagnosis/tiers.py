@@ -23,8 +23,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import ClassVar, Literal
 
-from diagnosis.aggregation import Aggregation, Aggregator, MechanismDescription
+from diagnosis.aggregation import Aggregation, Aggregator
 from diagnosis.posterior import PosteriorAggregator
+from privacy import Mechanism
 
 __all__ = [
     "AskAll",
@@ -93,7 +94,7 @@ class FederationMode(ABC):
 
     @abstractmethod
     def verdict(
-        self, aggregation: Aggregation, answered: Predictions, concepts: Sequence[str], *, mechanism: MechanismDescription
+        self, aggregation: Aggregation, answered: Predictions, concepts: Sequence[str], *, mechanism: Mechanism
     ) -> Verdict:
         """Whether the aggregation of every answer so far is good enough to release without the next stage."""
 
@@ -111,7 +112,7 @@ class AskAll(FederationMode):
         return [Stage(tier=None, entities=tuple(tiers))]
 
     def verdict(
-        self, aggregation: Aggregation, answered: Predictions, concepts: Sequence[str], *, mechanism: MechanismDescription
+        self, aggregation: Aggregation, answered: Predictions, concepts: Sequence[str], *, mechanism: Mechanism
     ) -> Verdict:
         return Verdict(enough=True, decision="all", reason="every selected entity, all tiers at once")
 
@@ -123,7 +124,7 @@ class AskCalibrated(AskAll):
     name = "calibrated"
 
     def verdict(
-        self, aggregation: Aggregation, answered: Predictions, concepts: Sequence[str], *, mechanism: MechanismDescription
+        self, aggregation: Aggregation, answered: Predictions, concepts: Sequence[str], *, mechanism: Mechanism
     ) -> Verdict:
         return Verdict(enough=True, decision="all", reason="every entity the calibration gives weight, all tiers at once")
 
@@ -149,7 +150,7 @@ class Selective(FederationMode):
         return not aggregation.intervals and bool(aggregation.mastery)
 
     def verdict(
-        self, aggregation: Aggregation, answered: Predictions, concepts: Sequence[str], *, mechanism: MechanismDescription
+        self, aggregation: Aggregation, answered: Predictions, concepts: Sequence[str], *, mechanism: Mechanism
     ) -> Verdict:
         if aggregation.missing:
             return Verdict(

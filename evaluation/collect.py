@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from diagnosis.pipeline import AllEntitiesFailed, DiagnosisPipeline, DiagnosisRequest
+from privacy import Mechanism
 from providers import Entity
 from providers.wrappers import Cached
 from qmatrix import QMatrix, Response
@@ -38,8 +39,8 @@ class Collected:
     """Per noise setting, per student (in input order): the entities' privatized predictions."""
 
     predictions: dict[NoiseSetting, list[Predictions]] = field(default_factory=dict)
-    # per noise setting, per student: the public description of the mechanism the answers went through
-    mechanisms: dict[NoiseSetting, list[dict[str, object]]] = field(default_factory=dict)
+    # per noise setting, per student: the mechanism the answers were released through
+    mechanisms: dict[NoiseSetting, list[Mechanism]] = field(default_factory=dict)
     failures: dict[str, int] = field(default_factory=dict)  # entity -> failed requests
     calls: dict[str, int] = field(default_factory=dict)  # entity -> real (uncached) requests
 
@@ -61,7 +62,7 @@ async def collect_predictions(
     out = Collected()
     gate = asyncio.Semaphore(concurrency)
 
-    async def one(responses: Sequence[Response], setting: NoiseSetting) -> tuple[Predictions, dict[str, object]]:
+    async def one(responses: Sequence[Response], setting: NoiseSetting) -> tuple[Predictions, Mechanism]:
         async with gate:
             request = DiagnosisRequest(
                 student_id="evaluation",  # entities never see it; kept constant so prompts cache
@@ -82,7 +83,7 @@ async def collect_predictions(
             if on_progress is not None:
                 on_progress(1)
             answers = {o.name: o.mastery for o in outcomes if o.mastery is not None}
-            return answers, pipeline.mechanism_for(request).describe()
+            return answers, pipeline.mechanism_for(request)
 
     # The first setting warms the cache (real calls, concurrently); the rest reuse it.
     for setting in settings:

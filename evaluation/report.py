@@ -16,6 +16,7 @@ import numpy as np  # noqa: E402
 
 from evaluation.results import VIA_API_ROW, EvaluationResult, Row  # noqa: E402
 from evaluation.metrics import improvement, privacy_cost  # noqa: E402
+from privacy import PAPER_MECHANISM
 
 __all__ = ["write_report"]
 
@@ -36,7 +37,7 @@ def _noise(r: Row) -> str:
     """ε with the mechanism where it is not the paper's Laplace (the served noise, the Gaussian rows)."""
     if r.epsilon is None:
         return "∞"
-    return f"{r.epsilon:g}" + ("" if r.mechanism == "laplace" else f" ({r.mechanism})")
+    return f"{r.epsilon:g}" + ("" if r.mechanism == PAPER_MECHANISM else f" ({r.mechanism})")
 
 
 def _f(v: float | None, digits: int = 3) -> str:

@@ -12,10 +12,12 @@ from privacy.accountants import (
 from privacy.bounded import DuchiMechanism, HybridMechanism, PiecewiseMechanism
 from privacy.central import CohortConceptStats, cohort_statistics
 from privacy.gaussian import AnalyticGaussianMechanism, analytic_gaussian_sigma
+from privacy.likelihood import DegeneratePosteriorError, LikelihoodKernel
 from privacy.mechanisms import (
     LaplaceMechanism,
     Mechanism,
     NoNoise,
+    ReleaseCost,
     SensitivityMode,
     laplace_for_request,
     make_rng,
@@ -45,7 +47,16 @@ from privacy.ranges import (
     check_dimension,
     check_epsilon,
 )
-from privacy.registry import DEFAULT_DELTA, MECHANISM_NAMES, MechanismName, charge_parameters, mechanism_for_request
+from privacy.registry import (
+    DEFAULT_DELTA,
+    MECHANISM_NAMES,
+    PAPER_MECHANISM,
+    MechanismName,
+    charge_parameters,
+    mechanism_for_request,
+    mechanism_from_description,
+    names_of,
+)
 from privacy.sampling import SecureLaplaceMechanism
 
 __all__ = [
@@ -58,6 +69,7 @@ __all__ = [
     "EPSILON_MIN",
     "MAX_RELEASE_EPSILON",
     "MECHANISM_NAMES",
+    "PAPER_MECHANISM",
     "Accountant",
     "AnalyticGaussianMechanism",
     "BasicCompositionAccountant",
@@ -74,6 +86,7 @@ __all__ = [
     "Charge",
     "ChargeStateError",
     "CohortConceptStats",
+    "DegeneratePosteriorError",
     "LedgerError",
     "PrivacyLedger",
     "RDPAccountant",
@@ -87,10 +100,12 @@ __all__ = [
     "DuchiMechanism",
     "HybridMechanism",
     "LaplaceMechanism",
+    "LikelihoodKernel",
     "Mechanism",
     "MechanismName",
     "NoNoise",
     "PiecewiseMechanism",
+    "ReleaseCost",
     "SecureLaplaceMechanism",
     "SensitivityMode",
     "analytic_gaussian_sigma",
@@ -100,5 +115,7 @@ __all__ = [
     "laplace_for_request",
     "make_rng",
     "mechanism_for_request",
+    "mechanism_from_description",
+    "names_of",
     "sensitivity_for",
 ]

@@ -41,8 +41,10 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from privacy.gaussian import analytic_gaussian_sigma
+from privacy.gaussian import AnalyticGaussianMechanism, analytic_gaussian_sigma
+from privacy.mechanisms import LaplaceMechanism
 from privacy.ranges import MAX_RELEASE_EPSILON
+from privacy.registry import names_of
 
 __all__ = [
     "DEFAULT_TARGET_DELTA",
@@ -60,9 +62,11 @@ DEFAULT_TARGET_DELTA = 1e-5
 # σ/Δ₂ of a Gaussian release. The analytic calibration gives 0.023 … 5412 over the allowed (ε, δ);
 # the range keeps ρ = 1/(2(σ/Δ₂)²) and every RDP order's α·ρ finite with a wide margin.
 NOISE_MULTIPLIER_RANGE = (1e-6, 1e6)
-# "analytic_gaussian" is what AnalyticGaussianMechanism.describe() (hence charge_parameters) names it.
-GAUSSIAN_MECHANISMS = frozenset({"gaussian", "analytic_gaussian"})
-LAPLACE_MECHANISMS = frozenset({"laplace"})  # exact Laplace only; secure_laplace is charged as generic pure ε-DP
+# The names a recorded release may carry (the registry's, so no name is spelt here): the Gaussian is recorded as
+# "analytic_gaussian" (its charge) or "gaussian" (the request's name). Exact Laplace only: the secure (snapping)
+# Laplace, the bounded mechanisms and any other name are charged as generic pure ε-DP.
+GAUSSIAN_MECHANISMS = names_of(AnalyticGaussianMechanism)
+LAPLACE_MECHANISMS = names_of(LaplaceMechanism)
 _EVENT_KEYS = frozenset({"mechanism", "epsilon", "delta", "sigma_over_sensitivity"})
 _STATE_KEYS = frozenset({"accountant", "history"})
 
@@ -215,13 +219,13 @@ def gaussian_noise_multiplier(epsilon: float, delta: float) -> float:
 
 
 @lru_cache(maxsize=1024)
-def _dp_accounting_rdp(kind: str, parameter: float) -> np.ndarray:
-    """The RDP curve of one Gaussian (noise multiplier) or Laplace (noise multiplier) release."""
+def _dp_accounting_rdp(gaussian: bool, parameter: float) -> np.ndarray:
+    """The RDP curve of one Gaussian (``gaussian``) or Laplace release, ``parameter`` its noise multiplier."""
     import dp_accounting
     from dp_accounting.rdp import RdpAccountant
 
     accountant = RdpAccountant(orders=_orders())
-    event = dp_accounting.GaussianDpEvent(parameter) if kind == "gaussian" else dp_accounting.LaplaceDpEvent(parameter)
+    event = dp_accounting.GaussianDpEvent(parameter) if gaussian else dp_accounting.LaplaceDpEvent(parameter)
     accountant.compose(event)
     curve = accountant.rdp
     curve.setflags(write=False)
@@ -262,7 +266,7 @@ class RDPAccountant(Accountant):
                 if delta <= 0:
                     raise ValueError("a Gaussian release needs delta > 0 or sigma_over_sensitivity")
                 multiplier = gaussian_noise_multiplier(epsilon, delta)
-            return _dp_accounting_rdp("gaussian", multiplier)
+            return _dp_accounting_rdp(True, multiplier)
         if delta > 0:
             raise ValueError(
                 f"Rényi accounting takes Gaussian or pure ε-DP releases; {mechanism!r} with delta={delta} is neither"
@@ -271,7 +275,7 @@ class RDPAccountant(Accountant):
         if mechanism in LAPLACE_MECHANISMS:
             # Both curves bound the Laplace mechanism's RDP, so their minimum does. The clip also
             # removes dp_accounting's round-off at extreme ε (e.g. −1.7e-316 at ε = 1e-300).
-            return np.clip(np.nan_to_num(_dp_accounting_rdp("laplace", 1.0 / epsilon), nan=np.inf), 0.0, pure)
+            return np.clip(np.nan_to_num(_dp_accounting_rdp(False, 1.0 / epsilon), nan=np.inf), 0.0, pure)
         return pure
 
     def _compose(self, event: dict[str, Any]) -> None:

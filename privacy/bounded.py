@@ -47,10 +47,12 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import Self
 
 import numpy as np
 
-from privacy.mechanisms import Mechanism
+from privacy.likelihood import DuchiKernel, HybridKernel, LikelihoodKernel, PiecewiseKernel
+from privacy.mechanisms import Mechanism, ReleaseCost, described_number
 from privacy.ranges import check_coordinate_epsilon, check_dimension, check_split
 from privacy.sampling import RELEASE_GRID, stochastic_round
 
@@ -228,6 +230,20 @@ class BoundedMechanism(Mechanism):
         if not isinstance(self.clip_output, bool):
             raise ValueError(f"clip_output must be a bool, got {self.clip_output!r}")
 
+    @classmethod
+    def for_request(cls, *, epsilon: float, delta: float, dimension: int) -> Self:
+        return cls(epsilon=epsilon, dimension=dimension)  # pure ε-DP: δ is not used
+
+    @classmethod
+    def from_description(cls, description: Mapping[str, object]) -> Self:
+        dimension = described_number(description, "dimension")
+        if not dimension.is_integer():
+            raise ValueError(f"mechanism description needs an integer 'dimension', got {dimension!r}")
+        return cls(
+            epsilon=described_number(description, "epsilon"), dimension=int(dimension),
+            clip_output=bool(description.get("clip_output", False)),
+        )
+
     @abstractmethod
     def _randomizer(self, epsilon: float) -> ScalarRandomizer: ...
 
@@ -271,6 +287,14 @@ class BoundedMechanism(Mechanism):
     def describe(self) -> dict[str, object]:
         return dict(self._description)  # a copy: callers may add to it
 
+    def charge(self) -> ReleaseCost:
+        return ReleaseCost(epsilon=float(self.epsilon), delta=0.0, mechanism=self.name)
+
+    @property
+    def noise_sd(self) -> float:
+        """The worst-case sd of one released value x̂ (unclipped)."""
+        return math.sqrt(self.randomizer.worst_case_variance()) / 2
+
     @cached_property
     def _description(self) -> dict[str, object]:
         low, high = self.output_range
@@ -278,7 +302,7 @@ class BoundedMechanism(Mechanism):
             "mechanism": self.name,
             "epsilon": self.epsilon,
             "sensitivity": float(self.dimension),  # L1 sensitivity of `dimension` values in [0, 1]
-            "noise_scale": math.sqrt(self.randomizer.worst_case_variance()) / 2,  # worst-case sd of x̂
+            "noise_scale": self.noise_sd,  # worst-case sd of x̂
             "dimension": self.dimension,
             "epsilon_per_coordinate": self.epsilon_per_coordinate,
             "output_range": [low, high],
@@ -294,6 +318,10 @@ class DuchiMechanism(BoundedMechanism):
     def _randomizer(self, epsilon: float) -> ScalarRandomizer:
         return DuchiRandomizer(epsilon=epsilon)
 
+    def likelihood(self, entity_error_sd: float) -> LikelihoodKernel:
+        # P(+) is linear in t, so the entity error enters exactly through E[clip(x + e, 0, 1)].
+        return DuchiKernel(DuchiRandomizer(epsilon=self.epsilon_per_coordinate), entity_error_sd, self.clip_output)
+
 
 @dataclass(frozen=True, kw_only=True)
 class PiecewiseMechanism(BoundedMechanism):
@@ -302,6 +330,13 @@ class PiecewiseMechanism(BoundedMechanism):
     def _randomizer(self, epsilon: float) -> ScalarRandomizer:
         return PiecewiseRandomizer(epsilon=epsilon)
 
+    def likelihood(self, entity_error_sd: float) -> LikelihoodKernel:
+        # The piecewise-constant density averaged exactly over the clamped clean answer; the release rounding
+        # is ignored (treated as a density) but widens the support by one grid step.
+        return PiecewiseKernel(
+            PiecewiseRandomizer(epsilon=self.epsilon_per_coordinate), entity_error_sd, self.clip_output, RELEASE_GRID
+        )
+
 
 @dataclass(frozen=True, kw_only=True)
 class HybridMechanism(BoundedMechanism):
@@ -309,3 +344,9 @@ class HybridMechanism(BoundedMechanism):
 
     def _randomizer(self, epsilon: float) -> ScalarRandomizer:
         return HybridRandomizer(epsilon=epsilon)
+
+    def likelihood(self, entity_error_sd: float) -> LikelihoodKernel:
+        # PM with probability α, Duchi otherwise: a report on one of Duchi's two values is a Duchi point mass.
+        return HybridKernel(
+            HybridRandomizer(epsilon=self.epsilon_per_coordinate), entity_error_sd, self.clip_output, RELEASE_GRID
+        )

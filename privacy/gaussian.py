@@ -29,7 +29,8 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy.special import log_ndtr
 
-from privacy.mechanisms import Mechanism
+from privacy.likelihood import ClippedAdditiveKernel, GaussianNoise, LikelihoodKernel
+from privacy.mechanisms import Mechanism, ReleaseCost, described_number
 from privacy.ranges import DIMENSION_MAX, check_delta, check_dimension, check_epsilon
 from privacy.sampling import RELEASE_GRID
 
@@ -145,6 +146,18 @@ class AnalyticGaussianMechanism(Mechanism):
         check_dimension(dimension)
         return cls(epsilon=epsilon, delta=delta, sensitivity=math.sqrt(dimension))
 
+    @classmethod
+    def for_request(cls, *, epsilon: float, delta: float, dimension: int) -> AnalyticGaussianMechanism:
+        check_delta(delta)  # before the σ search, so a bad δ is reported as one
+        return cls.for_vector(epsilon=epsilon, delta=delta, dimension=dimension)
+
+    @classmethod
+    def from_description(cls, description: Mapping[str, object]) -> AnalyticGaussianMechanism:
+        return cls(
+            epsilon=described_number(description, "epsilon"), delta=described_number(description, "delta"),
+            sensitivity=described_number(description, "sensitivity"),
+        )
+
     @property
     def noise_variance(self) -> float:
         """σ², the variance of the noise added to each value (before rounding and clipping)."""
@@ -170,3 +183,19 @@ class AnalyticGaussianMechanism(Mechanism):
             "noise_scale": self.sigma,
             "epsilon_per_coordinate": None,  # no split: the L2 sensitivity covers the whole vector
         }
+
+    def charge(self) -> ReleaseCost:
+        # σ/Δ₂ goes with (ε, δ) so that an RDP accountant can compose Gaussian releases tightly.
+        return ReleaseCost(
+            epsilon=float(self.epsilon), delta=float(self.delta), mechanism=self.name,
+            sigma_over_sensitivity=self.sigma / self.sensitivity,
+        )
+
+    def likelihood(self, entity_error_sd: float) -> LikelihoodKernel:
+        # As Laplace with N(0, σ² + τ²). The input clamp is ignored with τ > 0 (an approximation of order τ near
+        # the ends, negligible when τ ≪ σ), and the 2^-20 release rounding is treated as a density.
+        return ClippedAdditiveKernel(GaussianNoise(math.hypot(self.sigma, entity_error_sd)), self.name)
+
+    @property
+    def noise_sd(self) -> float:
+        return self.sigma

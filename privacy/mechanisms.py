@@ -10,6 +10,11 @@ costs no privacy.
 Mechanisms are small pure objects: validated in ``__init__``, given a
 ``numpy.random.Generator`` for every draw, no I/O. ``make_rng`` seeds a generator from the
 OS CSPRNG unless a seed is injected (tests only).
+
+A mechanism is one type from end to end: it owns its noise (:meth:`Mechanism.privatize`), its
+public parameters (:meth:`~Mechanism.describe`, and :meth:`~Mechanism.from_description` back),
+what a release costs (:meth:`~Mechanism.charge`) and the likelihood of its reports for the
+posterior (:meth:`~Mechanism.likelihood`). Only :mod:`privacy.registry` reads a mechanism's name.
 """
 
 from __future__ import annotations
@@ -19,17 +24,20 @@ import secrets
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import ClassVar, Literal
 
 import numpy as np
 
+from privacy.likelihood import ClippedAdditiveKernel, ExactKernel, GaussianNoise, LikelihoodKernel, laplace_with_error
 from privacy.ranges import check_epsilon, check_split
 
 __all__ = [
     "LaplaceMechanism",
     "Mechanism",
     "NoNoise",
+    "ReleaseCost",
     "SensitivityMode",
+    "described_number",
     "laplace_for_request",
     "make_rng",
     "sensitivity_for",
@@ -52,10 +60,59 @@ def sensitivity_for(mode: SensitivityMode, *, n_concepts_total: int, n_concepts_
     raise ValueError(f"unknown sensitivity mode {mode!r} (use 'paper' or 'assessed')")
 
 
+@dataclass(frozen=True)
+class ReleaseCost:
+    """What one release costs, for a privacy accountant or the ledger.
+
+    ``epsilon`` is what the release really costs (the snapping mechanism's effective ε, slightly above
+    its nominal one); ``mechanism`` is the name the accountant composes by; ``sigma_over_sensitivity``
+    (σ/Δ₂, the Gaussian only) lets an RDP accountant compose it tightly.
+    """
+
+    epsilon: float
+    delta: float
+    mechanism: str
+    sigma_over_sensitivity: float | None = None
+
+    def as_dict(self) -> dict[str, float | str | None]:
+        """The plain dict the ledger and accountants take (:func:`privacy.charge_parameters`)."""
+        return {
+            "epsilon": self.epsilon,
+            "delta": self.delta,
+            "mechanism": self.mechanism,
+            "sigma_over_sensitivity": self.sigma_over_sensitivity,
+        }
+
+
+def described_number(description: Mapping[str, object], key: str) -> float:
+    """``description[key]`` as a float, or a ``ValueError`` naming the key (for :meth:`Mechanism.from_description`)."""
+    value = description.get(key)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        # a stored description is data, not a caller's bug: a ValueError, as for any other bad parameter
+        raise ValueError(f"mechanism description {dict(description)!r} lacks a numeric {key!r}")  # noqa: TRY004
+    return float(value)
+
+
 class Mechanism(ABC):
-    """Releases a privatized copy of an entity's per-concept values."""
+    """Releases a privatized copy of an entity's per-concept values, and knows what that release means.
+
+    Built by :func:`privacy.mechanism_for_request` for a request (once per parameters: mechanisms are
+    frozen, hashable and reused), or rebuilt by :func:`privacy.mechanism_from_description` from a stored
+    :meth:`describe`.
+    """
 
     name: str
+    adds_noise: ClassVar[bool] = True  # False only for NoNoise: the release is the value itself
+
+    @classmethod
+    @abstractmethod
+    def for_request(cls, *, epsilon: float, delta: float, dimension: int) -> Mechanism:
+        """This mechanism for one request: ε (δ where it uses one) over ``dimension`` concepts (the budget's Δ)."""
+
+    @classmethod
+    @abstractmethod
+    def from_description(cls, description: Mapping[str, object]) -> Mechanism:
+        """The mechanism :meth:`describe` described (a stored record, JSON); ``ValueError`` when it cannot be."""
 
     @abstractmethod
     def privatize(self, values: Mapping[str, float], rng: np.random.Generator) -> dict[str, float]: ...
@@ -64,18 +121,55 @@ class Mechanism(ABC):
     def describe(self) -> dict[str, object]:
         """The public parameters of the mechanism (what a response's privacy block shows)."""
 
+    @abstractmethod
+    def charge(self) -> ReleaseCost:
+        """What one release costs; ``ValueError`` when it cannot be charged (no noise)."""
+
+    @abstractmethod
+    def likelihood(self, entity_error_sd: float) -> LikelihoodKernel:
+        """log p(report | x) of this mechanism's reports about an entity whose clean answer is x + N(0, τ²),
+        τ = ``entity_error_sd`` ≥ 0: what Bayes post-processing needs of the mechanism."""
+
+    @property
+    @abstractmethod
+    def noise_sd(self) -> float:
+        """The sd of the noise on one released value (worst case over inputs where it depends on them)."""
+
 
 @dataclass(frozen=True, kw_only=True)
 class NoNoise(Mechanism):
     """The request asked for no privacy: values pass unchanged. ε is infinite."""
 
     name: str = field(default="none", init=False)
+    adds_noise: ClassVar[bool] = False
+
+    @classmethod
+    def for_request(cls, *, epsilon: float, delta: float, dimension: int) -> NoNoise:
+        return cls()
+
+    @classmethod
+    def from_description(cls, description: Mapping[str, object]) -> NoNoise:
+        return cls()
 
     def privatize(self, values: Mapping[str, float], rng: np.random.Generator) -> dict[str, float]:
         return dict(values)
 
     def describe(self) -> dict[str, object]:
         return {"mechanism": self.name, "epsilon": None, "sensitivity": None, "noise_scale": 0.0}
+
+    def charge(self) -> ReleaseCost:
+        raise ValueError("a release without noise has unbounded privacy cost and cannot be charged")
+
+    def likelihood(self, entity_error_sd: float) -> LikelihoodKernel:
+        # r = u. With τ = 0 the report *is* x (a point mass); otherwise the Gaussian case with σ = 0 (the
+        # answer's own clip to [0, 1] gives the point masses).
+        if entity_error_sd == 0:
+            return ExactKernel()
+        return ClippedAdditiveKernel(GaussianNoise(entity_error_sd), self.name)
+
+    @property
+    def noise_sd(self) -> float:
+        return 0.0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -117,6 +211,29 @@ class LaplaceMechanism(Mechanism):
             "sensitivity": self.sensitivity,
             "noise_scale": self.scale,
         }
+
+    @classmethod
+    def for_request(cls, *, epsilon: float, delta: float, dimension: int) -> LaplaceMechanism:
+        return cls(epsilon=epsilon, sensitivity=float(dimension))  # pure ε-DP: δ is not used
+
+    @classmethod
+    def from_description(cls, description: Mapping[str, object]) -> LaplaceMechanism:
+        # lower/upper are not described: a mechanism built for a request always releases on [0, 1]
+        return cls(
+            epsilon=described_number(description, "epsilon"), sensitivity=described_number(description, "sensitivity")
+        )
+
+    def charge(self) -> ReleaseCost:
+        return ReleaseCost(epsilon=float(self.epsilon), delta=0.0, mechanism=self.name)
+
+    def likelihood(self, entity_error_sd: float) -> LikelihoodKernel:
+        # r = clip(u + Lap(b), 0, 1): the normal-Laplace density inside (0, 1), point masses at 0 and 1. Exact:
+        # the Laplace mechanism does not clamp its input.
+        return ClippedAdditiveKernel(laplace_with_error(self.scale, entity_error_sd), self.name)
+
+    @property
+    def noise_sd(self) -> float:
+        return self.scale * math.sqrt(2)
 
 
 def laplace_for_request(

@@ -1,32 +1,65 @@
-"""Mechanisms by name, built for one request's privacy parameters.
+"""Mechanisms by name: the one place a mechanism's name is read.
 
 ``laplace`` is the paper's mechanism and the default. The others answer the same
 question — release an entity's per-concept mastery vector under ε-LDP (ε, δ for the
 Gaussian) — with different noise shapes; see each class for its guarantee.
+
+A name maps to a type; the type builds itself for a request (:meth:`Mechanism.for_request`) or
+from a stored description (:meth:`Mechanism.from_description`), and from then on the object
+travels: it privatizes, describes itself, says what a release costs and gives the likelihood of
+its reports. Adding a mechanism is one class, and its name here (``MechanismName``, ``MECHANISM_NAMES``
+and ``_REQUESTED``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from functools import lru_cache
 from typing import Literal
 
 from privacy.bounded import DuchiMechanism, HybridMechanism, PiecewiseMechanism
 from privacy.gaussian import AnalyticGaussianMechanism
 from privacy.mechanisms import LaplaceMechanism, Mechanism, NoNoise, SensitivityMode, sensitivity_for
-from privacy.ranges import check_delta, check_epsilon
+from privacy.ranges import check_epsilon
 from privacy.sampling import SecureLaplaceMechanism
 
-__all__ = ["DEFAULT_DELTA", "MECHANISM_NAMES", "MechanismName", "charge_parameters", "mechanism_for_request"]
+__all__ = [
+    "DEFAULT_DELTA",
+    "MECHANISM_NAMES",
+    "PAPER_MECHANISM",
+    "MechanismName",
+    "charge_parameters",
+    "mechanism_for_request",
+    "mechanism_from_description",
+    "names_of",
+]
 
 MechanismName = Literal["laplace", "secure_laplace", "gaussian", "duchi", "piecewise", "hybrid"]
 MECHANISM_NAMES: tuple[MechanismName, ...] = ("laplace", "secure_laplace", "gaussian", "duchi", "piecewise", "hybrid")
+PAPER_MECHANISM: MechanismName = "laplace"  # the paper's Algorithm 1, the default of a request
 DEFAULT_DELTA = 1e-5
 
+# The name a request asks for -> the type that builds it.
+_REQUESTED: dict[str, type[Mechanism]] = {
+    "laplace": LaplaceMechanism,
+    "secure_laplace": SecureLaplaceMechanism,
+    "gaussian": AnalyticGaussianMechanism,
+    "duchi": DuchiMechanism,
+    "piecewise": PiecewiseMechanism,
+    "hybrid": HybridMechanism,
+}
+# The name a description carries (``describe()["mechanism"]``, each type's own ``name``: the Gaussian calls
+# itself ``analytic_gaussian``) -> its type; the requested names are accepted too.
+_DESCRIBED: dict[str, type[Mechanism]] = {
+    **{kind.name: kind for kind in (NoNoise, *_REQUESTED.values())},
+    **_REQUESTED,
+}
 
-@lru_cache(maxsize=4096)  # mechanisms are frozen; a diagnosis builds the same one twice (charge, release)
+
+@lru_cache(maxsize=4096)  # mechanisms are frozen: built once per parameters and reused by every request
 def mechanism_for_request(
     *,
-    name: str = "laplace",
+    name: str = PAPER_MECHANISM,
     epsilon: float | None,
     mode: SensitivityMode,
     n_concepts_total: int,
@@ -46,36 +79,31 @@ def mechanism_for_request(
     if epsilon is None:
         return NoNoise()
     check_epsilon(epsilon)
-    if name == "gaussian":
-        check_delta(delta)
+    kind = _REQUESTED.get(name)
+    if kind is None:
+        raise ValueError(f"unknown mechanism {name!r} (use {', '.join(MECHANISM_NAMES)})")
     d = int(sensitivity_for(mode, n_concepts_total=n_concepts_total, n_concepts_assessed=n_concepts_assessed))
-    if name == "laplace":
-        return LaplaceMechanism(epsilon=epsilon, sensitivity=float(d))
-    if name == "secure_laplace":
-        return SecureLaplaceMechanism(epsilon=epsilon, sensitivity=float(d))
-    if name == "gaussian":
-        return AnalyticGaussianMechanism.for_vector(epsilon=epsilon, delta=delta, dimension=d)
-    if name == "duchi":
-        return DuchiMechanism(epsilon=epsilon, dimension=d)
-    if name == "piecewise":
-        return PiecewiseMechanism(epsilon=epsilon, dimension=d)
-    if name == "hybrid":
-        return HybridMechanism(epsilon=epsilon, dimension=d)
-    raise ValueError(f"unknown mechanism {name!r} (use {', '.join(MECHANISM_NAMES)})")
+    return kind.for_request(epsilon=epsilon, delta=delta, dimension=d)
+
+
+def mechanism_from_description(description: Mapping[str, object]) -> Mechanism:
+    """The mechanism a :meth:`Mechanism.describe` mapping describes (a stored record, JSON): the inverse of
+    ``describe``, so stored descriptions become objects at the storage boundary. ``ValueError`` when it names
+    no mechanism or lacks a parameter."""
+    name = description.get("mechanism")
+    kind = _DESCRIBED.get(name) if isinstance(name, str) else None
+    if kind is None:
+        raise ValueError(f"no mechanism named {name!r} (known: {', '.join(sorted(_DESCRIBED))})")
+    return kind.from_description(description)
+
+
+def names_of(kind: type[Mechanism]) -> frozenset[str]:
+    """Every name ``kind`` is known by (requested or described): what an accountant matches a recorded release's
+    name against. Exactly ``kind``, not its subclasses (secure Laplace is not Laplace)."""
+    return frozenset(name for name, known in _DESCRIBED.items() if known is kind)
 
 
 def charge_parameters(mechanism: Mechanism) -> dict[str, float | str | None]:
-    """What one release by ``mechanism`` costs, for a privacy accountant or ledger.
-
-    The snapping mechanism is charged its effective ε (slightly above the nominal one);
-    the Gaussian is charged (ε, δ) and carries σ/Δ₂ so an RDP accountant can compose it tightly.
-    """
-    info = mechanism.describe()
-    if info["epsilon"] is None:
-        raise ValueError("a release without noise has unbounded privacy cost and cannot be charged")
-    epsilon = float(info.get("effective_epsilon") or info["epsilon"])  # type: ignore[arg-type]
-    delta = float(info.get("delta") or 0.0)  # type: ignore[arg-type]
-    sigma = None
-    if isinstance(mechanism, AnalyticGaussianMechanism):
-        sigma = mechanism.sigma / mechanism.sensitivity
-    return {"epsilon": epsilon, "delta": delta, "mechanism": str(info["mechanism"]), "sigma_over_sensitivity": sigma}
+    """What one release by ``mechanism`` costs, as the plain dict a privacy accountant or the ledger takes
+    (:meth:`Mechanism.charge`). A release without noise cannot be charged (``ValueError``)."""
+    return mechanism.charge().as_dict()

@@ -49,7 +49,8 @@ from typing import Literal
 
 import numpy as np
 
-from privacy.mechanisms import Mechanism
+from privacy.likelihood import LikelihoodKernel, SnappedLaplaceKernel, laplace_with_error
+from privacy.mechanisms import Mechanism, ReleaseCost, described_number
 from privacy.ranges import check_split
 
 __all__ = [
@@ -263,3 +264,30 @@ class SecureLaplaceMechanism(Mechanism):
             "snapping_bound": self.bound,
             "randomness": self.randomness,
         }
+
+    @classmethod
+    def for_request(cls, *, epsilon: float, delta: float, dimension: int) -> SecureLaplaceMechanism:
+        return cls(epsilon=epsilon, sensitivity=float(dimension))  # pure ε-DP: δ is not used
+
+    @classmethod
+    def from_description(cls, description: Mapping[str, object]) -> SecureLaplaceMechanism:
+        randomness = description.get("randomness", "os")
+        if randomness not in ("os", "generator"):
+            raise ValueError(f"mechanism description has randomness {randomness!r}, not 'os' or 'generator'")
+        return cls(
+            epsilon=described_number(description, "epsilon"), sensitivity=described_number(description, "sensitivity"),
+            randomness=randomness,
+        )
+
+    def charge(self) -> ReleaseCost:
+        return ReleaseCost(epsilon=float(self.effective_epsilon), delta=0.0, mechanism=self.name)
+
+    def likelihood(self, entity_error_sd: float) -> LikelihoodKernel:
+        # Exact on the output grid: each report is an interval of the pre-rounding value (the floating-point
+        # Laplace draw is treated as exact Laplace; with τ > 0 the input clamp is ignored, as for the Gaussian).
+        return SnappedLaplaceKernel(laplace_with_error(self.scale, entity_error_sd), self.grid)
+
+    @property
+    def noise_sd(self) -> float:
+        """√2·λ of the Laplace draw (the snapping grid adds at most Λ²/12 to the variance; not counted)."""
+        return self.scale * math.sqrt(2)

@@ -1,9 +1,10 @@
 """Bayes post-processing at the aggregator: the posterior of each concept's mastery.
 
-Every entity's mechanism is public (``Mechanism.describe()``), so the aggregator can write down
-the likelihood of each privatized report and combine the reports of all entities with a prior
-into a posterior for the concept's mastery x ∈ [0, 1]. Everything here is a function of the
-released reports and public parameters only: it is post-processing and costs no privacy.
+Every entity's mechanism is public (a :class:`privacy.Mechanism`, described by ``describe()``), so
+the aggregator can write down the likelihood of each privatized report and combine the reports of
+all entities with a prior into a posterior for the concept's mastery x ∈ [0, 1]. Everything here is
+a function of the released reports and public parameters only: it is post-processing and costs no
+privacy.
 
 **Model.** For one student and one concept, the latent mastery is x ∈ [0, 1] with a
 Beta(a, b) prior (fitted per concept on the calibration split, :func:`fit_beta_prior`; uniform
@@ -11,7 +12,8 @@ when there is none). Entity j's clean answer is u_j = x + e_j with e_j ~ N(0, τ
 (τ_j = ``entity_error_sd``, default 0: the entity reports the truth; fit it with
 :func:`fit_entity_error_sd`). The entity has no bias in this model: a biased entity's τ fitted as
 a root-mean-square error widens the posterior instead. Entity j releases r_j = M_j(u_j) with its
-public mechanism M_j, independently of the other entities. The likelihood of each report:
+public mechanism M_j, independently of the other entities. Each mechanism owns the likelihood of its
+reports (``Mechanism.likelihood(τ)``, kernels in :mod:`privacy.likelihood`); here is what each one is:
 
 * ``laplace`` (the paper's): r = clip(u + Lap(b), 0, 1), b = Δ/ε. A report strictly inside
   (0, 1) contributes the density of r − x under Lap(b) ⊛ N(0, τ²) (the normal-Laplace law, in
@@ -43,8 +45,8 @@ public mechanism M_j, independently of the other entities. The likelihood of eac
   mass at r; noiseless reports that disagree are impossible under the model and raise
   :class:`DegeneratePosteriorError` (give those entities a τ > 0).
 
-Mechanisms are assumed to release on [0, 1] (the ``lower``/``upper`` of ``LaplaceMechanism`` are
-not in its description; the pipeline always uses the defaults).
+Mechanisms are assumed to release on [0, 1] (``LaplaceMechanism.likelihood`` ignores its
+``lower``/``upper``, which are not in its description either; the pipeline always uses the defaults).
 
 **Computation.** The posterior is evaluated on G equal cells of [0, 1] (G = ``grid_size``,
 raised automatically to 40 cells per noise scale when a report is sharper than that, up to
@@ -59,10 +61,10 @@ Public API: :class:`BetaPrior`, :func:`fit_beta_prior`, :func:`fit_concept_prior
 :func:`posterior_summary`, :func:`posterior_summaries` (vectorized over students),
 :func:`posterior_aggregate` and :class:`PosteriorAggregator` (an :class:`Aggregator`).
 
-Layout: :mod:`.priors` (the Beta prior and the fits), :mod:`.noise` (noise laws and the
-closed-form expectations of the clean answer), :mod:`.kernels` (the likelihood of each
-mechanism and :class:`ReportModel`), :mod:`.grid` (the posterior on a grid and its summaries),
-:mod:`.aggregate` (aggregation over entities and concepts).
+Layout: :mod:`.priors` (the Beta prior and the fits), :mod:`.model` (:class:`ReportModel`: a
+mechanism and τ, holding the kernel the mechanism built), :mod:`.grid` (the posterior on a grid and
+its summaries), :mod:`.aggregate` (aggregation over entities and concepts). The noise laws and the
+likelihood kernels live with the mechanisms, in :mod:`privacy.likelihood`.
 """
 
 from diagnosis.posterior.aggregate import (
@@ -82,7 +84,7 @@ from diagnosis.posterior.grid import (
     posterior_summaries,
     posterior_summary,
 )
-from diagnosis.posterior.kernels import DegeneratePosteriorError, ReportModel
+from diagnosis.posterior.model import ReportModel
 from diagnosis.posterior.priors import (
     UNIFORM_PRIOR,
     BetaPrior,
@@ -90,6 +92,7 @@ from diagnosis.posterior.priors import (
     fit_concept_priors,
     fit_entity_error_sd,
 )
+from privacy import DegeneratePosteriorError  # raised here and by the mechanisms' kernels: one type
 
 __all__ = [
     "DEFAULT_ENTITY_ERROR_SD",

@@ -4,21 +4,23 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 import numpy as np
 
-from diagnosis.aggregation import Aggregation, Aggregator, MechanismDescription, answered_by
+from diagnosis.aggregation import Aggregation, Aggregator, answered_by
 from diagnosis.calibrated import CalibrationTag
 from diagnosis.posterior.grid import (
     DEFAULT_GRID_SIZE,
     DEFAULT_LEVEL,
     Estimate,
     PosteriorSummary,
-    _check_level,
+    check_level,
     posterior_summaries,
 )
-from diagnosis.posterior.kernels import ReportModel
+from diagnosis.posterior.model import ReportModel
 from diagnosis.posterior.priors import UNIFORM_PRIOR, BetaPrior
+from privacy import Mechanism
 
 # --------------------------------------------------------------------------------------------
 # Aggregation over entities and concepts
@@ -48,50 +50,30 @@ class PosteriorAggregation(Aggregation):
         yield self.intervals
 
 
-def _hashable(value: object) -> object:
-    if isinstance(value, Mapping):
-        return tuple(sorted((k, _hashable(v)) for k, v in value.items()))
-    if isinstance(value, list | tuple):
-        return tuple(_hashable(v) for v in value)
-    return value
-
-
-_REPORT_MODELS: dict[tuple[object, float], ReportModel] = {}
-_REPORT_MODELS_MAX = 256
-
-
-def _report_model(description: Mapping[str, object], tau: float) -> ReportModel:
-    """The report model of a mechanism description and τ, built once per (description, τ): every diagnosis at
-    the same noise level reuses its kernel constants."""
-    try:
-        key = (_hashable(description), tau)
-        model = _REPORT_MODELS.get(key)
-    except TypeError:  # an unhashable description: build it afresh
-        return ReportModel(description, tau)
-    if model is None:
-        if len(_REPORT_MODELS) >= _REPORT_MODELS_MAX:
-            _REPORT_MODELS.clear()
-        model = _REPORT_MODELS[key] = ReportModel(description, tau)
-    return model
+@lru_cache(maxsize=256)
+def _report_model(mechanism: Mechanism, tau: float) -> ReportModel:
+    """The report model of a mechanism and τ, built once per (mechanism, τ): every diagnosis at the same noise
+    level reuses its kernel constants (mechanisms are frozen and hashable)."""
+    return ReportModel(mechanism, tau)
 
 
 def _per_entity_mechanisms(
-    mechanisms: Mapping[str, Mapping[str, object]] | Mapping[str, object], entities: Iterable[str]
-) -> dict[str, Mapping[str, object]]:
-    if isinstance(mechanisms.get("mechanism"), str):  # one description shared by every entity
-        return {e: mechanisms for e in entities}  # type: ignore[misc]
-    out: dict[str, Mapping[str, object]] = {}
+    mechanisms: Mechanism | Mapping[str, Mechanism], entities: Iterable[str]
+) -> dict[str, Mechanism]:
+    if isinstance(mechanisms, Mechanism):  # one mechanism shared by every entity
+        return {e: mechanisms for e in entities}
+    out: dict[str, Mechanism] = {}
     for e in entities:
         if e not in mechanisms:
             raise ValueError(f"no mechanism description for entity {e!r}")
-        out[e] = mechanisms[e]  # type: ignore[assignment]
+        out[e] = mechanisms[e]
     return out
 
 
 def posterior_aggregate(
     predictions: Predictions,
     concepts: Sequence[str],
-    mechanisms: Mapping[str, Mapping[str, object]] | Mapping[str, object],
+    mechanisms: Mechanism | Mapping[str, Mechanism],
     priors: Mapping[str, BetaPrior] | None = None,
     entity_error_sd: Mapping[str, float] | None = None,
     estimate: Estimate = "mean",
@@ -102,20 +84,20 @@ def posterior_aggregate(
 ) -> PosteriorAggregation:
     """Posterior mastery per concept over the entities that answered it, with credible intervals.
 
-    ``mechanisms``: entity -> ``Mechanism.describe()``, or one description used for every entity
-    (the pipeline privatizes all entities with the same mechanism). ``priors``: concept -> prior
+    ``mechanisms``: entity -> the :class:`privacy.Mechanism` its answers were released through, or one
+    mechanism for every entity (the pipeline privatizes all entities with the same mechanism). ``priors``: concept -> prior
     (uniform where absent). ``entity_error_sd``: entity -> τ (``default_error_sd`` where absent). Concepts no entity
     answered are listed in ``missing``, as in :func:`diagnosis.aggregation.residual_aggregate`.
     Raises :class:`DegeneratePosteriorError` when noiseless reports (τ = 0) disagree.
     """
     if estimate not in ("mean", "median"):
         raise ValueError(f"estimate must be 'mean' or 'median', got {estimate!r}")
-    _check_level(level)
+    check_level(level)
     priors = priors or {}
     errors = entity_error_sd or {}
-    descriptions = _per_entity_mechanisms(mechanisms, predictions)
+    released_by = _per_entity_mechanisms(mechanisms, predictions)
     entities = list(predictions)
-    models = [_report_model(descriptions[e], float(errors.get(e, default_error_sd))) for e in entities]
+    models = [_report_model(released_by[e], float(errors.get(e, default_error_sd))) for e in entities]
     contributors, missing = answered_by(predictions, concepts)
     answered = list(contributors)
     # One vectorized posterior over every answered concept (rows) and entity (columns; NaN: no answer).
@@ -165,7 +147,7 @@ class PosteriorAggregator(Aggregator):
             raise ValueError(f"estimate must be 'mean' or 'median', got {estimate!r}")
         if default_error_sd < 0:
             raise ValueError(f"default_error_sd must be >= 0, got {default_error_sd}")
-        _check_level(level)
+        check_level(level)
         super().__init__(calibration=calibration)
         self.priors = dict(priors or {})
         self.entity_error_sd = dict(entity_error_sd or {})
@@ -175,7 +157,7 @@ class PosteriorAggregator(Aggregator):
         self.grid_size = grid_size
 
     def aggregate(
-        self, predictions: Predictions, concepts: Sequence[str], *, mechanism: MechanismDescription
+        self, predictions: Predictions, concepts: Sequence[str], *, mechanism: Mechanism
     ) -> PosteriorAggregation:
         return posterior_aggregate(
             predictions,

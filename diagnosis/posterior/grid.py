@@ -11,8 +11,9 @@ from typing import Literal
 
 import numpy as np
 
-from diagnosis.posterior.kernels import _MATCH_TOL, DegeneratePosteriorError, ReportModel
+from diagnosis.posterior.model import ReportModel
 from diagnosis.posterior.priors import UNIFORM_PRIOR, BetaPrior
+from privacy.likelihood import MATCH_TOL, DegeneratePosteriorError
 
 Estimate = Literal["mean", "median"]
 
@@ -76,7 +77,8 @@ class PosteriorSummaries:
         )
 
 
-def _check_level(level: float) -> None:
+def check_level(level: float) -> None:
+    """A credible level must lie in (0, 1) (checked by every entry point that takes one)."""
     if isinstance(level, bool) or not (isinstance(level, int | float) and 0 < level < 1):
         raise ValueError(f"level must lie in (0, 1), got {level!r}")
 
@@ -84,7 +86,7 @@ def _check_level(level: float) -> None:
 def _grid_cells(models: Sequence[ReportModel], grid_size: int) -> int:
     if isinstance(grid_size, bool) or not isinstance(grid_size, int) or grid_size < 2:
         raise ValueError(f"grid_size must be an integer >= 2, got {grid_size!r}")
-    scales = [m._kernel.scale for m in models if not m.noiseless]
+    scales = [m.kernel.scale for m in models if not m.noiseless]
     finest = min(scales, default=math.inf)
     if finest <= 0 or not math.isfinite(finest):
         return grid_size
@@ -113,7 +115,7 @@ def _exact_values(r: np.ndarray, models: Sequence[ReportModel]) -> np.ndarray:
         warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN rows: no noiseless report there
         lo, hi = np.nanmin(sub, axis=1), np.nanmax(sub, axis=1)
     has = ~np.isnan(lo)
-    disagree = has & (hi - lo > _MATCH_TOL)
+    disagree = has & (hi - lo > MATCH_TOL)
     if np.any(disagree):
         i = int(np.flatnonzero(disagree)[0])
         raise DegeneratePosteriorError(
@@ -199,7 +201,7 @@ def posterior_summaries(
     where an entity did not answer) — students of one concept in an evaluation, or the concepts of
     one diagnosis. ``prior``: shared, or one per row. Vectorized over rows.
     """
-    _check_level(level)
+    check_level(level)
     models = list(models)
     r = _as_matrix(reports, len(models))
     if not isinstance(prior, BetaPrior) and len(prior) != r.shape[0]:
@@ -208,7 +210,7 @@ def posterior_summaries(
         col = r[:, j]
         present = col[~np.isnan(col)]
         if present.size:
-            model._kernel.check(present)
+            model.kernel.check(present)
     exact = _exact_values(r, models)
     cells = _grid_cells(models, grid_size)
     n = r.shape[0]
@@ -250,7 +252,7 @@ def posterior_summary(
     grid_size: int = DEFAULT_GRID_SIZE,
 ) -> PosteriorSummary:
     """The posterior of one concept's mastery from ``(report, model)`` pairs (no reports: the prior)."""
-    _check_level(level)
+    check_level(level)
     r, models = _split(reports)
     return posterior_summaries(r, models, prior, level=level, grid_size=grid_size)[0]
 
@@ -268,7 +270,7 @@ def posterior_grid(
     """
     r, models = _split(reports)
     for j, model in enumerate(models):
-        model._kernel.check(r[:, j])
+        model.kernel.check(r[:, j])
     exact = _exact_values(r, models)[0]
     cells = _grid_cells(models, grid_size)
     h = 1.0 / cells

@@ -50,7 +50,7 @@ from __future__ import annotations
 from evaluation.frontier.api import frontier_command as frontier_command  # the CLI imports it
 from evaluation.frontier.api import frontier_datasets, progress_total, run_privacy_frontier
 from evaluation.frontier.compute import privacy_frontier
-from evaluation.frontier.estimators import _posterior_means as _posterior_means  # the tests import it
+from evaluation.frontier.estimators import posterior_means as posterior_means  # the tests import it
 from evaluation.frontier.recommend import (
     Recommendation,
     best_mechanisms,

@@ -10,11 +10,11 @@ import numpy as np
 
 from evaluation.collect import Collected, NoiseSetting, collect_predictions
 from evaluation.frontier.estimators import (
-    _assessed,
-    _descriptions,
-    _fit_posterior,
-    _plain_mean,
-    _posterior_means,
+    assessed_concepts,
+    fit_posterior,
+    plain_mean,
+    posterior_means,
+    release_mechanisms,
 )
 from evaluation.frontier.metrics import (
     _abs_errors,
@@ -37,7 +37,7 @@ from evaluation.frontier.results import (
 )
 from evaluation.simulation import MAX_ORACLE_CONCEPTS, SimulatedStudents
 from evaluation.splits import proportion_correct_truth, split_holdout, split_students
-from privacy.registry import DEFAULT_DELTA, MECHANISM_NAMES
+from privacy import DEFAULT_DELTA, MECHANISM_NAMES, Mechanism
 from providers import Entity
 from qmatrix import Dataset
 
@@ -83,8 +83,8 @@ async def _dataset_frontier(
     # only calibrate the posterior (clean answers); test rows are the test students once per noise draw.
     val = [list(s.responses) for s in split.validation]
     test = [list(s.responses) for s in split.test]
-    val_concepts = _assessed(q, val)
-    test_concepts = _assessed(q, test) * repeats
+    val_concepts = assessed_concepts(q, val)
+    test_concepts = assessed_concepts(q, test) * repeats
     val_truth = [proportion_correct_truth(q, r) for r in val]
     test_truth = [proportion_correct_truth(q, r) for r in test] * repeats
     p_val = await collect_predictions(entities, q, val, [clean], seed=seed, **kw)
@@ -93,7 +93,7 @@ async def _dataset_frontier(
     # Held-out protocol: 20 % hidden (as the heldout protocol); the link is fitted on validation rows.
     val_obs, val_held = split_holdout(split.validation, seed)
     test_obs, test_held = split_holdout(split.test, seed)
-    hval_concepts, htest_concepts = _assessed(q, val_obs), _assessed(q, test_obs)
+    hval_concepts, htest_concepts = assessed_concepts(q, val_obs), assessed_concepts(q, test_obs)
     hval_truth = [
         {c: v for c, v in proportion_correct_truth(q, list(s.responses)).items() if c in assessed}
         for s, assessed in zip(split.validation, hval_concepts)
@@ -103,8 +103,8 @@ async def _dataset_frontier(
     hval_rows, htest_rows = hval_concepts * repeats, htest_concepts * repeats
     val_held_rows, test_held_rows = val_held * repeats, test_held * repeats
 
-    fit_paper = _fit_posterior(p_val.predictions[clean], val_truth, names)
-    fit_held = _fit_posterior(h_val.predictions[clean][:n_val], hval_truth, names)
+    fit_paper = fit_posterior(p_val.predictions[clean], val_truth, names)
+    fit_held = fit_posterior(h_val.predictions[clean][:n_val], hval_truth, names)
     true_truth: list[Mastery] | None = None
     val_true: list[Mastery] = []
     if dataset.true_mastery:
@@ -116,26 +116,26 @@ async def _dataset_frontier(
     for setting in settings:
         mech = setting.mechanism if setting.epsilon is not None else "none"
 
-        def described(concepts: Sequence[Sequence[str]]) -> list[dict[str, object]]:
-            return _descriptions(q, concepts, setting, sensitivity=sensitivity, delta=delta)  # noqa: B023
+        def released(concepts: Sequence[Sequence[str]]) -> list[Mechanism]:
+            return release_mechanisms(q, concepts, setting, sensitivity=sensitivity, delta=delta)  # noqa: B023
 
-        d_test, d_hval, d_htest = described(test_concepts), described(hval_rows), described(htest_rows)
+        d_test, d_hval, d_htest = released(test_concepts), released(hval_rows), released(htest_rows)
         pt = p_test.predictions[setting]
         hv, ht = h_val.predictions[setting], h_test.predictions[setting]
         paper_est = {
-            "mean": _plain_mean(pt, test_concepts),
-            "posterior": _posterior_means(pt, test_concepts, d_test, names, fit_paper.priors, fit_paper.taus),
-            "posterior-uniform": _posterior_means(pt, test_concepts, d_test, names, {}, fit_paper.taus),
+            "mean": plain_mean(pt, test_concepts),
+            "posterior": posterior_means(pt, test_concepts, d_test, names, fit_paper.priors, fit_paper.taus),
+            "posterior-uniform": posterior_means(pt, test_concepts, d_test, names, {}, fit_paper.taus),
         }
         held_est = {
-            "mean": (_plain_mean(hv, hval_rows), _plain_mean(ht, htest_rows)),
+            "mean": (plain_mean(hv, hval_rows), plain_mean(ht, htest_rows)),
             "posterior": (
-                _posterior_means(hv, hval_rows, d_hval, names, fit_held.priors, fit_held.taus),
-                _posterior_means(ht, htest_rows, d_htest, names, fit_held.priors, fit_held.taus),
+                posterior_means(hv, hval_rows, d_hval, names, fit_held.priors, fit_held.taus),
+                posterior_means(ht, htest_rows, d_htest, names, fit_held.priors, fit_held.taus),
             ),
             "posterior-uniform": (
-                _posterior_means(hv, hval_rows, d_hval, names, {}, fit_held.taus),
-                _posterior_means(ht, htest_rows, d_htest, names, {}, fit_held.taus),
+                posterior_means(hv, hval_rows, d_hval, names, {}, fit_held.taus),
+                posterior_means(ht, htest_rows, d_htest, names, {}, fit_held.taus),
             ),
         }
         errors = {k: _abs_errors(v, test_truth) for k, v in paper_est.items()}

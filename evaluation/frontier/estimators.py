@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -21,7 +20,7 @@ from diagnosis.posterior import (
     fit_entity_error_sd,
     posterior_summaries,
 )
-from privacy.registry import mechanism_for_request
+from privacy import Mechanism, mechanism_for_request
 from qmatrix import QMatrix, Response
 
 # --------------------------------------------------------------------------------------------
@@ -29,45 +28,40 @@ from qmatrix import QMatrix, Response
 # --------------------------------------------------------------------------------------------
 
 
-def _assessed(q: QMatrix, students: Sequence[Sequence[Response]]) -> list[tuple[str, ...]]:
+def assessed_concepts(q: QMatrix, students: Sequence[Sequence[Response]]) -> list[tuple[str, ...]]:
     return [q.concepts_for([r.item_id for r in s]) for s in students]
 
 
-def _plain_mean(preds: Sequence[Predictions], concepts: Sequence[Sequence[str]]) -> list[Mastery]:
+def plain_mean(preds: Sequence[Predictions], concepts: Sequence[Sequence[str]]) -> list[Mastery]:
     return [residual_aggregate(p, c, alpha=0.0).mastery for p, c in zip(preds, concepts)]
 
 
-def _descriptions(q: QMatrix, concepts: Sequence[Sequence[str]], setting: NoiseSetting, *, sensitivity: str, delta: float) -> list[dict[str, object]]:
-    """Per student, the public description of the mechanism their answers were released through."""
-    cache: dict[int, dict[str, object]] = {}
-    out = []
-    for assessed in concepts:
-        d = len(assessed)
-        if d not in cache:
-            cache[d] = mechanism_for_request(
-                name=setting.mechanism, epsilon=setting.epsilon, mode=sensitivity,  # type: ignore[arg-type]
-                n_concepts_total=len(q.concepts), n_concepts_assessed=d, delta=delta,
-            ).describe()
-        out.append(cache[d])
-    return out
+def release_mechanisms(q: QMatrix, concepts: Sequence[Sequence[str]], setting: NoiseSetting, *, sensitivity: str, delta: float) -> list[Mechanism]:
+    """Per student, the mechanism their answers were released through (the registry builds each once)."""
+    return [
+        mechanism_for_request(
+            name=setting.mechanism, epsilon=setting.epsilon, mode=sensitivity,  # type: ignore[arg-type]
+            n_concepts_total=len(q.concepts), n_concepts_assessed=len(assessed), delta=delta,
+        )
+        for assessed in concepts
+    ]
 
 
-def _posterior_means(
+def posterior_means(
     preds: Sequence[Predictions],
     concepts: Sequence[Sequence[str]],
-    descriptions: Sequence[Mapping[str, object]],
+    mechanisms: Sequence[Mechanism],
     entity_names: Sequence[str],
     priors: Mapping[str, BetaPrior],
     taus: Mapping[str, float],
 ) -> list[Mastery]:
     """Posterior means per student and concept — :func:`posterior_aggregate`'s numbers, vectorized over students."""
     out: list[Mastery] = [{} for _ in preds]
-    groups: dict[str, list[int]] = {}
-    for i, desc in enumerate(descriptions):
-        groups.setdefault(json.dumps(desc, sort_keys=True, default=str), []).append(i)
-    for rows in groups.values():
-        desc = descriptions[rows[0]]
-        models = [ReportModel(desc, float(taus.get(e, 0.0))) for e in entity_names]
+    groups: dict[Mechanism, list[int]] = {}  # students released through the same mechanism share its models
+    for i, mechanism in enumerate(mechanisms):
+        groups.setdefault(mechanism, []).append(i)
+    for mechanism, rows in groups.items():
+        models = [ReportModel(mechanism, float(taus.get(e, 0.0))) for e in entity_names]
         for concept in dict.fromkeys(c for i in rows for c in concepts[i]):
             idx = [i for i in rows if concept in concepts[i] and any(concept in preds[i].get(e, {}) for e in entity_names)]
             if not idx:
@@ -80,7 +74,7 @@ def _posterior_means(
 
 
 @dataclass(frozen=True)
-class _PosteriorFit:
+class PosteriorFit:
     priors: dict[str, BetaPrior]
     taus: dict[str, float]
 
@@ -98,7 +92,7 @@ class _PosteriorFit:
         }
 
 
-def _fit_posterior(clean: Sequence[Predictions], truths: Sequence[Mastery], entity_names: Sequence[str]) -> _PosteriorFit:
+def fit_posterior(clean: Sequence[Predictions], truths: Sequence[Mastery], entity_names: Sequence[str]) -> PosteriorFit:
     """The API's ``posterior`` calibration: Beta priors from the truth, τ = RMS error of the clean answers."""
     floor = PosteriorCalibrator().min_sd
     answers: dict[str, tuple[list[float], list[float]]] = {e: ([], []) for e in entity_names}
@@ -109,4 +103,4 @@ def _fit_posterior(clean: Sequence[Predictions], truths: Sequence[Mastery], enti
                     answers[e][0].append(value)
                     answers[e][1].append(truth[concept])
     taus = {e: max(floor, fit_entity_error_sd(a, t)) for e, (a, t) in answers.items()}
-    return _PosteriorFit(priors=fit_concept_priors(truths), taus=taus)
+    return PosteriorFit(priors=fit_concept_priors(truths), taus=taus)

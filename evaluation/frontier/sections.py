@@ -8,7 +8,7 @@ from typing import Any
 
 from evaluation.frontier.recommend import best_mechanisms
 from evaluation.frontier.results import POSTPROCESSING, DatasetFrontier, FrontierResult
-from privacy.registry import mechanism_for_request
+from privacy import PAPER_MECHANISM, mechanism_for_request
 
 
 def _f(v: float | None, digits: int = 3) -> str:
@@ -52,7 +52,7 @@ def _references_lines(result: FrontierResult, d: DatasetFrontier) -> list[str]:
 
 
 def _verdict_lines(result: FrontierResult, d: DatasetFrontier, verdicts: Sequence[Mapping[str, Any]]) -> list[str]:
-    rows = [v for v in verdicts if v["dataset"] == d.name and v["mechanism"] != "none"]
+    rows = [v for v in verdicts if v["dataset"] == d.name and v["epsilon"] is not None]
     out = ["| mechanism | " + " | ".join(f"ε={_eps(e)}" for e in result.epsilons) + " |", "|---|" + "---|" * len(result.epsilons)]
     for m in result.mechanisms:
         cells = []
@@ -66,12 +66,10 @@ def _verdict_lines(result: FrontierResult, d: DatasetFrontier, verdicts: Sequenc
 
 def _report_noise_sd(result: FrontierResult, d: DatasetFrontier, mechanism: str, eps: float) -> float:
     """The sd of one privatized report's noise (worst case for the bounded mechanisms), at the dataset's K."""
-    desc = mechanism_for_request(
+    return mechanism_for_request(
         name=mechanism, epsilon=eps, mode=result.sensitivity,  # type: ignore[arg-type]
         n_concepts_total=d.n_concepts, n_concepts_assessed=max(1, round(d.mean_assessed_concepts)), delta=result.delta,
-    ).describe()
-    scale = float(desc["noise_scale"])  # type: ignore[arg-type]
-    return scale * math.sqrt(2) if mechanism in ("laplace", "secure_laplace") else scale
+    ).noise_sd
 
 
 def _why(result: FrontierResult, d: DatasetFrontier, v: Mapping[str, Any]) -> str:
@@ -87,11 +85,11 @@ def _why(result: FrontierResult, d: DatasetFrontier, v: Mapping[str, Any]) -> st
 
 
 def _failure_text(result: FrontierResult, d: DatasetFrontier, verdicts: Sequence[Mapping[str, Any]]) -> list[str]:
-    rows = [v for v in verdicts if v["dataset"] == d.name and v["mechanism"] != "none"]
+    rows = [v for v in verdicts if v["dataset"] == d.name and v["epsilon"] is not None]
     lost = [v for v in rows if not v["mae_wins"]]
     worse = [v for v in rows if v["mae_verdict"] == "worse"]
     auc_lost = [v for v in rows if v["auc_verdict"] == "worse"]
-    lap = [v for v in rows if v["mechanism"] == "laplace"]
+    lap = [v for v in rows if v["mechanism"] == PAPER_MECHANISM]
     out = []
     if not lost:
         lap_text = ", ".join(f"ε={_eps(v['epsilon'])} {_f(v['mae_posterior'])} vs {_f(v['mae_mean'])}" for v in lap)
@@ -104,7 +102,7 @@ def _failure_text(result: FrontierResult, d: DatasetFrontier, verdicts: Sequence
             out.append(f"  - {v['mechanism']} ε = {_eps(v['epsilon'])}: {_f(v['mae_posterior'])} vs {_f(v['mae_mean'])} — why: {_why(result, d, v)}.")
         out.append(f"  Everywhere else ({len(rows) - len(lost)} settings) it is lower"
                    + (f"; significantly worse (> 2 SE) at {len(worse)} setting(s)." if worse else "; nowhere is it worse by more than 2 SE."))
-    noiseless = next(v for v in verdicts if v["dataset"] == d.name and v["mechanism"] == "none")
+    noiseless = next(v for v in verdicts if v["dataset"] == d.name and v["epsilon"] is None)
     out.append(f"- Noiseless (ε = ∞): posterior {_f(noiseless['mae_posterior'])} vs plain mean {_f(noiseless['mae_mean'])} "
                f"({noiseless['mae_verdict']}).")
     if auc_lost:
@@ -175,7 +173,7 @@ def _dataset_notes(result: FrontierResult, d: DatasetFrontier) -> list[str]:
 
 def _summary_lines(result: FrontierResult) -> list[str]:
     focus = [e for e in (0.5, 2.0, 8.0, 32.0) if e in result.epsilons] or result.epsilons
-    mech = "laplace" if "laplace" in result.mechanisms else result.mechanisms[0]
+    mech = PAPER_MECHANISM if PAPER_MECHANISM in result.mechanisms else result.mechanisms[0]
     header = "| dataset | " + " | ".join(f"{mech} ε={e:g}: mean → posterior" for e in focus) + " | ε = ∞: mean → posterior | constant |"
     lines = [header, "|---|" + "---|" * (len(focus) + 2)]
     for d in result.datasets:

@@ -35,7 +35,7 @@ def _students(n: int, rare_answers: int, *, rare_error: float = 0.0, seed: int =
             answers["rare"] = {c: float(np.clip(t + rare_error, 0, 1)) for c, t in truth.items()}
         else:
             failed.append("rare")
-        out.append(ValidationAnswer(answers=answers, mechanism=dict(NO_NOISE), truth=truth, clean=answers, failed=failed))
+        out.append(ValidationAnswer(answers=answers, mechanism=NO_NOISE, truth=truth, clean=answers, failed=failed))
     return out
 
 
@@ -116,7 +116,7 @@ def test_an_entity_that_never_answered_is_left_out_and_one_never_asked_is_not() 
 
 
 def _nobody_answered() -> ValidationAnswer:
-    return ValidationAnswer(answers={}, mechanism=dict(NO_NOISE), truth={"a": 1.0}, failed=["good", "coarse", "rare"])
+    return ValidationAnswer(answers={}, mechanism=NO_NOISE, truth={"a": 1.0}, failed=["good", "coarse", "rare"])
 
 
 def test_students_nobody_answered_count_as_asked() -> None:
@@ -134,7 +134,7 @@ def test_students_nobody_answered_count_as_asked() -> None:
 
 def test_when_every_entity_has_too_few_answers_there_is_nothing_to_calibrate() -> None:
     students = [
-        ValidationAnswer(answers={"x": {"a": 0.5}} if s < 3 else {"y": {"a": 0.5}}, mechanism=dict(NO_NOISE),
+        ValidationAnswer(answers={"x": {"a": 0.5}} if s < 3 else {"y": {"a": 0.5}}, mechanism=NO_NOISE,
                          truth={"a": 0.5}, failed=["y"] if s < 3 else ["x"])
         for s in range(10)
     ]

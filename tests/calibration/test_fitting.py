@@ -41,7 +41,8 @@ async def test_a_student_is_answered_once_released_at_the_served_noise_and_kept_
     assert len(fake.contexts) == 1
     assessed = set(q.concepts_for(["q01", "q10"]))
     assert set(answer.truth) == assessed and set(answer.answers["exact"]) == assessed
-    assert answer.mechanism["mechanism"] == "piecewise" and answer.mechanism["epsilon"] == 8.0
+    released = answer.mechanism.describe()
+    assert released["mechanism"] == "piecewise" and released["epsilon"] == 8.0
     assert answer.clean is not None and answer.clean["exact"] != answer.answers["exact"]
     assert lean.clean is None
     assert type(answer).from_json(answer.to_json()) == answer

@@ -39,17 +39,19 @@ from privacy import (
     DuchiMechanism,
     HybridMechanism,
     LaplaceMechanism,
+    Mechanism,
     NoNoise,
     PiecewiseMechanism,
     SecureLaplaceMechanism,
+    mechanism_from_description,
 )
 from privacy.bounded import DuchiRandomizer, PiecewiseRandomizer
 
-LAPLACE = {"mechanism": "laplace", "noise_scale": 0.4}
+LAPLACE = LaplaceMechanism(epsilon=1.0, sensitivity=0.4)  # noise scale b = Δ/ε = 0.4
 
 
 def _laplace(b: float, tau: float = 0.0) -> ReportModel:
-    return ReportModel({"mechanism": "laplace", "noise_scale": b}, tau)
+    return ReportModel(LaplaceMechanism(epsilon=1.0, sensitivity=b), tau)  # noise scale b
 
 
 # ----------------------------------------------------------------------------------------------
@@ -163,7 +165,7 @@ def test_a_report_clipped_to_zero_is_a_point_mass_with_a_truncated_exponential_p
 
 
 def test_noiseless_reports_pin_the_posterior_to_the_report() -> None:
-    model = ReportModel.from_mechanism(NoNoise())
+    model = ReportModel(NoNoise())
     assert model.noiseless
     s = posterior_summary([(0.37, model), (0.37, model), (0.9, _laplace(0.5))], BetaPrior(2, 2))
     assert (s.mean, s.median, s.lower, s.upper, s.sd) == (0.37, 0.37, 0.37, 0.37, 0.0)
@@ -175,16 +177,16 @@ def test_noiseless_reports_pin_the_posterior_to_the_report() -> None:
 
 
 @pytest.mark.parametrize(
-    ("description", "tau"),
+    ("mechanism", "tau"),
     [
-        ({"mechanism": "none", "epsilon": None, "sensitivity": None, "noise_scale": 0.0}, 0.08),
-        (AnalyticGaussianMechanism.for_vector(epsilon=6.0, delta=1e-5, dimension=1).describe(), 0.0),
-        (AnalyticGaussianMechanism.for_vector(epsilon=6.0, delta=1e-5, dimension=1).describe(), 0.1),
+        (NoNoise(), 0.08),
+        (AnalyticGaussianMechanism.for_vector(epsilon=6.0, delta=1e-5, dimension=1), 0.0),
+        (AnalyticGaussianMechanism.for_vector(epsilon=6.0, delta=1e-5, dimension=1), 0.1),
     ],
 )
-def test_gaussian_interior_report_gives_a_truncated_normal(description: dict, tau: float) -> None:
-    model = ReportModel(description, tau)
-    sd = math.hypot(float(description["noise_scale"]), tau)
+def test_gaussian_interior_report_gives_a_truncated_normal(mechanism: Mechanism, tau: float) -> None:
+    model = ReportModel(mechanism, tau)
+    sd = math.hypot(float(mechanism.describe()["noise_scale"]), tau)  # type: ignore[arg-type]
     r = 0.83
     s = posterior_summary([(r, model)])
     ref = stats.truncnorm((0 - r) / sd, (1 - r) / sd, loc=r, scale=sd)
@@ -194,7 +196,7 @@ def test_gaussian_interior_report_gives_a_truncated_normal(description: dict, ta
 
 
 def test_a_sharp_report_refines_the_grid() -> None:
-    model = ReportModel({"mechanism": "none", "noise_scale": 0.0}, 0.002)
+    model = ReportModel(NoNoise(), 0.002)
     grid, _ = posterior_grid([(0.4, model)])
     assert len(grid) >= 40 / 0.002
     s = posterior_summary([(0.4, model)])
@@ -208,7 +210,7 @@ def test_duchi_report_gives_a_mixture_of_beta_moments(plus: bool) -> None:
     c = DuchiRandomizer(epsilon=0.6).bound
     r = (1 + c) / 2 if plus else (1 - c) / 2
     a, b = 3.0, 2.0
-    s = posterior_summary([(r, ReportModel.from_mechanism(mech))], BetaPrior(a, b))
+    s = posterior_summary([(r, ReportModel(mech))], BetaPrior(a, b))
     # P(+ | x) = (C − 1)/(2C) + x/C; P(− | x) = (C + 1)/(2C) − x/C.
     c0, c1 = ((c - 1) / (2 * c), 1 / c) if plus else ((c + 1) / (2 * c), -1 / c)
     m1, m2 = a / (a + b), a * (a + 1) / ((a + b) * (a + b + 1))
@@ -224,7 +226,7 @@ PRIOR = BetaPrior(2.0, 3.0)
 
 def test_laplace_with_point_masses_matches_quad() -> None:
     b = LaplaceMechanism(epsilon=2.0, sensitivity=1.0).scale  # 0.5
-    model = ReportModel.from_mechanism(LaplaceMechanism(epsilon=2.0, sensitivity=1.0))
+    model = ReportModel(LaplaceMechanism(epsilon=2.0, sensitivity=1.0))
     reports = [0.0, 0.62, 1.0, 0.15]
 
     def lik(x: float) -> float:
@@ -270,7 +272,7 @@ def test_laplace_with_entity_error_matches_quad_over_the_error() -> None:
 def test_gaussian_mechanism_matches_quad() -> None:
     mech = AnalyticGaussianMechanism.for_vector(epsilon=4.0, delta=1e-5, dimension=1)
     sigma = mech.sigma
-    model = ReportModel.from_mechanism(mech)
+    model = ReportModel(mech)
     reports = [0.0, 0.71, 0.44]
 
     def lik(x: float) -> float:
@@ -287,7 +289,7 @@ def test_duchi_matches_quad(tau: float) -> None:
     c = rand.bound
     plus, minus = (1 + c) / 2, (1 - c) / 2
     reports = [plus, plus, minus]
-    model = ReportModel.from_mechanism(mech, tau)
+    model = ReportModel(mech, tau)
 
     def p_plus(x: float) -> float:
         if tau == 0:
@@ -315,7 +317,7 @@ def _pm_breaks(rand: PiecewiseRandomizer, v: float) -> list[float]:
 def test_piecewise_matches_quad_without_entity_error() -> None:
     mech = PiecewiseMechanism(epsilon=3.0, dimension=1)
     rand = PiecewiseRandomizer(epsilon=3.0)
-    model = ReportModel.from_mechanism(mech)
+    model = ReportModel(mech)
     reports = [0.55, 0.9, -0.2]
     vs = [2 * r - 1 for r in reports]
 
@@ -333,7 +335,7 @@ def test_piecewise_with_entity_error_and_clipped_output_matches_quad() -> None:
     mech = PiecewiseMechanism(epsilon=3.0, dimension=1, clip_output=True)
     rand = PiecewiseRandomizer(epsilon=3.0)
     c = rand.bound
-    model = ReportModel.from_mechanism(mech, tau)
+    model = ReportModel(mech, tau)
     reports = [0.0, 0.35, 1.0]
 
     p_high, p_low = rand.p_center / (c - 1), (1 - rand.p_center) / (c + 1)
@@ -362,7 +364,7 @@ def test_hybrid_mixes_a_duchi_point_mass_and_a_piecewise_density() -> None:
     alpha = rand.alpha
     assert 0 < alpha < 1
     duchi_plus = (1 + rand.duchi.bound) / 2
-    model = ReportModel.from_mechanism(mech)
+    model = ReportModel(mech)
     reports = [duchi_plus, 0.3]
 
     def lik(x: float) -> float:
@@ -390,7 +392,7 @@ def _rejection_check(mechanisms, observed: list[float], tau: float, prior: BetaP
         keep &= np.array([out[k] for k in keys]) == r
     accepted = x[keep]
     assert accepted.size > 2000
-    s = posterior_summary([(r, ReportModel.from_mechanism(m, tau)) for m, r in zip(mechanisms, observed)], prior)
+    s = posterior_summary([(r, ReportModel(m, tau)) for m, r in zip(mechanisms, observed)], prior)
     se = accepted.std() / math.sqrt(accepted.size)
     assert abs(s.mean - accepted.mean()) < 4 * se + 1e-4
     assert abs(s.median - np.median(accepted)) < 0.02
@@ -433,7 +435,7 @@ def test_laplace_point_masses_with_entity_error_match_rejection_sampling() -> No
         out = rng_mech.privatize(dict(zip(keys, (x + rng.normal(0, tau, n)).tolist())), rng)
         keep &= np.array([out[k] for k in keys]) == r
     accepted = x[keep]
-    model = ReportModel.from_mechanism(rng_mech, tau)
+    model = ReportModel(rng_mech, tau)
     s = posterior_summary([(r, model) for r in observed], prior)
     assert abs(s.mean - accepted.mean()) < 4 * accepted.std() / math.sqrt(accepted.size)
 
@@ -461,7 +463,7 @@ def _simulate_laplace(delta: float, epsilon: float, *, seed: int, students: int 
         for i in range(students):
             out = mech.privatize(dict(zip(keys, clean[i])), rng)
             reports[i, :, j] = [out[k] for k in keys]
-    models = [ReportModel.from_mechanism(mech, t) for t in taus]
+    models = [ReportModel(mech, t) for t in taus]
     return truth.ravel(), reports.reshape(-1, entities), models, prior
 
 
@@ -533,7 +535,7 @@ def test_credible_intervals_cover_at_the_nominal_rate_under_a_correct_model(name
             out = mech.privatize(dict(zip(keys, clean.tolist())), rng)
             reports[:, j] = [out[k] for k in keys]
     # Execute
-    s = posterior_summaries(reports, [ReportModel.from_mechanism(mech, tau)] * entities, prior)
+    s = posterior_summaries(reports, [ReportModel(mech, tau)] * entities, prior)
     # Assert: the 90% interval covers x 85–95% of the time (±7 binomial sd at n = 1000).
     coverage = float(np.mean((s.lower <= x) & (x <= s.upper)))
     assert 0.85 <= coverage <= 0.95, coverage
@@ -545,19 +547,19 @@ def _all_models() -> list[ReportModel]:
     return [
         _laplace(2.0),
         _laplace(0.05, 0.3),
-        ReportModel.from_mechanism(AnalyticGaussianMechanism.for_vector(epsilon=1.0, delta=1e-5, dimension=4)),
-        ReportModel.from_mechanism(SecureLaplaceMechanism(epsilon=8.0, sensitivity=1.0)),
-        ReportModel.from_mechanism(DuchiMechanism(epsilon=4.0, dimension=1), 0.2),
-        ReportModel.from_mechanism(PiecewiseMechanism(epsilon=8.0, dimension=1)),
-        ReportModel.from_mechanism(PiecewiseMechanism(epsilon=8.0, dimension=1, clip_output=True), 0.05),
-        ReportModel.from_mechanism(HybridMechanism(epsilon=3.0, dimension=1, clip_output=True)),
+        ReportModel(AnalyticGaussianMechanism.for_vector(epsilon=1.0, delta=1e-5, dimension=4)),
+        ReportModel(SecureLaplaceMechanism(epsilon=8.0, sensitivity=1.0)),
+        ReportModel(DuchiMechanism(epsilon=4.0, dimension=1), 0.2),
+        ReportModel(PiecewiseMechanism(epsilon=8.0, dimension=1)),
+        ReportModel(PiecewiseMechanism(epsilon=8.0, dimension=1, clip_output=True), 0.05),
+        ReportModel(HybridMechanism(epsilon=3.0, dimension=1, clip_output=True)),
     ]
 
 
 def test_summaries_never_leave_the_unit_interval() -> None:
     rng = np.random.default_rng(3)
     for model in _all_models():
-        mech_name = model.mechanism["mechanism"]
+        mech_name = model.mechanism.name
         for prior in (BetaPrior(0.5, 0.5), BetaPrior(50, 0.5), UNIFORM_PRIOR):
             for _ in range(5):
                 if mech_name == "secure_laplace":
@@ -582,14 +584,14 @@ def test_mirrored_reports_give_mirrored_posteriors_and_order_does_not_matter() -
     cases = [
         (_laplace(0.5, 0.1), [0.0, 0.2, 0.9]),
         (
-            ReportModel.from_mechanism(AnalyticGaussianMechanism.for_vector(epsilon=2.0, delta=1e-5, dimension=1)),
+            ReportModel(AnalyticGaussianMechanism.for_vector(epsilon=2.0, delta=1e-5, dimension=1)),
             [1.0, 0.4],
         ),
-        (ReportModel.from_mechanism(PiecewiseMechanism(epsilon=2.0, dimension=1), 0.1), [-0.4, 0.7, 1.1]),
-        (ReportModel.from_mechanism(SecureLaplaceMechanism(epsilon=4.0, sensitivity=1.0)), [0.0, 0.25, 0.5]),
+        (ReportModel(PiecewiseMechanism(epsilon=2.0, dimension=1), 0.1), [-0.4, 0.7, 1.1]),
+        (ReportModel(SecureLaplaceMechanism(epsilon=4.0, sensitivity=1.0)), [0.0, 0.25, 0.5]),
     ]
     c = DuchiRandomizer(epsilon=1.0).bound
-    duchi = ReportModel.from_mechanism(DuchiMechanism(epsilon=1.0, dimension=1), 0.05)
+    duchi = ReportModel(DuchiMechanism(epsilon=1.0, dimension=1), 0.05)
     cases.append((duchi, [(1 + c) / 2, (1 + c) / 2, (1 - c) / 2]))
     for model, reports in cases:
         s = posterior_summary([(r, model) for r in reports], prior)
@@ -619,7 +621,7 @@ def test_more_reports_narrow_the_interval_and_noise_widens_it() -> None:
 
 
 def test_posterior_aggregate_reports_intervals_missing_concepts_and_contributors() -> None:
-    mech = LaplaceMechanism(epsilon=2.0, sensitivity=2.0).describe()
+    mech = LaplaceMechanism(epsilon=2.0, sensitivity=2.0)
     predictions = {"a": {"x": 0.0, "y": 0.7}, "b": {"x": 0.35}}
     agg = posterior_aggregate(predictions, ["x", "y", "z"], mech, {"x": BetaPrior(2, 2)}, {"a": 0.05})
     assert isinstance(agg, PosteriorAggregation) and isinstance(agg, Aggregation)
@@ -639,11 +641,11 @@ def test_posterior_aggregate_reports_intervals_missing_concepts_and_contributors
 
 
 def test_posterior_aggregate_takes_per_entity_mechanisms() -> None:
-    lap = LaplaceMechanism(epsilon=1.0, sensitivity=1.0).describe()
+    lap = LaplaceMechanism(epsilon=1.0, sensitivity=1.0)
     duchi = DuchiMechanism(epsilon=1.0, dimension=1)
     plus = (1 + duchi.randomizer.bound) / 2
-    agg = posterior_aggregate({"a": {"x": 0.4}, "b": {"x": plus}}, ["x"], {"a": lap, "b": duchi.describe()})
-    ref = posterior_summary([(0.4, ReportModel(lap)), (plus, ReportModel.from_mechanism(duchi))])
+    agg = posterior_aggregate({"a": {"x": 0.4}, "b": {"x": plus}}, ["x"], {"a": lap, "b": duchi})
+    ref = posterior_summary([(0.4, ReportModel(lap)), (plus, ReportModel(duchi))])
     assert agg.mastery["x"] == pytest.approx(ref.mean, rel=1e-12, abs=1e-12)
     with pytest.raises(ValueError, match="no mechanism description"):
         posterior_aggregate({"a": {"x": 0.4}, "c": {"x": 0.1}}, ["x"], {"a": lap})
@@ -653,7 +655,7 @@ def test_posterior_aggregator_models_the_mechanism_it_is_given() -> None:
     tag = CalibrationTag(id="cal-1", noise=NoiseLevel(mechanism="laplace", epsilon=1.0))
     aggregator = PosteriorAggregator(priors={"x": BetaPrior(3, 3)}, calibration=tag, level=0.8)
     result = aggregator.aggregate(
-        {"a": {"x": 0.2}, "b": {"x": 1.0}}, ["x", "y"], mechanism=LaplaceMechanism(epsilon=1.0, sensitivity=4.0).describe()
+        {"a": {"x": 0.2}, "b": {"x": 1.0}}, ["x", "y"], mechanism=LaplaceMechanism(epsilon=1.0, sensitivity=4.0)
     )
     assert aggregator.calibration_id == "cal-1" and aggregator.kind == "posterior"
     assert result.missing == ["y"] and result.level == 0.8
@@ -705,9 +707,9 @@ def test_missing_reports_in_the_batch_are_skipped() -> None:
     [
         (_laplace(0.5), 1.2, r"\[0, 1\]"),
         (_laplace(0.5), -0.1, r"\[0, 1\]"),
-        (ReportModel.from_mechanism(DuchiMechanism(epsilon=1.0, dimension=1)), 0.5, "duchi releases"),
-        (ReportModel.from_mechanism(PiecewiseMechanism(epsilon=1.0, dimension=1)), 50.0, "piecewise releases"),
-        (ReportModel.from_mechanism(SecureLaplaceMechanism(epsilon=8.0, sensitivity=1.0)), 0.3, "secure_laplace"),
+        (ReportModel(DuchiMechanism(epsilon=1.0, dimension=1)), 0.5, "duchi releases"),
+        (ReportModel(PiecewiseMechanism(epsilon=1.0, dimension=1)), 50.0, "piecewise releases"),
+        (ReportModel(SecureLaplaceMechanism(epsilon=8.0, sensitivity=1.0)), 0.3, "secure_laplace"),
     ],
 )
 def test_reports_a_mechanism_cannot_produce_are_rejected(model: ReportModel, report: float, match: str) -> None:
@@ -716,12 +718,15 @@ def test_reports_a_mechanism_cannot_produce_are_rejected(model: ReportModel, rep
 
 
 def test_invalid_models_and_levels_are_rejected() -> None:
-    with pytest.raises(ValueError, match="no likelihood"):
-        ReportModel({"mechanism": "mystery"})
-    with pytest.raises(ValueError, match="noise_scale"):
-        ReportModel({"mechanism": "laplace"})
-    with pytest.raises(ValueError, match="noise_scale"):
-        ReportModel({"mechanism": "laplace", "noise_scale": 0.0})
+    # A model is built from a mechanism; a stored description becomes one first, and an invalid one never does.
+    with pytest.raises(TypeError, match="privacy.Mechanism"):
+        ReportModel({"mechanism": "laplace", "noise_scale": 0.4})  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="no mechanism named 'mystery'"):
+        mechanism_from_description({"mechanism": "mystery"})
+    with pytest.raises(ValueError, match="epsilon"):
+        mechanism_from_description({"mechanism": "laplace", "noise_scale": 0.4})
+    with pytest.raises(ValueError, match="sensitivity"):
+        LaplaceMechanism(epsilon=1.0, sensitivity=0.0)  # no noise scale 0 for Laplace
     with pytest.raises(ValueError, match="entity_error_sd"):
         ReportModel(LAPLACE, -0.1)
     with pytest.raises(ValueError, match="level"):

@@ -35,7 +35,7 @@ def test_posterior_is_total_over_the_allowed_range(
     )
     if isinstance(mechanism, SecureLaplaceMechanism):  # repeatable draws for the test
         mechanism = SecureLaplaceMechanism(epsilon=epsilon, sensitivity=mechanism.sensitivity, randomness="generator")
-    model = ReportModel(mechanism.describe(), tau)
+    model = ReportModel(mechanism, tau)
     rng = make_rng(9)
     reports = [(mechanism.privatize({"c": truth}, rng)["c"], model) for truth in truths]
 

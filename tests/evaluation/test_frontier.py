@@ -10,11 +10,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from diagnosis.posterior import BetaPrior, posterior_aggregate
 from evaluation.datasets import load_dataset
 from evaluation.frontier import (
     POSTPROCESSING,
     FrontierResult,
-    _posterior_means,
+    posterior_means,
     postprocessing_verdicts,
     privacy_frontier,
     progress_total,
@@ -22,7 +23,6 @@ from evaluation.frontier import (
     write_frontier_report,
 )
 from evaluation.simulation import simulate
-from diagnosis.posterior import BetaPrior, posterior_aggregate
 from privacy import make_rng
 from privacy.registry import mechanism_for_request
 from providers.simulated import simulated_family
@@ -141,9 +141,9 @@ def test_vectorized_posterior_matches_posterior_aggregate() -> None:
         mech = mechanism_for_request(name=name, epsilon=4.0, mode="paper", n_concepts_total=3, n_concepts_assessed=3)
         preds = [{e: mech.privatize({c: float(rng.random()) for c in concepts}, rng) for e in entities} for _ in range(4)]
         preds[1]["e2"].pop("c")  # a missing report
-        fast = _posterior_means(preds, [concepts] * 4, [mech.describe()] * 4, entities, priors, taus)
+        fast = posterior_means(preds, [concepts] * 4, [mech] * 4, entities, priors, taus)
         for p, got in zip(preds, fast):
-            slow = posterior_aggregate(p, concepts, mech.describe(), priors, taus).mastery
+            slow = posterior_aggregate(p, concepts, mech, priors, taus).mastery
             assert got == pytest.approx(slow, abs=1e-12)
 
 

@@ -1,4 +1,7 @@
-"""Noise laws (symmetric about 0) and closed-form expectations of the clean answer clip(x + e, 0, 1)."""
+"""Noise laws (symmetric about 0) and closed-form expectations of the clean answer clip(x + e, 0, 1).
+
+The building blocks of the mechanisms' likelihoods (:mod:`privacy.likelihood.kernels`).
+"""
 
 from __future__ import annotations
 
@@ -8,6 +11,16 @@ from dataclasses import dataclass
 
 import numpy as np
 from scipy.special import log_ndtr, ndtr
+
+__all__ = [
+    "GaussianNoise",
+    "LaplaceNoise",
+    "Noise",
+    "NormalLaplaceNoise",
+    "expected_clamped_affine",
+    "laplace_with_error",
+    "prob_clip_in",
+]
 
 _LOG_HALF = math.log(0.5)
 _LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
@@ -25,7 +38,7 @@ def _log1mexp(a: np.ndarray) -> np.ndarray:
         return np.where(a > -math.log(2), np.log(-np.expm1(a)), np.log1p(-np.exp(a)))
 
 
-class _Noise(ABC):
+class Noise(ABC):
     scale: float  # the narrowest feature of the density (sets the grid resolution)
 
     @abstractmethod
@@ -57,7 +70,7 @@ class _Noise(ABC):
 
 
 @dataclass(frozen=True)
-class _LaplaceNoise(_Noise):
+class LaplaceNoise(Noise):
     b: float
 
     @property
@@ -73,7 +86,7 @@ class _LaplaceNoise(_Noise):
 
 
 @dataclass(frozen=True)
-class _GaussianNoise(_Noise):
+class GaussianNoise(Noise):
     sd: float
 
     @property
@@ -88,7 +101,7 @@ class _GaussianNoise(_Noise):
 
 
 @dataclass(frozen=True)
-class _NormalLaplaceNoise(_Noise):
+class NormalLaplaceNoise(Noise):
     """Lap(b) + N(0, τ²) (Reed's normal-Laplace law), density and CDF in closed form via log Φ.
 
     f(z) = 1/(2b)·e^{k}[e^{−z/b}Φ(z/τ − τ/b) + e^{z/b}Φ(−z/τ − τ/b)],  k = τ²/(2b²);
@@ -122,6 +135,11 @@ class _NormalLaplaceNoise(_Noise):
         return np.logaddexp(first, second)
 
 
+def laplace_with_error(b: float, tau: float) -> Noise:
+    """Lap(b) + N(0, τ²): the noise of a Laplace report about an entity with error sd τ (plain Laplace at τ = 0)."""
+    return LaplaceNoise(b) if tau == 0 else NormalLaplaceNoise(b, tau)
+
+
 # --------------------------------------------------------------------------------------------
 # The clean answer clip(x + e, 0, 1): closed-form expectations
 # --------------------------------------------------------------------------------------------
@@ -132,7 +150,7 @@ def _psi(z: np.ndarray) -> np.ndarray:
     return z * ndtr(z) + np.exp(-0.5 * z * z - _LOG_SQRT_2PI)
 
 
-def _expected_clamped_affine(x: np.ndarray, tau: float, alpha: float, beta: float, lo: float, hi: float) -> np.ndarray:
+def expected_clamped_affine(x: np.ndarray, tau: float, alpha: float, beta: float, lo: float, hi: float) -> np.ndarray:
     """E[clamp(α + β·clip(x + e, 0, 1), lo, hi)] for e ~ N(0, τ²) (elementwise in x).
 
     g(u) = clamp(α + βu, lo, hi) is monotone on [0, 1], so g(clip(y, 0, 1)) = clamp(α + βy, A, B)
@@ -150,7 +168,7 @@ def _expected_clamped_affine(x: np.ndarray, tau: float, alpha: float, beta: floa
     return a + s * (_psi((m - a) / s) - _psi((m - b) / s))
 
 
-def _prob_clip_in(x: np.ndarray, tau: float, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+def prob_clip_in(x: np.ndarray, tau: float, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
     """P(clip(x + e, 0, 1) ∈ [lo, hi]) for e ~ N(0, τ²), broadcast over x, lo, hi."""
     lo, hi = np.asarray(lo, dtype=np.float64), np.asarray(hi, dtype=np.float64)
     empty = (lo > 1.0) | (hi < 0.0) | (lo > hi)

@@ -1,43 +1,56 @@
-"""Likelihood kernels, one per mechanism family, and :class:`ReportModel` (mechanism + entity error sd)."""
+"""Likelihood kernels, one per mechanism family: log p(report | x) of a report released by a mechanism.
+
+Each mechanism builds its own kernel (``Mechanism.likelihood(entity_error_sd)``); the posterior
+(:mod:`diagnosis.posterior`) only evaluates them. Nothing here reads a mechanism's name: a kernel
+is given the noise law or the randomizer it models.
+"""
 
 from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from diagnosis.posterior.noise import (
-    _expected_clamped_affine,
-    _GaussianNoise,
-    _LaplaceNoise,
-    _Noise,
-    _NormalLaplaceNoise,
-    _prob_clip_in,
-)
-from privacy.bounded import DuchiRandomizer, HybridRandomizer, PiecewiseRandomizer
-from privacy.mechanisms import Mechanism
-from privacy.sampling import RELEASE_GRID
+from privacy.likelihood.noise import Noise, expected_clamped_affine, prob_clip_in
 
-_MATCH_TOL = 1e-9  # a report within this of a discrete output value is that value
+if TYPE_CHECKING:  # the randomizers' module builds these kernels, so it is imported for types only
+    from privacy.bounded import DuchiRandomizer, HybridRandomizer, PiecewiseRandomizer
+
+__all__ = [
+    "MATCH_TOL",
+    "ClippedAdditiveKernel",
+    "DegeneratePosteriorError",
+    "DuchiKernel",
+    "ExactKernel",
+    "HybridKernel",
+    "LikelihoodKernel",
+    "PiecewiseKernel",
+    "SnappedLaplaceKernel",
+]
+
+MATCH_TOL = 1e-9  # a report within this of a discrete output value is that value
 
 
 class DegeneratePosteriorError(ValueError):
     """The reports have zero likelihood everywhere under the model (e.g. disagreeing noiseless reports)."""
 
 
-# --------------------------------------------------------------------------------------------
-# Likelihood kernels, one per mechanism family
-# --------------------------------------------------------------------------------------------
-
-
 def _matches(r: np.ndarray, value: float) -> np.ndarray:
-    return np.abs(r - value) <= _MATCH_TOL * max(1.0, abs(value))
+    return np.abs(r - value) <= MATCH_TOL * max(1.0, abs(value))
 
 
-class _Kernel(ABC):
+def _check_unit(r: np.ndarray, name: str) -> None:
+    if np.any((r < 0.0) | (r > 1.0)):
+        bad = r[(r < 0.0) | (r > 1.0)][0]
+        raise ValueError(f"{name} releases values in [0, 1]; got report {bad!r}")
+
+
+class LikelihoodKernel(ABC):
+    """log p(report | x) of one mechanism's reports about an entity's clean answer u = x + e, e ~ N(0, τ²)."""
+
     exact: bool = False  # the report *is* x (no noise, no entity error)
 
     @property
@@ -54,13 +67,9 @@ class _Kernel(ABC):
         """log p(r_i | x_g), shape (len(r), len(x))."""
 
 
-def _check_unit(r: np.ndarray, name: str) -> None:
-    if np.any((r < 0.0) | (r > 1.0)):
-        bad = r[(r < 0.0) | (r > 1.0)][0]
-        raise ValueError(f"{name} releases values in [0, 1]; got report {bad!r}")
+class ExactKernel(LikelihoodKernel):
+    """No noise and no entity error: the report is x itself (a point mass, not a density)."""
 
-
-class _Exact(_Kernel):
     exact = True
 
     @property
@@ -75,11 +84,11 @@ class _Exact(_Kernel):
 
 
 @dataclass(frozen=True)
-class _ClippedAdditive(_Kernel):
+class ClippedAdditiveKernel(LikelihoodKernel):
     """r = clip(x + Z, 0, 1) with symmetric noise Z: density inside, point masses at 0 and 1."""
 
-    noise: _Noise
-    name: str
+    noise: Noise
+    name: str  # the mechanism's, for error messages
 
     @property
     def scale(self) -> float:
@@ -102,10 +111,10 @@ class _ClippedAdditive(_Kernel):
 
 
 @dataclass(frozen=True)
-class _SnappedLaplace(_Kernel):
+class SnappedLaplaceKernel(LikelihoodKernel):
     """Secure (snapping) Laplace: exact probabilities of the grid points ½ + kΛ, clipped to [0, 1]."""
 
-    noise: _Noise
+    noise: Noise
     grid: float
 
     @property
@@ -118,7 +127,7 @@ class _SnappedLaplace(_Kernel):
     def check(self, r: np.ndarray) -> None:
         _check_unit(r, "secure_laplace")
         inner = (r > 0.0) & (r < 1.0)
-        off = inner & (np.abs(r - (0.5 + self._k(r) * self.grid)) > _MATCH_TOL)
+        off = inner & (np.abs(r - (0.5 + self._k(r) * self.grid)) > MATCH_TOL)
         if np.any(off):
             raise ValueError(f"secure_laplace releases ½ + k·{self.grid} (clipped); got report {r[off][0]!r}")
 
@@ -136,7 +145,7 @@ class _SnappedLaplace(_Kernel):
 
 
 @dataclass(frozen=True)
-class _Duchi(_Kernel):
+class DuchiKernel(LikelihoodKernel):
     randomizer: DuchiRandomizer
     tau: float
     clip_output: bool
@@ -162,8 +171,8 @@ class _Duchi(_Kernel):
         """log P(minus | x), log P(plus | x): P(±) = ((C − 1) + 2·E[clip(±…)])/(2C), both sums of positives."""
         c = self.randomizer.bound
         c_minus_1 = self.randomizer.bound_excess
-        up = _expected_clamped_affine(x, self.tau, 0.0, 1.0, 0.0, 1.0)  # E[clip(x + e, 0, 1)]
-        down = _expected_clamped_affine(1.0 - x, self.tau, 0.0, 1.0, 0.0, 1.0)  # 1 − E[clip(x + e, 0, 1)]
+        up = expected_clamped_affine(x, self.tau, 0.0, 1.0, 0.0, 1.0)  # E[clip(x + e, 0, 1)]
+        down = expected_clamped_affine(1.0 - x, self.tau, 0.0, 1.0, 0.0, 1.0)  # 1 − E[clip(x + e, 0, 1)]
         with np.errstate(divide="ignore"):
             return np.log((c_minus_1 + 2 * down) / (2 * c)), np.log((c_minus_1 + 2 * up) / (2 * c))
 
@@ -174,10 +183,13 @@ class _Duchi(_Kernel):
 
 
 @dataclass(frozen=True)
-class _Piecewise(_Kernel):
+class PiecewiseKernel(LikelihoodKernel):
+    """``release_grid``: the step releases are rounded to, which widens the support by one step."""
+
     randomizer: PiecewiseRandomizer
     tau: float
     clip_output: bool
+    release_grid: float
 
     @property
     def scale(self) -> float:
@@ -192,7 +204,7 @@ class _Piecewise(_Kernel):
         if self.clip_output:
             return 0.0, 1.0
         c = self.randomizer.bound
-        return (1 - c) / 2 - RELEASE_GRID, (1 + c) / 2 + RELEASE_GRID
+        return (1 - c) / 2 - self.release_grid, (1 + c) / 2 + self.release_grid
 
     def check(self, r: np.ndarray) -> None:
         low, high = self.support()
@@ -206,7 +218,7 @@ class _Piecewise(_Kernel):
         p_low, p_high = self.densities
         v = (2 * r - 1)[:, None]
         # v ∈ [l(t), r(t)] with l = (C+1)u − C, r = (C+1)u − 1 ⇔ u ∈ [(v+1)/(C+1), (v+C)/(C+1)].
-        p_in = _prob_clip_in(x[None, :], self.tau, (v + 1) / (c + 1), (v + c) / (c + 1))
+        p_in = prob_clip_in(x[None, :], self.tau, (v + 1) / (c + 1), (v + c) / (c + 1))
         return np.log(2 * (p_low * (1 - p_in) + p_high * p_in))
 
     def log_masses(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -214,8 +226,8 @@ class _Piecewise(_Kernel):
         c = self.randomizer.bound
         p_low, p_high = self.densities
         # Overlap of [l(t), r(t)] with [−C, −1] is clamp(C − 1 − (C+1)u, 0, C − 1); with [1, C], clamp((C+1)u − 2, ...).
-        below = _expected_clamped_affine(x, self.tau, c - 1, -(c + 1), 0.0, c - 1)
-        above = _expected_clamped_affine(x, self.tau, -2.0, c + 1, 0.0, c - 1)
+        below = expected_clamped_affine(x, self.tau, c - 1, -(c + 1), 0.0, c - 1)
+        above = expected_clamped_affine(x, self.tau, -2.0, c + 1, 0.0, c - 1)
         with np.errstate(divide="ignore"):
             return (
                 np.log(p_low * (c - 1 - below) + p_high * below),
@@ -232,22 +244,23 @@ class _Piecewise(_Kernel):
 
 
 @dataclass(frozen=True)
-class _Hybrid(_Kernel):
+class HybridKernel(LikelihoodKernel):
     randomizer: HybridRandomizer
     tau: float
     clip_output: bool
+    release_grid: float  # of the piecewise part
 
     @property
     def scale(self) -> float:
         return math.inf
 
     @property
-    def duchi(self) -> _Duchi:
-        return _Duchi(self.randomizer.duchi, self.tau, self.clip_output)
+    def duchi(self) -> DuchiKernel:
+        return DuchiKernel(self.randomizer.duchi, self.tau, self.clip_output)
 
     @property
-    def piecewise(self) -> _Piecewise:
-        return _Piecewise(self.randomizer.piecewise, self.tau, self.clip_output)
+    def piecewise(self) -> PiecewiseKernel:
+        return PiecewiseKernel(self.randomizer.piecewise, self.tau, self.clip_output, self.release_grid)
 
     def _is_duchi(self, r: np.ndarray) -> np.ndarray:
         minus, plus = self.duchi.values()
@@ -283,74 +296,3 @@ class _Hybrid(_Kernel):
         if np.any(~is_duchi):
             out[~is_duchi] = log_a + pm.log_density(r[~is_duchi], x)
         return out
-
-
-def _number(description: Mapping[str, object], key: str) -> float:
-    try:
-        value = float(description[key])  # type: ignore[arg-type]
-    except (KeyError, TypeError, ValueError):
-        raise ValueError(f"mechanism description {dict(description)!r} lacks a numeric {key!r}") from None
-    if not (math.isfinite(value) and value > 0):
-        raise ValueError(f"mechanism description needs a finite {key!r} > 0, got {value}")
-    return value
-
-
-def _kernel_for(description: Mapping[str, object], tau: float) -> _Kernel:
-    name = description.get("mechanism")
-    if name == "none":
-        return _Exact() if tau == 0 else _ClippedAdditive(_GaussianNoise(tau), "none")
-    if name == "laplace":
-        b = _number(description, "noise_scale")
-        return _ClippedAdditive(_LaplaceNoise(b) if tau == 0 else _NormalLaplaceNoise(b, tau), "laplace")
-    if name in ("analytic_gaussian", "gaussian"):
-        return _ClippedAdditive(_GaussianNoise(math.hypot(_number(description, "noise_scale"), tau)), str(name))
-    if name == "secure_laplace":
-        b = _number(description, "noise_scale")
-        noise = _LaplaceNoise(b) if tau == 0 else _NormalLaplaceNoise(b, tau)
-        return _SnappedLaplace(noise, _number(description, "snapping_grid"))
-    if name in ("duchi", "piecewise", "hybrid"):
-        eps_c = _number(description, "epsilon_per_coordinate")
-        clip = bool(description.get("clip_output", False))
-        if name == "duchi":
-            return _Duchi(DuchiRandomizer(epsilon=eps_c), tau, clip)
-        if name == "piecewise":
-            return _Piecewise(PiecewiseRandomizer(epsilon=eps_c), tau, clip)
-        return _Hybrid(HybridRandomizer(epsilon=eps_c), tau, clip)
-    raise ValueError(f"no likelihood for mechanism {name!r}")
-
-
-@dataclass(frozen=True)
-class ReportModel:
-    """How one entity's report arose: its public mechanism (``Mechanism.describe()``) and its error sd τ."""
-
-    mechanism: Mapping[str, object]
-    entity_error_sd: float = 0.0
-    _kernel: _Kernel = field(init=False, repr=False, compare=False)
-
-    def __post_init__(self) -> None:
-        tau = self.entity_error_sd
-        if isinstance(tau, bool) or not (isinstance(tau, int | float) and math.isfinite(tau) and tau >= 0):
-            raise ValueError(f"entity_error_sd must be a finite number >= 0, got {tau!r}")
-        if not isinstance(self.mechanism, Mapping):
-            raise TypeError(f"mechanism must be a Mechanism.describe() mapping, got {self.mechanism!r}")
-        object.__setattr__(self, "mechanism", dict(self.mechanism))
-        object.__setattr__(self, "entity_error_sd", float(tau))
-        object.__setattr__(self, "_kernel", _kernel_for(self.mechanism, float(tau)))
-
-    @classmethod
-    def from_mechanism(cls, mechanism: Mechanism, entity_error_sd: float = 0.0) -> ReportModel:
-        return cls(mechanism.describe(), entity_error_sd)
-
-    @property
-    def noiseless(self) -> bool:
-        """The report equals x exactly (no privacy noise and τ = 0)."""
-        return self._kernel.exact
-
-    def log_likelihood(self, reports: Sequence[float] | np.ndarray, x: Sequence[float] | np.ndarray) -> np.ndarray:
-        """log p(report_i | x_g), shape (len(reports), len(x)); a point-mass report gives a log probability."""
-        r = np.atleast_1d(np.asarray(reports, dtype=np.float64))
-        xs = np.atleast_1d(np.asarray(x, dtype=np.float64))
-        if not np.all(np.isfinite(r)):
-            raise ValueError("reports must be finite")
-        self._kernel.check(r)
-        return self._kernel.loglik(r, xs)
