@@ -3,7 +3,7 @@ for a threadpool slot).
 
 Every route but ``/healthz`` and ``/metrics`` depends on :data:`PrincipalDep` (any valid key) or
 :data:`AdminDep` (an admin key): a missing or bad key is 401 with ``WWW-Authenticate:
-Bearer``, a client key on an admin route 403. ``/metrics`` takes no API key (its counts span every
+Bearer``, a client key on an admin route 403, a tenant over its request rate 429. ``/metrics`` takes no API key (its counts span every
 tenant, so no tenant's key may read them): it is public, or needs ``FEDCD_METRICS_TOKEN``.
 """
 
@@ -21,6 +21,8 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from app.auth import KeyStore, Principal
 from app.errors import InputError
 from app.federation import Federation
+from app.metrics import count_rate_limited
+from app.ratelimit import RateLimited, RateLimiter
 from app.services.calibration import CalibrationService
 from app.services.training import TrainingService
 from app.services.diagnosis import DiagnosisService
@@ -119,6 +121,14 @@ async def _principal(
             raise _unauthorized("invalid, expired or revoked API key")
         principal = found
     request.state.principal = principal  # for the access log
+    # After authentication (no tenant is known before: an unauthenticated request is a 401, never a 429), and
+    # before any work: a tenant over its rate costs the others nothing but this check (README "Rate limits").
+    limiter: RateLimiter = request.app.state.rate_limiter
+    try:
+        await limiter.check(principal.tenant)
+    except RateLimited:
+        count_rate_limited(principal.tenant)
+        raise
     return principal
 
 

@@ -9,7 +9,11 @@
   message is shortened — a body of a million bad values gets a small 422, not one entry per value.
 * A body that cannot be decoded (not UTF-8, not the declared content type) → 422, not 400.
 * ``AllEntitiesFailed`` → 503 with each entity's reason.
-* ``BudgetExceeded`` → 429 saying the student's privacy budget is spent.
+* ``BudgetExceeded`` → 429 saying the student's privacy budget is spent, ``type: privacy_budget``.
+* ``RateLimited`` → 429 saying the tenant is over its request rate, ``type: rate_limit``.
+* Every 429 carries ``Retry-After`` (seconds, at least 1): when the budget renews, when the bucket has a token. A
+  budget that never renews under the current policy (a lifetime cap) says one day: only an admin's policy change
+  can free it, and a client that retries on its own should not come back sooner (the body says so).
 * ``QMatrixError`` raised below the services → 422.
 * 405 lists, in ``Allow``, every method the path supports.
 * Anything else → 500 with a request-free message (and the exception logged): never a stack
@@ -22,6 +26,7 @@ import logging
 import math
 import re
 import reprlib
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -31,16 +36,21 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Route, compile_path
 
+from app.ratelimit import RateLimited
 from diagnosis import AllEntitiesFailed
-from privacy import BudgetExceeded
+from privacy import BudgetExceeded, iso_utc
 from qmatrix import QMatrixError
 
-__all__ = ["MAX_ERRORS", "InputError", "TryLater", "install_error_handlers", "safe_json"]
+__all__ = [
+    "MAX_ERRORS", "NO_RENEWAL_RETRY_AFTER_S", "InputError", "TryLater", "budget_refusal", "budget_retry_after",
+    "install_error_handlers", "safe_json",
+]
 
 log = logging.getLogger("fedcd.errors")
 _MAX_ECHO = 200  # characters of an offending input echoed back
 MAX_ERRORS = 20  # entries of one error list; the rest are counted in one more entry
 _MAX_MESSAGE = 4000  # characters of one message (20 of them listing 128-character ids fit)
+NO_RENEWAL_RETRY_AFTER_S = 86400  # Retry-After of a budget that does not renew (see the module doc)
 
 # repr() of an echoed input, bounded before it is built: repr() of a million-element list would be built whole
 # (tens of MB) only to be cut to _MAX_ECHO characters.
@@ -58,8 +68,10 @@ class InputError(Exception):
         *,
         status_code: int = 422,
         extra: dict[str, Any] | None = None,
+        retry_after_s: int | None = None,
     ) -> None:
         self.loc, self.messages, self.status_code, self.extra = list(loc), list(messages), status_code, extra or {}
+        self.retry_after_s = retry_after_s  # sent as Retry-After (a 429 must say when to come back)
         super().__init__("; ".join(messages))
 
     def detail(self) -> list[dict[str, Any]]:
@@ -81,6 +93,25 @@ class TryLater(Exception):
     def __init__(self, message: str, *, retry_after_s: int = 5) -> None:
         self.retry_after_s = retry_after_s
         super().__init__(message)
+
+
+def budget_retry_after(exc: BudgetExceeded, *, now: float | None = None) -> int:
+    """Retry-After of a spent privacy budget: whole seconds until it renews (rounded up, at least 1), or
+    :data:`NO_RENEWAL_RETRY_AFTER_S` when it does not renew."""
+    if exc.renews_at is None or not math.isfinite(exc.renews_at):
+        return NO_RENEWAL_RETRY_AFTER_S
+    return max(1, math.ceil(exc.renews_at - (time.time() if now is None else now)))
+
+
+def budget_refusal(exc: BudgetExceeded) -> dict[str, Any]:
+    """The body of a privacy-budget 429."""
+    retry_after = budget_retry_after(exc)
+    text = str(exc)
+    if retry_after == NO_RENEWAL_RETRY_AFTER_S and exc.renews_at is None:
+        text += (f"; Retry-After is {NO_RENEWAL_RETRY_AFTER_S} s only as a floor: this budget frees up only if the "
+                 "tenant's privacy policy changes")
+    return {"detail": text, "type": "privacy_budget", "renews_at": iso_utc(exc.renews_at),
+            "retry_after_s": retry_after}
 
 
 def safe_json(value: Any, *, limit: int | None = None) -> Any:
@@ -143,7 +174,8 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(InputError)
     async def _input_error(_: Request, exc: InputError) -> JSONResponse:
-        return _json(exc.status_code, {"detail": exc.detail()})
+        headers = {"Retry-After": str(exc.retry_after_s)} if exc.retry_after_s is not None else None
+        return _json(exc.status_code, {"detail": exc.detail()}, headers=headers)
 
     @app.exception_handler(RequestValidationError)
     async def _validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:
@@ -170,7 +202,13 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(BudgetExceeded)
     async def _budget_spent(_: Request, exc: BudgetExceeded) -> JSONResponse:
-        return _json(429, {"detail": str(exc)})
+        body = budget_refusal(exc)
+        return _json(429, body, headers={"Retry-After": str(body["retry_after_s"])})
+
+    @app.exception_handler(RateLimited)
+    async def _rate_limited(_: Request, exc: RateLimited) -> JSONResponse:
+        return _json(429, {"detail": str(exc), "type": "rate_limit", "retry_after_s": exc.retry_after_s},
+                     headers={"Retry-After": str(exc.retry_after_s)})
 
     @app.exception_handler(AllEntitiesFailed)
     async def _all_failed(_: Request, exc: AllEntitiesFailed) -> JSONResponse:

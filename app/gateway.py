@@ -19,13 +19,19 @@ from app.bootstrap import ensure_dev_key, train_default_model
 from app.db import Database
 from app.federation import Federation, circuit_breakers, response_cache
 from app.locks import database_lock
+from app.pseudonyms import Pseudonyms
 from app.redaction import Redactor
 from app.services.calibration import CalibrationService, start_default_calibration
 from app.services.diagnosis import DiagnosisService
 from app.services.jobs import JobRunner
+from app.services.retention import RetentionPurger
+from app.services.students import StudentDataService
 from app.services.training import TrainingService
 from app.settings import Settings
 from app.storage import CalibrationStore, PolicyStore, QMatrixStore, UsageStore, budget_rule, default_policy
+from app.storage.retention import RetentionStore
+from app.ratelimit import MemoryBuckets, RateLimiter, RedisBuckets, parse_rate
+from app.webhooks import WebhookSender
 from app.workers import WorkerRegistry
 from privacy import PrivacyLedger
 from providers import Entity
@@ -41,7 +47,11 @@ class Gateway:
 
     def __init__(self, settings: Settings, *, entities: Mapping[str, Entity] | None = None) -> None:
         self.settings, self._entities = settings, entities
-        self.database = Database(settings.db_url, upgrade=settings.db_upgrade_on_start)
+        # Student ids are stored as keyed hashes under the server secret (app.pseudonyms); the migration that
+        # converts ids stored by an earlier version needs it too.
+        self.pseudonyms = Pseudonyms.from_settings(settings)
+        self.database = Database(settings.db_url, upgrade=settings.db_upgrade_on_start,
+                                 server_secret=self.pseudonyms.secret)
         sessions = self.database.sessions
         self.qmatrices = QMatrixStore(sessions)
         self.qmatrices.register_builtin(example_qmatrix())
@@ -59,10 +69,25 @@ class Gateway:
             if settings.privacy_cap_epsilon is not None
             else None
         )
+        self.webhooks = WebhookSender.from_settings(settings)
         self.jobs = JobRunner(
             sessions, worker_id=self.workers.id, live_workers=self.workers.live_ids, stale_s=settings.worker_stale_s,
             heartbeat_s=settings.worker_heartbeat_s, control_sessions=self.database.control_sessions,
+            on_finish=self.webhooks.job_finished if self.webhooks.enabled else None,
         )
+        self.rate_limiter = RateLimiter(
+            parse_rate(settings.rate_limit),
+            RedisBuckets(settings.redis_url.get_secret_value(), prefix=settings.rate_limit_key_prefix)
+            if settings.redis_url is not None else MemoryBuckets(),
+            tenants={tenant: parse_rate(rate) for tenant, rate in settings.rate_limit_tenants.items()},
+        )
+        self.retention = RetentionStore(sessions, settings)
+        uploads = settings.state_dir / "uploads"  # TrainingService.uploads
+        self.students = StudentDataService(
+            sessions=sessions, ledger=self.ledger, pseudonyms=self.pseudonyms, policies=self.policies,
+            retention=self.retention, usage=self.usage, uploads=uploads,
+        )
+        self.purger = RetentionPurger(sessions=sessions, ledger=self.ledger, retention=self.retention, uploads=uploads)
         self.federation: Federation | None = None
         self.diagnosis: DiagnosisService | None = None
         self.calibration: CalibrationService | None = None
@@ -88,9 +113,10 @@ class Gateway:
             cache=response_cache(settings),
         )
         log.info("federation: %s", ", ".join(self.federation.names) or "(no entities)")
+        self.students.cache = self.federation.cache.store if self.federation.cache is not None else None
         self.calibration = CalibrationService(
             federation=self.federation, qmatrices=self.qmatrices, calibrations=self.calibrations, jobs=self.jobs,
-            policies=self.policies, settings=settings, ledger=self.ledger, usage=self.usage,
+            policies=self.policies, settings=settings, ledger=self.ledger, usage=self.usage, pseudonyms=self.pseudonyms,
         )
         self.training = TrainingService(
             qmatrices=self.qmatrices, jobs=self.jobs, calibration=self.calibration, settings=settings
@@ -98,7 +124,7 @@ class Gateway:
         self.diagnosis = DiagnosisService(
             federation=self.federation, qmatrices=self.qmatrices, calibrations=self.calibrations,
             policies=self.policies, settings=settings, ledger=self.ledger,
-            redactor=Redactor.for_state_dir(settings.state_dir), usage=self.usage,
+            redactor=Redactor(self.pseudonyms.secret), usage=self.usage, pseudonyms=self.pseudonyms,
         )
         if settings.preload_models:
             await self.federation.preload()
@@ -118,6 +144,9 @@ class Gateway:
             self._maintenance.cancel()
             await asyncio.gather(self._maintenance, return_exceptions=True)
         await self.jobs.aclose()
+        await self.webhooks.aclose()  # a few seconds for deliveries in flight (app.webhooks)
+        with contextlib.suppress(Exception):
+            await self.rate_limiter.aclose()
         try:  # the usage rows still buffered (app.storage.usage)
             await asyncio.to_thread(self.usage.flush)
         except Exception:
@@ -148,10 +177,13 @@ class Gateway:
             log.warning("refunded %d privacy charges left pending by a worker that stopped before answering", settled)
 
     async def _maintain(self) -> None:
-        """Heartbeat this worker; now and then, refund what dead workers left pending."""
+        """Heartbeat this worker; now and then, refund what dead workers left pending and purge what the tenants'
+        retention policies say has expired (app.services.retention)."""
         # Its own thread: the shared pool may be full of slow work, and a late heartbeat reads as a dead worker.
         beat = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"heartbeat-{self.workers.id}")
         beats = 0
+        loop = asyncio.get_running_loop()
+        next_purge = loop.time()  # the first heartbeat purges what expired while the server was down
         try:
             while True:
                 await asyncio.sleep(self.settings.worker_heartbeat_s)
@@ -161,6 +193,9 @@ class Gateway:
                     beats += 1
                     if beats % 12 == 0:
                         await self._settle_orphans()
+                    if loop.time() >= next_purge:
+                        next_purge = loop.time() + self.settings.retention_sweep_s
+                        await asyncio.to_thread(self.purger.purge)
                 except Exception:
                     log.exception("worker maintenance: will retry")
         finally:

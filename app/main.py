@@ -15,6 +15,7 @@ from app.middleware import AccessLog, BodyLimit, RequestMetrics
 from app.openapi import install_docs, install_openapi
 from app.routes import admin_keys, admin_policy, calibrate, cohort, diagnose, health, jobs, local_model, privacy, qmatrices
 from app.routes import training as training_routes
+from app.routes import admin_retention, students
 from app.routes import usage as usage_routes
 from app.routes import entities as entities_routes
 from app.routes import metrics as metrics_routes
@@ -69,6 +70,7 @@ def create_app(
     app.state.usage = gateway.usage
     app.state.ledger = gateway.ledger
     app.state.jobs = gateway.jobs
+    app.state.rate_limiter = gateway.rate_limiter
     install_error_handlers(app)
     install_openapi(app, settings)
     install_docs(app)
@@ -84,7 +86,8 @@ def create_app(
     app.add_middleware(RequestMetrics)
     for router in (health.router, qmatrices.router, qmatrices.extractions, diagnose.router, calibrate.router,
                    cohort.router, privacy.router, local_model.router, entities_routes.router, admin_keys.router,
-                   admin_policy.router, usage_routes.router, metrics_routes.router, jobs.router, training_routes.router):
+                   admin_policy.router, usage_routes.router, metrics_routes.router, jobs.router, training_routes.router,
+                   students.router, admin_retention.router):
         app.include_router(router)
     return app
 

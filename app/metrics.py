@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Iterable, Iterator, Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Literal
 
@@ -43,6 +45,7 @@ __all__ = [
     "HTTP_REQUESTS",
     "count_charge",
     "count_diagnosis",
+    "count_rate_limited",
     "count_refusal",
     "count_usage",
     "render_metrics",
@@ -78,6 +81,11 @@ BUDGET_REFUSALS = Counter(
     "Requests refused (429) because a student's privacy budget for the period was spent, by tenant and source",
     ["tenant", "source"],
 )
+RATE_LIMITED = Counter(
+    "fedcd_rate_limited_total",
+    "Requests refused (429) because the tenant was over its request rate (README 'Rate limits'), by tenant",
+    ["tenant"],
+)
 BUDGET_WARNINGS = Counter(
     "fedcd_privacy_budget_warnings_total",
     "Diagnoses whose response carried budget_warning (the student is near the cap), by tenant",
@@ -112,6 +120,11 @@ def count_charge(tenant: str, source: ChargeSource, epsilon: float) -> None:
 def count_refusal(tenant: str, source: ChargeSource) -> None:
     """A request refused with 429: a student's budget was spent."""
     BUDGET_REFUSALS.labels(tenant, source).inc()
+
+
+def count_rate_limited(tenant: str) -> None:
+    """A request refused with 429: the tenant was over its request rate (not a privacy budget)."""
+    RATE_LIMITED.labels(tenant).inc()
 
 
 def count_diagnosis(tenant: str, response: DiagnoseResponse) -> None:
@@ -153,6 +166,31 @@ def _job_counts(sessions: sessionmaker) -> dict[tuple[str, str], int]:
         return {(kind, status): count for kind, status, count in rows}
 
 
+def _job_ages(sessions: sessionmaker, now: float) -> list[GaugeMetricFamily]:
+    """What a stuck job looks like from outside: the oldest queued job's wait (no worker claims it) and the running
+    jobs' heartbeat age (their worker stopped and nobody took them over), by kind — the alert rules read these."""
+    waiting = GaugeMetricFamily("fedcd_job_oldest_queued_seconds",
+                                "Seconds the oldest queued job of each kind has waited to be claimed", labels=["kind"])
+    silent = GaugeMetricFamily("fedcd_job_heartbeat_age_seconds",
+                               "Seconds since the least recent heartbeat of a running job, by kind", labels=["kind"])
+    with sessions() as session:
+        queued = session.execute(select(JobRow.kind, func.min(JobRow.created_at))
+                                 .where(JobRow.status == "queued").group_by(JobRow.kind))
+        running = session.execute(select(JobRow.kind, func.min(JobRow.heartbeat_at))
+                                  .where(JobRow.status == "running").group_by(JobRow.kind))
+        for kind, created in queued:
+            waiting.add_metric([kind], max(0.0, now - _epoch(created)))
+        for kind, beat in running:
+            if beat is not None:
+                silent.add_metric([kind], max(0.0, now - float(beat)))
+    return [waiting, silent]
+
+
+def _epoch(iso: str) -> float:
+    stamp = datetime.fromisoformat(iso)
+    return (stamp if stamp.tzinfo else stamp.replace(tzinfo=UTC)).timestamp()
+
+
 def _jobs_family(counts: dict[tuple[str, str], int]) -> GaugeMetricFamily:
     family = GaugeMetricFamily("fedcd_jobs", "Jobs by kind and state, read from the database", labels=["kind", "state"])
     for kind in sorted({kind for kind, _ in counts}):
@@ -191,9 +229,11 @@ def _counted(multiproc_dir: Path | None) -> CollectorRegistry:
 
 async def render_metrics(settings: Settings, federation: Federation, sessions: sessionmaker) -> bytes:
     """The text exposition format of every fedcd metric."""
-    counts, circuits = await asyncio.gather(asyncio.to_thread(_job_counts, sessions), _circuit_families(federation))
+    counts, ages, circuits = await asyncio.gather(
+        asyncio.to_thread(_job_counts, sessions), asyncio.to_thread(_job_ages, sessions, time.time()),
+        _circuit_families(federation))
     snapshot = CollectorRegistry(auto_describe=False)
-    snapshot.register(_Snapshot([_jobs_family(counts), *circuits]))
+    snapshot.register(_Snapshot([_jobs_family(counts), *ages, *circuits]))
     counted = await asyncio.to_thread(generate_latest, _counted(settings.prometheus_multiproc_dir))
     return counted + generate_latest(snapshot)
 

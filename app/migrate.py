@@ -43,8 +43,13 @@ def schema_revision(engine: Engine) -> str | None:
         return MigrationContext.configure(conn).get_current_revision()
 
 
-def upgrade(engine: Engine, revision: str = "head") -> tuple[str | None, str]:
-    """Bring the schema to ``revision``; returns (revision before, revision after)."""
+def upgrade(engine: Engine, revision: str = "head", *, server_secret: bytes | None = None) -> tuple[str | None, str]:
+    """Bring the schema to ``revision``; returns (revision before, revision after).
+
+    ``server_secret``: the one student ids are hashed under (``app.pseudonyms``), for revision 0004, which turns
+    stored ids into keyed hashes; without it that revision reads ``FEDCD_SECRET_KEY`` or an existing
+    ``<state_dir>/server-secret`` (and refuses, rather than invent a secret, when it has ids to convert and neither).
+    """
     url = engine.url.render_as_string(hide_password=False)
     with database_lock(engine, "migrate"):
         before = schema_revision(engine)
@@ -58,6 +63,7 @@ def upgrade(engine: Engine, revision: str = "head") -> tuple[str | None, str]:
             with migrator.begin() as conn:
                 config = alembic_config(url)
                 config.attributes["connection"] = conn
+                config.attributes["server_secret"] = server_secret
                 command.upgrade(config, revision)
         finally:
             migrator.dispose()

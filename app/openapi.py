@@ -60,6 +60,24 @@ def _bound(schema: dict[str, Any], limit: int) -> None:
             branch["maxItems"] = min(limit, branch.get("maxItems", limit))
 
 
+_RATE_LIMITED = "the tenant is over its request rate (body `type: rate_limit`; README \"Rate limits\")"
+_RETRY_AFTER = {"Retry-After": {"description": "seconds to wait before retrying (at least 1)",
+                                "schema": {"type": "integer", "minimum": 1}}}
+
+
+def _document_429(operation: dict[str, Any]) -> None:
+    """Every authenticated operation may answer 429 (the tenant's rate limit), and every 429 carries Retry-After."""
+    responses = operation.setdefault("responses", {})
+    if operation.get("security"):  # an API key is checked there, then the tenant's rate (app.deps)
+        existing = responses.get("429")
+        responses["429"] = (
+            {"description": _RATE_LIMITED} if existing is None
+            else {**existing, "description": f"{existing['description']} (body `type: privacy_budget`); or {_RATE_LIMITED}"}
+        )
+    if "429" in responses:
+        responses["429"]["headers"] = _RETRY_AFTER
+
+
 def install_openapi(app: FastAPI, settings: Settings) -> None:
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is not None:
@@ -77,6 +95,7 @@ def install_openapi(app: FastAPI, settings: Settings) -> None:
                     operation.setdefault("responses", {}).setdefault(
                         "413", {"description": f"request body over {limit} bytes"}
                     )
+                _document_429(operation)
         app.openapi_schema = document
         return document
 

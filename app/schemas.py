@@ -8,6 +8,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import BaseModel, ConfigDict, FailFast, Field, create_model, model_validator
 
+from app.pagination import Paginated
 from privacy import (
     DELTA_MAX,
     DELTA_MIN,
@@ -118,9 +119,8 @@ class QMatrixSummary(BaseModel):
     builtin: bool = False
 
 
-class QMatrixList(BaseModel):
-    data: list[str]
-    count: int
+class QMatrixList(Paginated[str]):
+    """Q-matrix ids: the built-in ones first, then the tenant's by id."""
 
 
 # ε of one release, within the range every mechanism and accountant is total over (privacy/ranges.py).
@@ -386,6 +386,9 @@ class BatchError(BaseModel):
     student_id: str
     status_code: int
     detail: object
+    retry_after_s: int | None = Field(
+        default=None, description="429 only: seconds until this student's budget renews (what Retry-After would say)"
+    )
 
 
 class BatchDiagnoseResponse(BaseModel):
@@ -414,9 +417,8 @@ class EntityInfo(BaseModel):
     base_url: str | None = None
 
 
-class EntityList(BaseModel):
-    data: list[EntityInfo]
-    count: int
+class EntityList(Paginated[EntityInfo]):
+    """The federation's members, in the federation's order."""
 
 
 class Health(BaseModel):
@@ -531,12 +533,8 @@ class JobPublic(BaseModel):
     updated_at: str
 
 
-class JobList(BaseModel):
-    data: list[JobPublic]
-    count: int = Field(description="jobs on this page")
-    total: int = Field(description="the tenant's jobs in all")
-    limit: int
-    offset: int
+class JobList(Paginated[JobPublic]):
+    """The tenant's jobs, newest first."""
 
 
 class CalibrateJob(BaseModel):
@@ -582,9 +580,8 @@ class CalibrationPublic(BaseModel):
     created_at: str
 
 
-class CalibrationList(BaseModel):
-    data: list[CalibrationPublic]
-    count: int
+class CalibrationList(Paginated[CalibrationPublic]):
+    """Calibration records by Q-matrix id and version."""
 
 
 class ExtractItem(BaseModel):
@@ -705,9 +702,8 @@ class KeyCreated(BaseModel):
     expires_at: float | None
 
 
-class KeyList(BaseModel):
-    data: list[KeyPublic]
-    count: int
+class KeyList(Paginated[KeyPublic]):
+    """The tenant's keys, oldest first."""
 
 
 # -- privacy policies (admin) --------------------------------------------------------------------------------
@@ -813,6 +809,5 @@ class PrivacyPolicyPublic(PrivacyPolicy):
     created_by: str | None = Field(description="key id of the admin who set it")
 
 
-class PrivacyPolicyHistory(BaseModel):
-    data: list[PrivacyPolicyPublic]
-    count: int
+class PrivacyPolicyHistory(Paginated[PrivacyPolicyPublic]):
+    """Every version of the tenant's policy, oldest first."""

@@ -24,7 +24,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
-from pydantic import AliasChoices, Field, SecretStr, computed_field, model_validator
+from pydantic import AliasChoices, Field, SecretStr, computed_field, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -33,6 +33,8 @@ from pydantic_settings import (
 )
 
 from privacy import EPSILON_MAX, EPSILON_MIN
+from app.ratelimit import parse_rate
+from app.webhooks import WebhookTarget
 from providers import EntityKind, EntitySpec, default_entity_specs
 
 __all__ = ["LOCAL_FED_NAME", "DroppedEntity", "Settings", "get_settings", "is_loopback"]
@@ -187,6 +189,25 @@ class Settings(BaseSettings):
     state_dir: Path = Path(".fedcd")
     data_dir: Path | None = None
     noise_seed: int | None = Field(default=None, description="tests only: fixed seed for the privacy noise")
+    # Student data (README "Student data"): stored ids are keyed hashes under this secret (app.pseudonyms), and
+    # what is kept about a student expires after these defaults (a tenant's admin may set its own: /v1/admin/retention).
+    secret_key: SecretStr | None = Field(
+        default=None, description="server secret of the keyed hashes that replace student ids (and of log references); "
+        "unset: <state_dir>/server-secret, created once — multi-host deployments must set one shared value"
+    )
+    retention_diagnoses_days: float | None = Field(
+        default=30.0, gt=0, description="days a released diagnosis is kept (repeats, export); at least the repeat "
+        "window; null: until erased"
+    )
+    retention_responses_days: float | None = Field(
+        default=7.0, gt=0, description="days an uploaded responses CSV may stay in <state_dir>/uploads (normally "
+        "deleted when its job ends); null: until its job ends"
+    )
+    retention_job_inputs_days: float | None = Field(
+        default=30.0, gt=0, description="days a finished job keeps its students' inputs (calibration records: "
+        "responses, truth) and per-student results; null: until erased"
+    )
+    retention_sweep_s: float = Field(default=3600.0, gt=0, description="how often a worker purges expired data")
     # Circuit breakers (README "Circuit breakers"): shared by every worker through Redis when redis_url is set.
     redis_url: SecretStr | None = Field(
         default=None, description="redis:// URL of the state shared by workers (circuit breakers, response cache); none: in-process"
@@ -221,6 +242,26 @@ class Settings(BaseSettings):
         description="prometheus-client's multiprocess folder (several workers); read from PROMETHEUS_MULTIPROC_DIR, "
         "the variable the library itself reads",
     )
+    # Rate limits (README "Rate limits"): a token bucket per tenant, shared through Redis when redis_url is set.
+    rate_limit: str = Field(
+        default="100/second burst 1000",
+        description="each tenant's request rate: <count>/<second|minute|hour|day> [burst <n>] (burst default: count), "
+        "or off; over it: 429 with Retry-After. /healthz and /metrics are never limited",
+    )
+    rate_limit_tenants: dict[str, str] = Field(
+        default_factory=dict, description="tenant -> its own rate (same syntax, off allowed), e.g. {\"big\": \"500/second\"}"
+    )
+    rate_limit_key_prefix: str = Field(default="fedcd:ratelimit:", min_length=1, description="Redis key prefix")
+    # Webhooks (README "Webhooks"): set by the operator only, never through the API (the gateway posts where told).
+    webhooks: dict[str, WebhookTarget] = Field(
+        default_factory=dict, description="tenant (or * for every tenant without its own) -> {url, secret}: a signed "
+        "POST when one of its jobs finishes",
+    )
+    webhook_attempts: int = Field(default=5, ge=1, le=20, description="tries of one webhook event, the first included")
+    webhook_backoff_s: float = Field(
+        default=1.0, gt=0, description="seconds before the first retry of a failed webhook; doubled each time (max 300)"
+    )
+    webhook_timeout_s: float = Field(default=10.0, gt=0, description="seconds one webhook POST may take")
     log_level: str = "INFO"
 
     @classmethod
@@ -240,12 +281,34 @@ class Settings(BaseSettings):
             sources.append(YamlConfigSettingsSource(settings_cls, yaml_file=config))
         return tuple(sources)
 
+    @field_validator("rate_limit")
+    @classmethod
+    def _rate_is_readable(cls, value: str) -> str:
+        parse_rate(value)  # a typo fails at start-up, not at the first request
+        return value
+
+    @field_validator("rate_limit_tenants")
+    @classmethod
+    def _tenant_rates_are_readable(cls, value: dict[str, str]) -> dict[str, str]:
+        for rate in value.values():
+            parse_rate(rate)
+        return value
+
     @model_validator(mode="after")
     def _auth_needs_loopback(self) -> Settings:
         if self.auth == "disabled" and not is_loopback(self.host):
             raise ValueError(
                 f"FEDCD_AUTH=disabled is allowed only with a loopback bind (127.0.0.1, ::1, localhost), not {self.host!r}"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _diagnoses_outlive_the_repeat_window(self) -> Settings:
+        # The repeat rule answers from the stored diagnosis: purging it sooner would make a repeat a fresh, paid query.
+        days = self.retention_diagnoses_days
+        if days is not None and days * 86400 < self.privacy_repeat_window_s:
+            raise ValueError(f"retention_diagnoses_days ({days:g} days) is shorter than privacy_repeat_window_s "
+                             f"({self.privacy_repeat_window_s:g} s): a repeat must find its stored diagnosis")
         return self
 
     @computed_field  # type: ignore[prop-decorator]

@@ -172,6 +172,8 @@ def _fedcd_env(config: GatewayBenchConfig, state: Path, stub_urls: Sequence[str]
     ]
     env = {**os.environ, "PYTHONPATH": str(root), "FEDCD_STATE_DIR": str(state), "FEDCD_ENTITIES": json.dumps(entities),
            "FEDCD_LOCAL_FED": "false", "FEDCD_DEFAULT_CALIBRATION": "false", "FEDCD_PRELOAD_MODELS": "false",
+           # The rate limiter stays in the measured path, at a rate the load never reaches (README "Rate limits").
+           "FEDCD_RATE_LIMIT": "1000000/second burst 1000000",
            "FEDCD_PRIVACY_PERIOD": "lifetime", "FEDCD_PRIVACY_CAP_EPSILON": "1e7" if config.ledger else "null",
            "OPENBLAS_NUM_THREADS": "1"}
     if config.database_url:

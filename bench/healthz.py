@@ -128,7 +128,8 @@ def run_healthz_bench(config: HealthzBenchConfig, *,
     entities = [{"name": "sim:specialist", "kind": "simulated", "simulated_style": "specialist", "seed": 1}]
     env = {**os.environ, "PYTHONPATH": str(ROOT), "FEDCD_STATE_DIR": str(work / "state"),
            "FEDCD_ENTITIES": json.dumps(entities), "FEDCD_LOCAL_FED": "false", "FEDCD_TRAIN_DEFAULT_MODEL": "false",
-           "FEDCD_DEFAULT_CALIBRATION": "false", "FEDCD_PRELOAD_MODELS": "false", "OPENBLAS_NUM_THREADS": "1"}
+           "FEDCD_DEFAULT_CALIBRATION": "false", "FEDCD_PRELOAD_MODELS": "false", "OPENBLAS_NUM_THREADS": "1",
+           "FEDCD_RATE_LIMIT": "1000000/second burst 1000000"}  # limiter in the path, never reached
     load_before = _loadavg()
     try:
         key = json.loads(subprocess.run(

@@ -18,6 +18,11 @@ stored, so the next identical request asks the entity again. A hit returns the s
 the entity's answer with ``cache="miss"``. Identical requests arriving while the first one's call is in
 flight (in this process) wait for that call and count as hits; if it fails, each asks the entity itself.
 
+Tags (erasure of a student's data, README "Student data"): the context key is made from a student's responses but
+never names the student, so whoever diagnoses a student runs the pipeline under ``tagged_as(tag)`` (a keyed hash
+of the student, never the id); every entry stored or hit under it is added to the tag's set, and
+``store.forget(tag)`` deletes those entries. A tag lives as long as the newest entry it was put on could.
+
 Stores: :class:`MemoryCacheStore` (this process: least-recently-used eviction beyond ``max_entries``,
 entries expire after ``ttl_s``) and ``providers.cache_redis.RedisCacheStore`` (shared by workers). A
 store that fails (Redis down) makes the lookup a miss: the entity is asked, the error is logged and
@@ -27,12 +32,14 @@ counted in ``fedcd_response_cache_errors_total`` — a broken cache costs money,
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextvars import ContextVar
 from dataclasses import asdict, dataclass
 from functools import cached_property
 from pathlib import Path
@@ -52,6 +59,7 @@ __all__ = [
     "CacheStoreUnavailable",
     "MemoryCacheStore",
     "ResponseCached",
+    "tagged_as",
 ]
 
 # The source of the prompt templates, hashed into every key: a template change is a different question.
@@ -68,6 +76,21 @@ CACHE_ERRORS = Counter(
 )
 
 
+# The tag of the request being answered (a keyed hash of its student; None: untagged). A ContextVar, so concurrent
+# students — a batch, a calibration job — each tag their own entries: asyncio copies it into every task it starts.
+_TAG: ContextVar[str | None] = ContextVar("fedcd_cache_tag", default=None)
+
+
+@contextlib.contextmanager
+def tagged_as(tag: str | None) -> Iterator[None]:
+    """Entries stored or hit inside this block are added to ``tag`` (module docstring)."""
+    token = _TAG.set(tag)
+    try:
+        yield
+    finally:
+        _TAG.reset(token)
+
+
 class CacheStoreUnavailable(RuntimeError):
     """The cache's store could not be read or written (e.g. Redis is down)."""
 
@@ -78,6 +101,16 @@ class CacheStore(Protocol):
     async def get(self, key: str) -> str | None: ...
 
     async def put(self, key: str, value: str) -> None: ...
+
+    async def tag(self, tag: str, key: str) -> None: ...
+
+    async def forget(self, tag: str) -> int:
+        """Delete every entry ``tag`` holds, and the tag; how many entries the tag held."""
+        ...
+
+    async def tagged(self, tag: str) -> int:
+        """Entries ``tag`` holds (some may have expired since)."""
+        ...
 
     async def aclose(self) -> None: ...
 
@@ -91,6 +124,7 @@ class MemoryCacheStore:
             raise ValueError(f"max_entries must be >= 1 and ttl_s > 0, got {max_entries}, {ttl_s}")
         self.max_entries, self.ttl_s, self._clock = max_entries, ttl_s, clock
         self._entries: OrderedDict[str, tuple[float, str]] = OrderedDict()
+        self._tags: OrderedDict[str, tuple[float, set[str]]] = OrderedDict()  # oldest touch first
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -112,8 +146,27 @@ class MemoryCacheStore:
         while len(self._entries) > self.max_entries:
             self._entries.popitem(last=False)
 
+    async def tag(self, tag: str, key: str) -> None:
+        now = self._clock()
+        while self._tags and next(iter(self._tags.values()))[0] <= now:  # expired: none of its entries can remain
+            self._tags.popitem(last=False)
+        keys = self._tags.pop(tag, (0.0, set()))[1]
+        keys.add(key)
+        self._tags[tag] = (now + self.ttl_s, keys)
+
+    async def forget(self, tag: str) -> int:
+        keys = self._tags.pop(tag, (0.0, set()))[1]
+        for key in keys:
+            self._entries.pop(key, None)
+        return len(keys)
+
+    async def tagged(self, tag: str) -> int:
+        entry = self._tags.get(tag)
+        return len(entry[1]) if entry is not None and entry[0] > self._clock() else 0
+
     async def aclose(self) -> None:
         self._entries.clear()
+        self._tags.clear()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -164,6 +217,7 @@ class ResponseCached:
             stored = await asyncio.shield(self._in_flight[key])
         if stored is not None:
             CACHE_LOOKUPS.labels(self.name, "hit").inc()
+            await self._tag(key)
             return stored.model_copy(update={"cache": "hit", "usage": TokenUsage(), "attempts": 0, "latency_ms": 0.0})
         CACHE_LOOKUPS.labels(self.name, "miss").inc()
         answered: asyncio.Future[EntityPrediction | None] = asyncio.get_running_loop().create_future()
@@ -175,6 +229,8 @@ class ResponseCached:
                 await self.store.put(key, prediction.model_dump_json())
             except CacheStoreUnavailable as exc:
                 self._store_failed(exc)
+            else:
+                await self._tag(key)
         finally:
             answered.set_result(prediction)
             if self._in_flight.get(key) is answered:
@@ -188,6 +244,15 @@ class ResponseCached:
             self._store_failed(exc)
             return None
         return EntityPrediction.model_validate_json(stored) if stored is not None else None
+
+    async def _tag(self, key: str) -> None:
+        tag = _TAG.get()
+        if tag is None:
+            return
+        try:
+            await self.store.tag(tag, key)
+        except CacheStoreUnavailable as exc:
+            self._store_failed(exc)
 
     def _store_failed(self, exc: CacheStoreUnavailable) -> None:
         CACHE_ERRORS.labels(self.name).inc()

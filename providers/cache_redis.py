@@ -6,6 +6,9 @@ written; each write (one Lua script, atomic) drops index entries older than the 
 and evicts the oldest-written keys beyond ``max_entries`` (eviction by age of write, not by use —
 a hit does not refresh an entry). Redis's own ``maxmemory`` policy stays the operator's, on top.
 
+A tag (``providers.cache.tagged_as``) is a set ``<prefix>t:<tag>`` of the keys stored or hit under it, expiring
+a TTL after its last addition (so never before an entry it names); ``forget`` deletes those entries and the set.
+
 The script touches keys it computes from the prefix, which a Redis Cluster cannot route: use a
 single Redis (or one hash tag in the prefix, ``fedcd:{cache}:``, so every key lands in one slot).
 """
@@ -71,6 +74,35 @@ class RedisCacheStore:
                 keys=[self.index_key, self.entry_key(key)],
                 args=[value, ttl_ms, round(time.time() * 1000), self.max_entries],
             )
+        except (RedisError, OSError) as exc:
+            raise CacheStoreUnavailable(f"redis: {exc}") from exc
+
+    def tag_key(self, tag: str) -> str:
+        return f"{self.prefix}t:{tag}"
+
+    async def tag(self, tag: str, key: str) -> None:
+        try:
+            async with self._redis.pipeline(transaction=False) as pipe:
+                pipe.sadd(self.tag_key(tag), key)
+                pipe.pexpire(self.tag_key(tag), max(1, round(self.ttl_s * 1000)))
+                await pipe.execute()
+        except (RedisError, OSError) as exc:
+            raise CacheStoreUnavailable(f"redis: {exc}") from exc
+
+    async def forget(self, tag: str) -> int:
+        try:
+            keys = list(await self._redis.smembers(self.tag_key(tag)))
+            if keys:
+                await self._redis.delete(*(self.entry_key(k) for k in keys))
+                await self._redis.zrem(self.index_key, *(self.entry_key(k) for k in keys))
+            await self._redis.delete(self.tag_key(tag))
+        except (RedisError, OSError) as exc:
+            raise CacheStoreUnavailable(f"redis: {exc}") from exc
+        return len(keys)
+
+    async def tagged(self, tag: str) -> int:
+        try:
+            return int(await self._redis.scard(self.tag_key(tag)))
         except (RedisError, OSError) as exc:
             raise CacheStoreUnavailable(f"redis: {exc}") from exc
 

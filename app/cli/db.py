@@ -24,10 +24,12 @@ def _engine():  # type: ignore[no-untyped-def]
 def upgrade_db(revision: Annotated[str, typer.Option(help="target revision")] = "head") -> None:
     """Migrate FEDCD_DATABASE_URL's schema (under the start-up lock: safe while workers start)."""
     from app.migrate import SchemaOutdated, upgrade
+    from app.pseudonyms import server_secret
+    from app.settings import Settings
 
     engine = _engine()
-    try:
-        before, after = upgrade(engine, revision)
+    try:  # the server's secret: revision 0004 turns stored student ids into keyed hashes under it (app.pseudonyms)
+        before, after = upgrade(engine, revision, server_secret=server_secret(Settings()))
     except SchemaOutdated as exc:
         err.print(f"[red]error:[/] {exc}")
         raise typer.Exit(2) from exc

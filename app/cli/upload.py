@@ -102,19 +102,26 @@ def list_jobs(
     url: Annotated[str, _URL] = "http://127.0.0.1:8000",
     key: Annotated[str | None, _KEY] = None,
     limit: Annotated[int, typer.Option(min=1, max=200)] = 20,
-    offset: Annotated[int, typer.Option(min=0)] = 0,
+    cursor: Annotated[str | None, typer.Option(help="the next page: the cursor the previous page printed")] = None,
+    kind: Annotated[list[str] | None, typer.Option(help="only jobs of this kind (repeat for several)")] = None,
+    state: Annotated[list[str] | None, typer.Option(help="only jobs in this state (repeat for several)")] = None,
 ) -> None:
     """The tenant's jobs on a running gateway, newest first (GET /v1/jobs)."""
+    params: dict[str, Any] = {"limit": limit, "kind": kind or [], "state": state or []}
+    if cursor:
+        params["cursor"] = cursor
     with _client(url, key) as client:
-        r = client.get("/v1/jobs", params={"limit": limit, "offset": offset})
+        r = client.get("/v1/jobs", params=params)
     if r.status_code != 200:
         err.print(f"[red]refused ({r.status_code}):[/] {_refused(r)}")
         raise typer.Exit(1)
     page = r.json()
-    table = Table(title=f"jobs {offset + 1}–{offset + page['count']} of {page['total']}")
+    table = Table(title=f"jobs, newest first ({page['count']} on this page)")
     for column in ("job", "kind", "status", "progress", "created"):
         table.add_column(column)
     for job in page["data"]:
         table.add_row(job["job_id"], job["kind"], job["status"], f"{job['progress']['done']}/{job['progress']['total']}",
                       job["created_at"])
     console.print(table)
+    if page.get("next_cursor"):
+        console.print(f"older jobs: fedcd jobs --cursor {page['next_cursor']}")

@@ -8,6 +8,7 @@ from fastapi import APIRouter, Response, status
 
 from app.deps import AdminDep, KeyStoreDep
 from app.errors import InputError
+from app.pagination import PageDep, page_of
 from app.routes.responses import ADMIN_ERRORS
 from app.schemas import KeyCreate, KeyCreated, KeyList, KeyPublic
 
@@ -27,10 +28,11 @@ async def create_key(body: KeyCreate, keys: KeyStoreDep, principal: AdminDep) ->
 
 
 @router.get("", response_model=KeyList, responses=ADMIN_ERRORS)
-async def read_keys(keys: KeyStoreDep, principal: AdminDep) -> KeyList:
-    """The tenant's keys (ids, roles, dates; never the keys)."""
-    data = [KeyPublic(**vars(k)) for k in await asyncio.to_thread(keys.list, principal.tenant)]
-    return KeyList(data=data, count=len(data))
+async def read_keys(keys: KeyStoreDep, principal: AdminDep, page: PageDep) -> KeyList:
+    """The tenant's keys (ids, roles, dates; never the keys), oldest first."""
+    listed = await asyncio.to_thread(keys.list, principal.tenant)
+    chunk, last = page_of(listed, page, key=lambda k: (k.created_at, k.key_id))
+    return KeyList(**page.envelope([KeyPublic(**vars(k)) for k in chunk], last))
 
 
 @router.delete("/{key_id}", status_code=status.HTTP_204_NO_CONTENT, responses={

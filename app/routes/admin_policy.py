@@ -7,6 +7,7 @@ import asyncio
 from fastapi import APIRouter
 
 from app.deps import AdminDep, PolicyStoreDep
+from app.pagination import PageDep, page_of
 from app.routes.responses import ADMIN_ERRORS
 from app.schemas import PrivacyPolicy, PrivacyPolicyHistory, PrivacyPolicyPublic
 
@@ -31,7 +32,10 @@ async def update_privacy_policy(body: PrivacyPolicy, policies: PolicyStoreDep, p
 
 
 @router.get("/history", response_model=PrivacyPolicyHistory, responses=ADMIN_ERRORS)
-async def read_privacy_policy_history(policies: PolicyStoreDep, principal: AdminDep) -> PrivacyPolicyHistory:
+async def read_privacy_policy_history(
+    policies: PolicyStoreDep, principal: AdminDep, page: PageDep
+) -> PrivacyPolicyHistory:
     """Every version the tenant's admins set, oldest first, with who and when."""
-    data = await asyncio.to_thread(policies.history, principal.tenant)
-    return PrivacyPolicyHistory(data=data, count=len(data))
+    history = await asyncio.to_thread(policies.history, principal.tenant)
+    chunk, last = page_of(history, page, key=lambda p: (p.version,))
+    return PrivacyPolicyHistory(**page.envelope(chunk, last))

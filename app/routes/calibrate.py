@@ -10,6 +10,7 @@ from fastapi import APIRouter, status
 
 from app.deps import AdminDep, CalibrationServiceDep, CalibrationStoreDep, JobRunnerDep, PrincipalDep, UsageStoreDep
 from app.errors import InputError
+from app.pagination import PageDep, page_of
 from app.routes.responses import ADMIN_ERRORS, AUTH_ERRORS
 from app.schemas import (
     CalibrateJob,
@@ -71,12 +72,12 @@ async def read_calibration_job(
 
 @router.get("/v1/calibrations", response_model=CalibrationList, responses=AUTH_ERRORS)
 async def read_calibrations(
-    calibrations: CalibrationStoreDep, principal: PrincipalDep, qmatrix_id: str | None = None
+    calibrations: CalibrationStoreDep, principal: PrincipalDep, page: PageDep, qmatrix_id: str | None = None
 ) -> CalibrationList:
-    """The tenant's calibration records and the shared ones."""
+    """The tenant's calibration records and the shared ones, by Q-matrix id and version."""
     stored = await asyncio.to_thread(calibrations.list, principal.tenant, qmatrix_id)
-    data = [_public(s) for s in stored]
-    return CalibrationList(data=data, count=len(data))
+    chunk, last = page_of(stored, page, key=lambda s: (s.record.qmatrix_id, s.record.version, s.record.id))
+    return CalibrationList(**page.envelope([_public(s) for s in chunk], last))
 
 
 @router.get("/v1/calibrations/{calibration_id}", response_model=CalibrationPublic, responses={

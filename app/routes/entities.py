@@ -4,6 +4,7 @@ from fastapi import APIRouter
 from pydantic import BaseModel, Field
 
 from app.deps import FederationDep, PrincipalDep, SettingsDep
+from app.pagination import PageDep, page_of
 from app.routes.responses import AUTH_ERRORS
 from app.schemas import EntityInfo, EntityList
 from providers.circuit import CircuitStoreUnavailable
@@ -26,15 +27,19 @@ class EntityListing(EntityList):
 
 
 @router.get("", response_model=EntityListing, responses=AUTH_ERRORS)
-async def read_entities(federation: FederationDep, principal: PrincipalDep, settings: SettingsDep) -> EntityListing:
-    """The federation's members; their endpoints (``base_url``), and the declared entities left out, only to
-    admin keys."""
+async def read_entities(
+    federation: FederationDep, principal: PrincipalDep, settings: SettingsDep, page: PageDep
+) -> EntityListing:
+    """The federation's members, in its order; their endpoints (``base_url``), and the declared entities left out,
+    only to admin keys (``dropped``: on every page, it is short)."""
+    # Sort key: the position in the federation (fixed while the gateway runs).
+    names, last = page_of(enumerate(federation.names), page, key=lambda pair: (pair[0],))
     try:
         circuits = await federation.circuit_states()
     except CircuitStoreUnavailable:
         circuits = {}  # the breakers let calls through meanwhile; the list still answers
     data = []
-    for name in federation.names:
+    for _, name in names:
         spec = federation.specs.get(name)
         data.append(
             EntityInfo(
@@ -61,4 +66,4 @@ async def read_entities(federation: FederationDep, principal: PrincipalDep, sett
         if principal.is_admin
         else None
     )
-    return EntityListing(data=data, count=len(data), dropped=dropped)
+    return EntityListing(**page.envelope(data, last), dropped=dropped)

@@ -1,16 +1,18 @@
-"""Every background job of the tenant (admin keys): ``GET /v1/jobs`` (newest first, paginated) and
-``GET /v1/jobs/{job_id}`` — calibrations and upload-and-train runs alike. Another tenant's job is 404."""
+"""Every background job of the tenant (admin keys): ``GET /v1/jobs`` (newest first, cursor-paginated, filtered by
+kind and state) and ``GET /v1/jobs/{job_id}`` — calibrations and upload-and-train runs alike. Another tenant's job
+is 404."""
 
 from __future__ import annotations
 
 import asyncio
 import json
-from typing import Annotated
+from typing import Annotated, Literal
 
 from fastapi import APIRouter, Query
 
 from app.deps import AdminDep, JobRunnerDep
 from app.errors import InputError
+from app.pagination import PageDep
 from app.routes.responses import ADMIN_ERRORS
 from app.schemas import JobEvent, JobList, JobProgress, JobPublic
 from app.services.jobs import JobRunner
@@ -30,16 +32,31 @@ def _public(jobs: JobRunner, row, *, with_history: bool) -> JobPublic:  # type: 
     )
 
 
+JobState = Literal["queued", "running", "succeeded", "failed"]
+# The kinds the runner has handlers for (app.services.calibration, app.services.training): an enum, so a misspelt
+# kind is a 422 rather than an empty page. A new kind of job is added here.
+JobKind = Literal["calibrate", "train"]
+
+
 @router.get("", response_model=JobList, responses=ADMIN_ERRORS)
 async def read_jobs(
-    jobs: JobRunnerDep, principal: AdminDep,
-    limit: Annotated[int, Query(ge=1, le=200, description="jobs per page")] = 50,
-    offset: Annotated[int, Query(ge=0, le=2**31 - 1, description="jobs to skip (newest first)")] = 0,
+    jobs: JobRunnerDep, principal: AdminDep, page: PageDep,
+    kind: Annotated[list[JobKind] | None, Query(description="only jobs of these kinds; repeat for several")] = None,
+    state: Annotated[list[JobState] | None, Query(description="only jobs in these states; repeat for several")] = None,
 ) -> JobList:
-    """The tenant's jobs, newest first (without their histories: read one job for that)."""
-    rows, total = await asyncio.to_thread(jobs.page, principal.tenant, limit=limit, offset=offset)
+    """The tenant's jobs, newest first (without their histories: read one job for that), ``limit`` per page;
+    follow ``next_cursor`` for older ones."""
+    before = page.after
+    if before is not None and not (len(before) == 2 and all(isinstance(part, str) for part in before)):
+        raise InputError(("query", "cursor"), ["this cursor belongs to another list"])
+    rows = await asyncio.to_thread(
+        jobs.page, principal.tenant, limit=page.limit + 1, before=before,  # type: ignore[arg-type]
+        kinds=kind or (), states=state or (),
+    )
+    more = len(rows) > page.limit
+    rows = rows[: page.limit]
     data = [_public(jobs, row, with_history=False) for row in rows]
-    return JobList(data=data, count=len(data), total=total, limit=limit, offset=offset)
+    return JobList(**page.envelope(data, (rows[-1].created_at, rows[-1].id) if more else None))
 
 
 @router.get("/{job_id}", response_model=JobPublic, responses={

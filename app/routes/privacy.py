@@ -26,7 +26,8 @@ async def _budget(service: DiagnosisService, tenant: str, student_id: str) -> St
     if service.ledger is None:
         raise InputError(("path", "student_id"), ["the privacy ledger is off on this server"], status_code=404)
     rule = budget_rule(await service.policy(tenant))
-    return StudentBudget(**await service.ledger.astatus(tenant, student_id, rule=rule))
+    status = await service.ledger.astatus(tenant, service.pseudonyms.key(tenant, student_id), rule=rule)
+    return StudentBudget(**{**status, "student_id": student_id})  # the ledger holds the keyed hash (app.pseudonyms)
 
 
 @router.post("/lookup", response_model=StudentBudget, responses=_ERRORS)

@@ -17,6 +17,7 @@ from python_multipart.exceptions import MultipartParseError
 
 from app.deps import AdminDep, FederationDep, PrincipalDep, QMatrixStoreDep, SettingsDep
 from app.errors import InputError
+from app.pagination import PageDep, page_of
 from app.limits import qmatrix_from_csv_checked, qmatrix_from_json_checked
 from app.routes.responses import ADMIN_ERRORS, AUTH_ERRORS
 from app.schemas import (
@@ -177,10 +178,11 @@ async def delete_qmatrix(qmatrix_id: str, store: QMatrixStoreDep, principal: Adm
 
 
 @router.get("", response_model=QMatrixList, responses=AUTH_ERRORS)
-async def read_qmatrices(store: QMatrixStoreDep, principal: PrincipalDep) -> QMatrixList:
-    """The ids of the tenant's Q-matrices and the built-in ones."""
+async def read_qmatrices(store: QMatrixStoreDep, principal: PrincipalDep, page: PageDep) -> QMatrixList:
+    """The ids of the built-in Q-matrices, then the tenant's, by id."""
     ids = await asyncio.to_thread(store.ids, principal.tenant)
-    return QMatrixList(data=ids, count=len(ids))
+    chunk, last = page_of(ids, page, key=lambda qid: (0 if store.is_builtin(qid) else 1, qid))
+    return QMatrixList(**page.envelope(chunk, last))
 
 
 @router.get("/{qmatrix_id}", response_model=QMatrixPublic, responses={

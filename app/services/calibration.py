@@ -27,6 +27,7 @@ from app.errors import InputError
 from app.federation import Federation
 from app.limits import check_responses
 from app.metrics import count_charge
+from app.pseudonyms import Pseudonyms, cache_tag
 from app.schemas import CalibrateRequest, DatasetRef, PrivacyPolicy
 from app.services.jobs import JobContext, JobRunner
 from app.services.usage import account_usage
@@ -38,6 +39,7 @@ from diagnosis import DiagnosisPipeline, NoiseLevel, UnknownEntities
 from evaluation import proportion_correct_truth, split_students
 from evaluation.datasets import load_dataset
 from privacy import PrivacyLedger, make_rng
+from providers.cache import tagged_as
 from providers.wrappers import Cached
 from qmatrix import EXAMPLE_QMATRIX_ID, Response
 from qmatrix.simulate import DINA_GUESS, DINA_MASTERY_RATE, DINA_SLIP
@@ -70,10 +72,12 @@ class CalibrationService:
         policies: PolicyStore,
         settings: Settings,
         usage: UsageStore,
+        pseudonyms: Pseudonyms,
         ledger: PrivacyLedger | None = None,
     ) -> None:
         self.federation, self.qmatrices, self.calibrations, self.settings = federation, qmatrices, calibrations, settings
         self.jobs, self.ledger, self.policies, self.usage = jobs, ledger, policies, usage
+        self.pseudonyms = pseudonyms
         jobs.register("calibrate", self.run)
 
     def check(self, body: CalibrateRequest, tenant: str) -> None:
@@ -105,7 +109,12 @@ class CalibrationService:
 
     async def submit(self, body: CalibrateRequest, tenant: str) -> str:
         await asyncio.to_thread(self.check, body, tenant)
-        return self.jobs.submit("calibrate", body.model_dump(mode="json"), tenant=tenant)
+        request = body.model_dump(mode="json")
+        for record in request["records"] or []:
+            # The job's input is stored: it keeps the keyed hash, never the id (app.pseudonyms). The job charges and
+            # tags cache entries under it as it is; nothing it returns names a student.
+            record["student_id"] = self.pseudonyms.key(tenant, record["student_id"])
+        return self.jobs.submit("calibrate", request, tenant=tenant)
 
     def _students(self, request: CalibrateRequest, tenant: str) -> _Students:
         if request.records is not None:
@@ -221,11 +230,13 @@ class CalibrationService:
         async def one(idx: int, row: dict[str, Any]) -> None:
             async with gate:
                 responses: list[Response] = list(row["responses"])
-                answer = await answer_validation_student(
-                    pipeline, qmatrix=q, student_id=row["student_id"], responses=responses,
-                    truth=row["truth"] or proportion_correct_truth(q, responses), noise=noise,
-                    keep_clean=calibrator.fits_clean_answers, cache_scope=tenant,
-                )
+                # A tenant's own students (records: keyed already) tag the cached answers made from their responses.
+                with tagged_as(cache_tag(tenant, row["student_id"]) if request.records is not None else None):
+                    answer = await answer_validation_student(
+                        pipeline, qmatrix=q, student_id=row["student_id"], responses=responses,
+                        truth=row["truth"] or proportion_correct_truth(q, responses), noise=noise,
+                        keep_clean=calibrator.fits_clean_answers, cache_scope=tenant,
+                    )
                 await account_usage(self.usage, tenant, "calibration", answer.outcomes, job_id=job.job_id)
                 for name in answer.failed:
                     failures[name] = failures.get(name, 0) + 1
@@ -245,6 +256,7 @@ class CalibrationService:
             # Every validation student pays the release ε before anything is released, or nobody does.
             charges = await self.ledger.acharge_all(
                 tenant=tenant, student_ids=[r.student_id for r in request.records], epsilon=release, mechanism="laplace",
+                source="calibration",
                 rule=budget_rule(policy),
             )
         try:

@@ -12,14 +12,16 @@ from __future__ import annotations
 import asyncio
 
 from app.auth import Principal
-from app.errors import InputError
+from app.errors import InputError, budget_retry_after
 from app.metrics import count_charge, count_refusal
+from app.pseudonyms import cache_tag
 from app.schemas import CohortConcept, CohortReport, CohortReportRequest, StudentIn, Usage
 from app.services.diagnosis import DiagnosisService
 from app.storage import budget_rule, usage_total
 from calibration import aggregator_for
 from diagnosis import AllEntitiesFailed, DiagnosisRequest, EntityOutcome
 from privacy import BudgetExceeded, CohortConceptStats, cohort_statistics, make_rng
+from providers.cache import tagged_as
 from qmatrix import QMatrix
 
 __all__ = ["cohort_report"]
@@ -43,12 +45,17 @@ async def cohort_report(body: CohortReportRequest, *, service: DiagnosisService,
     if ledger is not None:  # everyone pays before anything is released, or nobody does
         try:
             rule = budget_rule(await service.policy(tenant))
-            charges = await ledger.acharge_all(
-                tenant=tenant, student_ids=ids, epsilon=body.epsilon, mechanism="central_laplace", rule=rule
+            charges = await ledger.acharge_all(  # under keyed hashes, never the ids (app.pseudonyms)
+                tenant=tenant, student_ids=[service.pseudonyms.key(tenant, i) for i in ids], epsilon=body.epsilon,
+                mechanism="central_laplace", rule=rule, source="cohort",
             )
         except BudgetExceeded as exc:
             count_refusal(tenant, "cohort")
-            raise InputError(("body", "students"), [f"{exc}; no report was released and nobody was charged"], status_code=429) from exc
+            retry_after = budget_retry_after(exc)
+            raise InputError(
+                ("body", "students"), [f"{exc}; no report was released and nobody was charged"], status_code=429,
+                extra={"type": "privacy_budget", "retry_after_s": retry_after}, retry_after_s=retry_after,
+            ) from exc
     try:
         diagnosed, stats, eps_stat, calibration_id, usage = await _release(body, service, q, stored.version, tenant)
     except BaseException:
@@ -97,8 +104,9 @@ async def _release(
                 student_id=student.student_id, qmatrix=q, responses=student.responses, epsilon=None,
                 entities=body.entities, cache_scope=tenant,
             )
-            try:
-                result = await pipeline.diagnose(request, aggregator)
+            try:  # cached answers made from these responses: erasable by student (app.services.students)
+                with tagged_as(cache_tag(tenant, service.pseudonyms.key(tenant, student.student_id))):
+                    result = await pipeline.diagnose(request, aggregator)
             except AllEntitiesFailed as exc:
                 outcomes.extend(exc.outcomes)
                 return None

@@ -23,10 +23,11 @@ from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
 
 from app.auth import Principal
-from app.errors import InputError, TryLater
+from app.errors import InputError, TryLater, budget_retry_after
 from app.federation import Federation, federation_mode
 from app.limits import check_responses, qmatrix_from_json_checked
 from app.metrics import count_diagnosis, count_refusal
+from app.pseudonyms import Pseudonyms, cache_tag
 from app.services.basis import diagnosis_basis
 from app.services.usage import account_usage
 from app.redaction import Redactor
@@ -73,6 +74,7 @@ from diagnosis import (
 )
 from diagnosis.posterior import DegeneratePosteriorError
 from privacy import BudgetExceeded, Charge, PrivacyLedger, charge_parameters, iso_utc
+from providers.cache import tagged_as
 from qmatrix import QMatrix, Response, qmatrix_to_json
 
 __all__ = ["DiagnosisService", "RequestConfig", "ResolvedQMatrix"]
@@ -112,11 +114,13 @@ class DiagnosisService:
         ledger: PrivacyLedger | None,
         redactor: Redactor,
         usage: UsageStore,
+        pseudonyms: Pseudonyms,
     ) -> None:
         self.federation, self.qmatrices, self.calibrations = federation, qmatrices, calibrations
         self.policies, self.settings, self.ledger, self.redactor = policies, settings, ledger, redactor
         self.config = TenantConfigCache(qmatrices=qmatrices, calibrations=calibrations, policies=policies)
         self.usage = usage
+        self.pseudonyms = pseudonyms  # the ledger and the cache tags see a keyed hash, never the student id
 
     @property
     def pipeline(self) -> DiagnosisPipeline:
@@ -213,7 +217,8 @@ class DiagnosisService:
                               "entities": [{"name": o.name, "reason": o.reason, "error": o.error} for o in exc.outcomes]}
                     return BatchError(student_id=student.student_id, status_code=503, detail=detail)
                 except BudgetExceeded as exc:
-                    return BatchError(student_id=student.student_id, status_code=429, detail=str(exc))
+                    return BatchError(student_id=student.student_id, status_code=429, detail=str(exc),
+                                      retry_after_s=budget_retry_after(exc))
 
         outcomes = await asyncio.gather(*(one(s) for s in body.students))
         results = [o for o in outcomes if isinstance(o, DiagnoseResponse)]
@@ -280,17 +285,18 @@ class DiagnosisService:
         request = self._request(options, student, resolved.qmatrix, policy, tenant, entities)
         selected = self.select(entities)
         self._check_unnoised(options, policy)
+        key = self.pseudonyms.key(tenant, request.student_id)  # what is stored instead of the id (app.pseudonyms)
         if request.epsilon is None or self.ledger is None:
-            result = await self._diagnose(request, aggregator, tenant)
+            result = await self._diagnose(request, aggregator, tenant, key)
             return self._response(result, request, options, aggregator, left_out)
         ledger, rule = self.ledger, budget_rule(policy)
         cost = charge_parameters(self.pipeline.mechanism_for(request))
         fingerprint = _fingerprint(request, options, resolved, aggregator.calibration_id)
         for _ in range(2):  # a second pass only when an identical in-flight request was refunded
             charge = await ledger.acharge(
-                tenant=tenant, student_id=request.student_id, epsilon=cost["epsilon"], delta=cost["delta"],
+                tenant=tenant, student_id=key, epsilon=cost["epsilon"], delta=cost["delta"],
                 mechanism=cost["mechanism"], request_fingerprint=fingerprint, releases=len(selected),
-                sigma_over_sensitivity=cost["sigma_over_sensitivity"], rule=rule,
+                sigma_over_sensitivity=cost["sigma_over_sensitivity"], rule=rule, source="diagnosis",
             )
             if not charge.repeat:
                 break
@@ -300,20 +306,22 @@ class DiagnosisService:
                 raise TryLater("an identical request for this student is still being answered; retry shortly") from exc
             if stored is not None:
                 earlier = DiagnoseResponse.model_validate_json(stored)
-                return earlier.model_copy(
-                    update={"budget": _budget(charge, policy, charged=0.0, repeat=True), "usage": Usage()}
-                )
+                return earlier.model_copy(update={  # stored under the key: the caller gets its own id back
+                    "student_id": request.student_id, "budget": _budget(charge, policy, charged=0.0, repeat=True),
+                    "usage": Usage(),
+                })
         try:
-            result = await self._diagnose(request, aggregator, tenant)
+            result = await self._diagnose(request, aggregator, tenant, key)
             response = self._response(result, request, options, aggregator, left_out)
             released = sum(1 for o in result.entities if o.mastery)  # entities that released ≥ 1 concept
             if released == 0:
                 await ledger.arefund(charge.id)
                 return response
+            stored_answer = response.model_copy(update={"student_id": key}).model_dump_json()  # no raw id stored
             if released == charge.releases:  # every entity charged for released: one statement, nothing to recount
-                settled = await ledger.arelease(charge, response.model_dump_json())
+                settled = await ledger.arelease(charge, stored_answer)
             else:
-                settled = await ledger.astore_answer(charge.id, response.model_dump_json(), releases=released, rule=rule)
+                settled = await ledger.astore_answer(charge.id, stored_answer, releases=released, rule=rule)
         except BaseException:
             # Nothing was released (or the answer never left): give the student's budget back.
             await asyncio.shield(self._refund_quietly(charge, tenant))
@@ -327,9 +335,12 @@ class DiagnosisService:
         except Exception:  # the original error matters more; the refund failure is logged without the student id
             log.exception("refund of charge %s for %s failed", charge.id, self.redactor.student(tenant, charge.student_id))
 
-    async def _diagnose(self, request: DiagnosisRequest, aggregator: Aggregator, tenant: str) -> DiagnosisResult:
+    async def _diagnose(
+        self, request: DiagnosisRequest, aggregator: Aggregator, tenant: str, key: str
+    ) -> DiagnosisResult:
         try:
-            result = await self.pipeline.diagnose(request, aggregator)
+            with tagged_as(cache_tag(tenant, key)):  # cached answers made from these responses: erasable by student
+                result = await self.pipeline.diagnose(request, aggregator)
         except AllEntitiesFailed as exc:
             await self.account(tenant, "diagnosis", exc.outcomes)
             raise

@@ -25,7 +25,7 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 from concurrent.futures import Executor, ThreadPoolExecutor
 from typing import Any, TypeVar
 
@@ -97,8 +97,11 @@ class JobRunner:
         poll_s: float = 2.0,
         concurrency: int = 2,
         control_sessions: sessionmaker | None = None,
+        on_finish: Callable[[dict[str, Any]], object] | None = None,
     ) -> None:
         self.sessions, self.worker_id = sessions, worker_id
+        # Told of each job this worker finished (the webhooks); called on the event loop, it must return at once.
+        self.on_finish = on_finish
         # Claims and heartbeats: their own connection (when given) and their own thread.
         self._control_sessions = control_sessions or sessions
         self._control: Executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"jobs-control-{worker_id}")
@@ -141,15 +144,22 @@ class JobRunner:
             row = session.get(JobRow, job_id)
         return row if row is not None and row.tenant == tenant else None
 
-    def page(self, tenant: str, *, limit: int, offset: int) -> tuple[list[JobRow], int]:
-        """The tenant's jobs, newest first: one page, and how many there are in all."""
+    def page(
+        self, tenant: str, *, limit: int, before: tuple[str, str] | None = None,
+        kinds: Collection[str] = (), states: Collection[str] = (),
+    ) -> list[JobRow]:
+        """The tenant's jobs, newest first: at most ``limit``, older than ``before`` (a (created_at, id) keyset
+        cursor: a job submitted meanwhile never shifts the pages), of the given kinds and states (none: all)."""
+        query = select(JobRow).where(JobRow.tenant == tenant)
+        if before is not None:
+            created, job_id = before
+            query = query.where(or_(JobRow.created_at < created, (JobRow.created_at == created) & (JobRow.id < job_id)))
+        if kinds:
+            query = query.where(JobRow.kind.in_(sorted(kinds)))
+        if states:
+            query = query.where(JobRow.status.in_(sorted(states)))
         with self.sessions() as session:
-            total = session.scalar(select(func.count()).where(JobRow.tenant == tenant)) or 0
-            rows = list(session.scalars(
-                select(JobRow).where(JobRow.tenant == tenant)
-                .order_by(JobRow.created_at.desc(), JobRow.id.desc()).limit(limit).offset(offset)
-            ))
-        return rows, total
+            return list(session.scalars(query.order_by(JobRow.created_at.desc(), JobRow.id.desc()).limit(limit)))
 
     def history(self, job_id: str) -> list[JobEventRow]:
         with self.sessions() as session:
@@ -286,22 +296,38 @@ class JobRunner:
             raise
         except Exception as exc:
             log.exception("job %s failed", job_id)
-            await asyncio.to_thread(self._finish, job_id, "failed", error=f"{type(exc).__name__}: {exc}",
-                                    message=f"{type(exc).__name__}")
+            error = f"{type(exc).__name__}: {exc}"
+            if await asyncio.to_thread(self._finish, job_id, "failed", error=error, message=f"{type(exc).__name__}"):
+                self._finished(job_id, kind, tenant, "failed", error=error)
         else:
-            await asyncio.to_thread(
+            if await asyncio.to_thread(
                 self._finish, job_id, "succeeded", calibration_id=outcome.get("calibration_id"),
                 metrics_json=json.dumps(outcome.get("metrics", {})), notes_json=json.dumps(outcome.get("notes", [])),
                 message="finished",
-            )
+            ):
+                self._finished(job_id, kind, tenant, "succeeded", calibration_id=outcome.get("calibration_id"))
         finally:
             self._tasks.pop(job_id, None)
             self._wake.set()
 
-    def _finish(self, job_id: str, status: str, *, message: str, **fields: Any) -> None:
+    def _finish(self, job_id: str, status: str, *, message: str, **fields: Any) -> bool:
+        """Store the outcome; ``False`` when another worker holds the job now (it reports the outcome, not this one)."""
         with self.sessions.begin() as session:
             values = dict(fields)
             if status != "released":
                 values["status"] = status
-            session.execute(update(JobRow).where(JobRow.id == job_id, JobRow.claimed_by == self.worker_id).values(**values))
+            stored = session.execute(
+                update(JobRow).where(JobRow.id == job_id, JobRow.claimed_by == self.worker_id).values(**values)
+            ).rowcount == 1
             session.add(JobEventRow(job_id=job_id, status=status, worker=self.worker_id, message=message))
+        return stored
+
+    def _finished(self, job_id: str, kind: str, tenant: str, status: str, **fields: Any) -> None:
+        """Tell ``on_finish`` (after the outcome is stored); whatever it does, the job is not concerned."""
+        if self.on_finish is None:
+            return
+        try:
+            self.on_finish({"job_id": job_id, "kind": kind, "tenant": tenant, "status": status,
+                            "error": None, "calibration_id": None, **fields})
+        except Exception:
+            log.exception("job %s: on_finish failed (the job itself is finished and stored)", job_id)

@@ -138,6 +138,11 @@ class PrivacyLedger:
         self._empty_state = json.dumps(make_accountant(accountant).state_dict())
 
     @property
+    def engines(self) -> LedgerEngines:
+        """The ledger's engines, for the record keeping of ``privacy.ledger.records`` (export, erasure, retention)."""
+        return self._db
+
+    @property
     def cap_epsilon(self) -> float:
         return self.rule.cap_epsilon
 
@@ -158,6 +163,7 @@ class PrivacyLedger:
         sigma_over_sensitivity: float | None = None,
         releases: int = 1,
         rule: BudgetRule | None = None,
+        source: str | None = None,
     ) -> Charge:
         """Spend ``releases`` × (ε, δ) for the student, or raise :class:`BudgetExceeded`; call before releasing.
 
@@ -197,7 +203,7 @@ class PrivacyLedger:
                 "id": uuid.uuid4().hex, "tenant": tenant, "student_id": student_id,
                 "fingerprint": request_fingerprint, "epsilon": float(epsilon), "delta": float(delta),
                 "mechanism": mechanism, "releases": releases, "status": CHARGED, "answer_json": None,
-                "created_at": now, "settled_at": None, "owner": self.owner,
+                "created_at": now, "settled_at": None, "owner": self.owner, "source": source,
                 "sigma_over_sensitivity": None if sigma_over_sensitivity is None else float(sigma_over_sensitivity),
             }
             conn.execute(INSERT_CHARGE, row)
@@ -291,7 +297,8 @@ class PrivacyLedger:
         return len(orphans)
 
     def charge_all(
-        self, *, tenant: str, student_ids: Sequence[str], epsilon: float, mechanism: str, rule: BudgetRule | None = None
+        self, *, tenant: str, student_ids: Sequence[str], epsilon: float, mechanism: str, rule: BudgetRule | None = None,
+        source: str | None = None,
     ) -> list[Charge]:
         """Charge every student once for one group release (a cohort report, a calibration), all or nothing.
 
@@ -302,7 +309,7 @@ class PrivacyLedger:
         try:
             for student_id in dict.fromkeys(student_ids):
                 made.append(self.charge(tenant=tenant, student_id=student_id, epsilon=epsilon, mechanism=mechanism,
-                                        rule=rule))
+                                        rule=rule, source=source))
         except BudgetExceeded:
             for charge in made:
                 self.refund(charge.id)

@@ -28,7 +28,11 @@ class StudentBudgetRow(_Base):
 
 
 class ChargeRow(_Base):
-    """Every charge ever made, refunded ones included: the ledger's record of truth."""
+    """Every charge ever made, refunded ones included: the ledger's record of truth.
+
+    ``student_id`` is whatever the caller passes; the gateway passes a keyed hash, never the id (``app.pseudonyms``).
+    ``answer_json`` and ``fingerprint`` may be erased (set null) without touching the spend (``privacy.ledger.records``).
+    """
 
     __tablename__ = "privacy_charges"
     __table_args__ = (
@@ -52,6 +56,9 @@ class ChargeRow(_Base):
     created_at: Mapped[float] = mapped_column(Float)
     settled_at: Mapped[float | None] = mapped_column(Float, nullable=True)
     owner: Mapped[str | None] = mapped_column(String(64), nullable=True)  # the ledger (process) that made it
+    # What spent it (diagnosis | cohort | calibration): the audit trail of a student's export names it even after
+    # the released answer is erased or expired.
+    source: Mapped[str | None] = mapped_column(String(16), nullable=True)
 
 
 students, charges = StudentBudgetRow.__table__, ChargeRow.__table__

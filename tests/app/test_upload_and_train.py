@@ -98,12 +98,12 @@ def test_register_diagnose_upload_train_then_its_own_model_answers(app_and_admin
     assert theirs["basis"]["local_model"] == "untrained" and theirs["basis"]["calibration"] == "uncalibrated"
     assert client.get(f"/v1/jobs/{r.json()['job_id']}", headers=other).status_code == 404
 
-    # The tenant's jobs, newest first, paginated
+    # The tenant's jobs, newest first, paginated by cursor
     listed = client.get("/v1/jobs", headers=admin, params={"limit": 1}).json()
-    assert listed["total"] == 2 and listed["count"] == 1 and listed["data"][0]["kind"] == "calibrate"
-    second = client.get("/v1/jobs", headers=admin, params={"limit": 1, "offset": 1}).json()
-    assert second["data"][0]["job_id"] == r.json()["job_id"]
-    assert client.get("/v1/jobs", headers=other).json()["total"] == 0
+    assert listed["count"] == 1 and listed["data"][0]["kind"] == "calibrate" and listed["next_cursor"]
+    second = client.get("/v1/jobs", headers=admin, params={"limit": 1, "cursor": listed["next_cursor"]}).json()
+    assert second["data"][0]["job_id"] == r.json()["job_id"] and second["next_cursor"] is None
+    assert client.get("/v1/jobs", headers=other).json()["count"] == 0
 
 
 @pytest.mark.parametrize("case,status,needle", [
@@ -127,7 +127,7 @@ def test_a_bad_upload_is_a_422_naming_the_problem_and_starts_no_job(
     r = client.post("/v1/qmatrices/geometry/train", headers=admin, files={"responses": ("h.csv", data.encode(), "text/csv")})
     assert r.status_code == status, r.text
     assert r.json()["detail"][0]["loc"] == ["body", "responses"] and needle in r.text
-    assert client.get("/v1/jobs", headers=admin).json()["total"] == 0
+    assert client.get("/v1/jobs", headers=admin).json()["count"] == 0
     assert list(tmp_path.joinpath("state", "uploads").iterdir()) == []
 
 
