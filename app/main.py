@@ -12,6 +12,7 @@ from app.deps import reject_unknown_query
 from app.errors import install_error_handlers
 from app.gateway import Gateway
 from app.middleware import AccessLog, BodyLimit, RequestMetrics
+from app.console import install_console
 from app.openapi import install_docs, install_openapi
 from app.routes import admin_keys, admin_policy, calibrate, cohort, diagnose, health, jobs, local_model, privacy, qmatrices
 from app.routes import training as training_routes
@@ -89,6 +90,7 @@ def create_app(
                    admin_policy.router, usage_routes.router, metrics_routes.router, jobs.router, training_routes.router,
                    students.router, admin_retention.router):
         app.include_router(router)
+    install_console(app)  # /console: the operator console (app/console), its assets included
     return app
 
 

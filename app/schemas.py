@@ -342,7 +342,11 @@ class FederationBlock(BaseModel):
 
 class DiagnoseResponse(BaseModel):
     student_id: str
+    qmatrix_id: str | None = Field(default=None, description="the Q-matrix the diagnosis was made on")
     mastery: dict[str, float] = Field(description="assessed concepts only")
+    evidence: dict[str, int] = Field(
+        default_factory=dict, description="assessed concept -> how many of the student's responses assess it"
+    )
     missing_concepts: list[str] = Field(default_factory=list, description="assessed concepts no entity answered")
     entities: list[EntityReport] | None = None
     failed_entities: list[str] = Field(default_factory=list)
@@ -511,7 +515,7 @@ class JobProgress(BaseModel):
 
 class JobEvent(BaseModel):
     at: str
-    status: str = Field(description="queued | running | released | succeeded | failed")
+    status: str = Field(description="queued | running | released | cancelling | cancelled | succeeded | failed")
     worker: str | None = Field(description="the worker process (host:pid:id) that made the change")
     message: str
 
@@ -521,7 +525,7 @@ class JobPublic(BaseModel):
 
     job_id: str
     kind: str = Field(description="calibrate | train")
-    status: Literal["queued", "running", "succeeded", "failed"]
+    status: Literal["queued", "running", "cancelling", "cancelled", "succeeded", "failed"]
     progress: JobProgress
     calibration_id: str | None = None
     metrics: dict[str, Any] = Field(default_factory=dict, description="what the job measured and produced")
@@ -539,7 +543,7 @@ class JobList(Paginated[JobPublic]):
 
 class CalibrateJob(BaseModel):
     job_id: str
-    status: Literal["queued", "running", "succeeded", "failed"]
+    status: Literal["queued", "running", "cancelling", "cancelled", "succeeded", "failed"]
     progress: JobProgress
     calibration_id: str | None = None
     metrics: dict[str, float] = Field(default_factory=dict)

@@ -1,6 +1,6 @@
 """Every background job of the tenant (admin keys): ``GET /v1/jobs`` (newest first, cursor-paginated, filtered by
-kind and state) and ``GET /v1/jobs/{job_id}`` — calibrations and upload-and-train runs alike. Another tenant's job
-is 404."""
+kind and state), ``GET /v1/jobs/{job_id}`` and ``POST /v1/jobs/{job_id}/cancel`` — calibrations and upload-and-train
+runs alike. Another tenant's job is 404."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import asyncio
 import json
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Query, status
 
 from app.deps import AdminDep, JobRunnerDep
 from app.errors import InputError
@@ -32,7 +32,7 @@ def _public(jobs: JobRunner, row, *, with_history: bool) -> JobPublic:  # type: 
     )
 
 
-JobState = Literal["queued", "running", "succeeded", "failed"]
+JobState = Literal["queued", "running", "cancelling", "cancelled", "succeeded", "failed"]
 # The kinds the runner has handlers for (app.services.calibration, app.services.training): an enum, so a misspelt
 # kind is a 422 rather than an empty page. A new kind of job is added here.
 JobKind = Literal["calibrate", "train"]
@@ -66,4 +66,22 @@ async def read_job(job_id: str, jobs: JobRunnerDep, principal: AdminDep) -> JobP
     row = await asyncio.to_thread(jobs.get, job_id, tenant=principal.tenant)
     if row is None:
         raise InputError(("path", "job_id"), [f"unknown job id '{job_id}'"], status_code=404)
+    return await asyncio.to_thread(_public, jobs, row, with_history=True)
+
+
+@router.post("/{job_id}/cancel", status_code=status.HTTP_202_ACCEPTED, response_model=JobPublic, responses={
+    **ADMIN_ERRORS, 404: {"description": "unknown job (another tenant's is unknown too)"},
+    409: {"description": "the job has already finished"},
+})
+async def cancel_job(job_id: str, jobs: JobRunnerDep, principal: AdminDep) -> JobPublic:
+    """Cancel a job: a queued one at once (``cancelled``); a running one is ``cancelling`` until the worker running it
+    stops it (within a heartbeat; its partial result is dropped, its pending privacy charges refunded, an upload
+    deleted), then ``cancelled``. A finished job is a 409."""
+    outcome, cancelled = await jobs.cancel(job_id, tenant=principal.tenant, by=principal.key_id)
+    if outcome is None:
+        raise InputError(("path", "job_id"), [f"unknown job id '{job_id}'"], status_code=404)
+    if not cancelled and outcome != "cancelling":  # a repeated cancel of a job still stopping is accepted again
+        raise InputError(("path", "job_id"), [f"job '{job_id}' has already finished ({outcome})"], status_code=409)
+    row = await asyncio.to_thread(jobs.get, job_id, tenant=principal.tenant)
+    assert row is not None
     return await asyncio.to_thread(_public, jobs, row, with_history=True)

@@ -1,17 +1,21 @@
 """A student's data rights (admin keys, README "Student data"): ``GET /v1/students/{student_id}/export`` — everything
 stored about the student, each privacy charge included — and ``DELETE /v1/students/{student_id}`` — erase it, all
-but the spend the budget cap is enforced on. Another tenant's student is never seen: everything is looked up under
+but the spend the budget cap is enforced on; and the teacher's report of the latest stored diagnosis (any key of the
+tenant, README "Student report"): ``GET /v1/students/{student_id}/report``. Another tenant's student is never seen: everything is looked up under
 the caller's tenant (an unknown student exports empty and erases nothing)."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Depends, Query, Request, Response
 
-from app.deps import AdminDep
+from app.deps import AdminDep, PrincipalDep, QMatrixStoreDep
+from app.errors import InputError
 from app.routes.responses import ADMIN_ERRORS
 from app.schemas_students import StudentErasure, StudentExport
+from app.services.report import build_report, report_html, report_png, report_svg
 from app.services.students import StudentDataService
 from qmatrix import Identifier
 
@@ -41,3 +45,38 @@ async def delete_student(student_id: Identifier, service: StudentDataDep, princi
     charge's spend under the keyed hash, so erasure never resets the budget; the response says what was removed
     and what is kept, and why."""
     return await service.erase(principal.tenant, student_id)
+
+
+_REPORT_TYPES = {"image/svg+xml": "image/svg+xml", "image/png": "image/png"}
+
+
+@router.get("/{student_id}/report", response_class=Response, responses={
+    **ADMIN_ERRORS,
+    200: {"description": "the report page (text/html), or its chart alone (Accept: image/svg+xml or image/png)",
+          "content": {"text/html": {}, "image/svg+xml": {}, "image/png": {}}},
+    404: {"description": "no stored diagnosis of the student on that Q-matrix (never made, or removed by retention "
+                         "or erasure)"},
+})
+async def read_student_report(
+    student_id: Identifier, request: Request, service: StudentDataDep, qmatrices: QMatrixStoreDep,
+    principal: PrincipalDep,
+    qmatrix_id: Annotated[Identifier, Query(description="the Q-matrix of the diagnosis to report")],
+) -> Response:
+    """A report a teacher can read, from the student's latest stored diagnosis on the Q-matrix: mastery per concept
+    with its credible interval, the evidence behind each, what the diagnosis rests on and what the interval means.
+    Printable on one page; the chart is also given as a table. Re-reads a released answer: no ε is charged."""
+    stored = [d for d in await service.diagnoses(principal.tenant, student_id)
+              if d.diagnosis.get("qmatrix_id") == qmatrix_id]
+    if not stored:
+        raise InputError(("query", "qmatrix_id"), [
+            f"no stored diagnosis of this student on Q-matrix '{qmatrix_id}' (none made, or removed by retention or "
+            "erasure)"], status_code=404)
+    found = await asyncio.to_thread(qmatrices.get, principal.tenant, qmatrix_id)
+    report = build_report(stored[-1], found.qmatrix if found is not None else None)
+    accept = request.headers.get("accept", "")
+    wanted = next((t for t in _REPORT_TYPES if t in accept), None)
+    if wanted == "image/svg+xml":
+        return Response(report_svg(report), media_type="image/svg+xml")
+    if wanted == "image/png":
+        return Response(await asyncio.to_thread(report_png, report), media_type="image/png")
+    return Response(report_html(report), media_type="text/html; charset=utf-8")

@@ -358,9 +358,15 @@ class DiagnosisService:
         result: DiagnosisResult, request: DiagnosisRequest, options: DiagnoseOptions, aggregator: Aggregator,
         left_out: dict[str, str],
     ) -> DiagnoseResponse:
+        evidence: dict[str, int] = {}
+        for response in request.responses:  # how much each concept's estimate rests on (the teacher's report shows it)
+            for concept in request.qmatrix.item(response.item_id).concepts:
+                evidence[concept] = evidence.get(concept, 0) + 1
         return DiagnoseResponse(
             student_id=result.student_id,
+            qmatrix_id=request.qmatrix.id,
             mastery=result.mastery,
+            evidence=evidence,
             missing_concepts=result.missing_concepts,
             entities=[_report(o) for o in result.entities] if options.include_entities else None,
             failed_entities=[o.name for o in result.entities if o.status == "failed"],

@@ -35,10 +35,15 @@ from sqlalchemy.orm import sessionmaker
 from app.db import JobEventRow, JobItemRow, JobRow
 from providers.scheduling import background_priority
 
-__all__ = ["JobContext", "JobRunner"]
+__all__ = ["JobCancelled", "JobContext", "JobRunner"]
 
 log = logging.getLogger("fedcd.jobs")
 T = TypeVar("T")
+
+
+class JobCancelled(Exception):
+    """Raised inside a job's worker thread once the job was cancelled: the thread stops at its next check (a task's
+    cancel does not reach code running in a thread)."""
 
 
 class JobContext:
@@ -46,6 +51,14 @@ class JobContext:
 
     def __init__(self, sessions: sessionmaker, job_id: str, tenant: str) -> None:
         self.sessions, self.job_id, self.tenant = sessions, job_id, tenant
+        # Set before the runner cancels the job's task for a user's cancel (not at shutdown): a handler that keeps
+        # resources for a resumed run (the training upload) frees them when this is set.
+        self.cancel_requested = False
+
+    def check_cancelled(self) -> None:
+        """For work running in a thread: stop here if the job was cancelled."""
+        if self.cancel_requested:
+            raise JobCancelled(f"job {self.job_id} was cancelled")
 
     def finished_items(self) -> dict[int, Any]:
         with self.sessions() as session:
@@ -110,6 +123,8 @@ class JobRunner:
         self.handlers: dict[str, JobHandler] = {}
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._wake = asyncio.Event()
+        self._beat_now = asyncio.Event()  # a cancel was requested here: look for it before the next heartbeat
+        self._contexts: dict[str, JobContext] = {}
         self._loop_task: asyncio.Task[None] | None = None
         self._beat_task: asyncio.Task[None] | None = None
         self._closing = False
@@ -131,6 +146,39 @@ class JobRunner:
             session.add(JobEventRow(job_id=job_id, status="queued", worker=self.worker_id, message="submitted"))
         self._wake.set()
         return job_id
+
+    async def cancel(self, job_id: str, *, tenant: str, by: str | None = None) -> tuple[str | None, bool]:
+        """Cancel the tenant's job: (its status now, whether this call cancelled it). Queued: ``cancelled`` at once;
+        running: ``cancelling`` until the worker running it stops it (woken now); already finished or cancelling: its
+        status, unchanged; ``(None, False)`` when the tenant has no such job."""
+        status, kind = await asyncio.to_thread(self._cancel_row, job_id, tenant, by)
+        if status == "cancelled" and kind is not None:  # (a running job reports its cancel when it stops)
+            self._finished(job_id, kind, tenant, "cancelled")  # on the loop: webhooks schedule their delivery here
+        self.wake()
+        return status, kind is not None
+
+    def _cancel_row(self, job_id: str, tenant: str, by: str | None) -> tuple[str | None, str | None]:
+        who = f" by key {by}" if by else ""
+        with self.sessions.begin() as session:
+            changed = None
+            for before, after in (("queued", "cancelled"), ("running", "cancelling")):
+                if session.execute(
+                    update(JobRow).where(JobRow.id == job_id, JobRow.tenant == tenant, JobRow.status == before)
+                    .values(status=after).execution_options(synchronize_session=False)
+                ).rowcount == 1:
+                    session.add(JobEventRow(job_id=job_id, status=after, worker=self.worker_id,
+                                            message=f"cancel requested{who}"))
+                    changed = after
+                    break
+            row = session.get(JobRow, job_id)
+            if row is None or row.tenant != tenant:
+                return None, None
+            return (changed or row.status), (row.kind if changed else None)
+
+    def wake(self) -> None:
+        """Look for work and for cancels now rather than at the next poll or heartbeat."""
+        self._wake.set()
+        self._beat_now.set()
 
     def has_active(self, kind: str) -> bool:
         with self.sessions() as session:
@@ -193,12 +241,24 @@ class JobRunner:
     async def _heartbeat_loop(self) -> None:
         while not self._closing:
             try:
-                await self._on_control(self._heartbeat_running)
+                for job_id in await self._on_control(self._heartbeat_running) or ():
+                    self._stop_cancelled(job_id)
             except asyncio.CancelledError:
                 raise
             except Exception:  # a database hiccup must not end the loop
                 log.exception("job heartbeat: will retry")
-            await asyncio.sleep(self.heartbeat_s)
+            self._beat_now.clear()
+            try:
+                await asyncio.wait_for(self._beat_now.wait(), timeout=self.heartbeat_s)
+            except TimeoutError:
+                pass
+
+    def _stop_cancelled(self, job_id: str) -> None:
+        """A user cancelled a job this worker runs: stop its task (``_run`` stores ``cancelled``)."""
+        task, context = self._tasks.get(job_id), self._contexts.get(job_id)
+        if task is not None and context is not None and not context.cancel_requested:
+            context.cancel_requested = True
+            task.cancel()
 
     async def _claim_loop(self) -> None:
         while not self._closing:
@@ -270,26 +330,47 @@ class JobRunner:
             log.info("job %s resumed by worker %s from its stored progress", job_id, self.worker_id)
         return job_id, kind, json.loads(request_json), tenant, reclaimed
 
-    def _heartbeat_running(self) -> None:
-        if not self._tasks:
-            return
+    def _heartbeat_running(self) -> list[str]:
+        """Heartbeat this worker's jobs; the ids of those a user asked to cancel. A ``cancelling`` job whose worker
+        died is ``cancelled`` here (nobody would run it again)."""
+        now = time.time()
         with self._control_sessions.begin() as session:
+            orphans = session.execute(
+                update(JobRow)
+                .where(JobRow.status == "cancelling",
+                       or_(JobRow.claimed_by.is_(None), JobRow.claimed_by.not_in(sorted(self._live_workers())),
+                           JobRow.heartbeat_at < now - self.stale_s))
+                .values(status="cancelled", claimed_by=None)
+                .returning(JobRow.id).execution_options(synchronize_session=False)
+            ).scalars().all()
+            for job_id in orphans:
+                session.add(JobEventRow(job_id=job_id, status="cancelled", worker=self.worker_id,
+                                        message="cancelled (its worker had stopped)"))
+            if not self._tasks:
+                return []
             session.execute(
                 update(JobRow)
                 .where(JobRow.id.in_(list(self._tasks)), JobRow.claimed_by == self.worker_id)
-                .values(heartbeat_at=time.time())
+                .values(heartbeat_at=now)
             )
+            return list(session.scalars(select(JobRow.id).where(
+                JobRow.id.in_(list(self._tasks)), JobRow.claimed_by == self.worker_id, JobRow.status == "cancelling")))
 
     # -- running --------------------------------------------------------------------------------
     def _run_claimed(self, job_id: str, kind: str, request: dict[str, Any], tenant: str, _reclaimed: bool) -> None:
         self._tasks[job_id] = asyncio.create_task(self._run(job_id, kind, request, tenant), name=f"job-{job_id}")
 
     async def _run(self, job_id: str, kind: str, request: dict[str, Any], tenant: str) -> None:
-        context = JobContext(self.sessions, job_id, tenant)
+        context = self._contexts[job_id] = JobContext(self.sessions, job_id, tenant)
         try:
             with background_priority():  # a user's diagnosis gets entity slots first
                 outcome = await self.handlers[kind](request, context)
         except asyncio.CancelledError:
+            if context.cancel_requested and not self._closing:  # a user's cancel: this job ends here
+                if await asyncio.shield(asyncio.to_thread(self._finish, job_id, "cancelled", claimed_by=None,
+                                                          message="cancelled")):
+                    self._finished(job_id, kind, tenant, "cancelled")
+                return
             # Shutting down: release the claim; another (or the next) worker resumes from the stored progress.
             await asyncio.shield(asyncio.to_thread(self._finish, job_id, "released", claimed_by=None,
                                                    message="released at shutdown"))
@@ -308,6 +389,7 @@ class JobRunner:
                 self._finished(job_id, kind, tenant, "succeeded", calibration_id=outcome.get("calibration_id"))
         finally:
             self._tasks.pop(job_id, None)
+            self._contexts.pop(job_id, None)
             self._wake.set()
 
     def _finish(self, job_id: str, status: str, *, message: str, **fields: Any) -> bool:

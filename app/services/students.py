@@ -99,6 +99,17 @@ class StudentDataService:
                                 "entries after FEDCD_CACHE_TTL_S)")
         return export
 
+    async def diagnoses(self, tenant: str, student_id: str) -> list[StoredDiagnosis]:
+        """The student's released diagnoses still stored (retention and erasure remove them), oldest first, each
+        with the id the caller sent."""
+        key = self.pseudonyms.key(tenant, student_id)
+        return await asyncio.to_thread(self._diagnoses, tenant, student_id, key)
+
+    def _diagnoses(self, tenant: str, student_id: str, key: str) -> list[StoredDiagnosis]:
+        with self._ledger_read() as conn:
+            rows = student_charges(conn, tenant, key)
+        return [_stored(row, student_id) for row in rows if _is_diagnosis(row["answer_json"])]
+
     def _export(self, tenant: str, student_id: str, key: str) -> StudentExport:
         with self._ledger_read() as conn:
             rows = student_charges(conn, tenant, key)
@@ -112,10 +123,7 @@ class StudentDataService:
                 epsilon_total=0.0 if row["status"] == REFUNDED else row["epsilon"] * row["releases"],
             ))
             if _is_diagnosis(row["answer_json"]):
-                answer = json.loads(row["answer_json"])
-                answer["student_id"] = student_id  # stored under the key; shown as it was returned
-                diagnoses.append(StoredDiagnosis(charge_id=row["id"], created_at=iso_utc(row["created_at"]) or "",
-                                                 diagnosis=answer))
+                diagnoses.append(_stored(row, student_id))
         found = self._find(tenant, student_id, key)
         jobs = [self._job_record(tenant, student_id, job) for job in found.jobs]
         uploads = [UploadRecord(job_id=job.id, status=job.status, rows=n or 0) for job, _, n in found.uploads]
@@ -248,6 +256,12 @@ class StudentDataService:
                 conn.execute(select(students.c.tenant).where(
                     students.c.tenant == tenant, students.c.student_id == key).with_for_update())
             yield conn
+
+
+def _stored(row: dict[str, Any], student_id: str) -> StoredDiagnosis:
+    answer = json.loads(row["answer_json"])
+    answer["student_id"] = student_id  # stored under the key; shown as it was returned
+    return StoredDiagnosis(charge_id=row["id"], created_at=iso_utc(row["created_at"]) or "", diagnosis=answer)
 
 
 def _is_diagnosis(answer: str | None) -> bool:

@@ -104,6 +104,8 @@ class TrainingService:
         try:
             outcome = await self._run(request, job, path)
         except asyncio.CancelledError:
+            if job.cancel_requested:  # a user's cancel: nothing resumes this job
+                path.unlink(missing_ok=True)
             raise  # released at shutdown: the upload stays for the worker that resumes the job
         except BaseException:
             path.unlink(missing_ok=True)
@@ -127,7 +129,8 @@ class TrainingService:
         await asyncio.to_thread(job.step, 0, f"training on {len(training)} students ({len(validation)} kept for the "
                                 f"calibration), {rounds} rounds")
 
-        def progress(record: Any) -> None:
+        def progress(record: Any) -> None:  # in the training thread, after each round
+            job.check_cancelled()  # a cancelled job stops training here (and publishes nothing)
             job.step(int(record.round), f"round {record.round}/{rounds}: held-out AUC {record.auc:.4f}")
 
         registry = ModelRegistry(self.registry_dir, key_path=settings.model_signing_key)

@@ -1,0 +1,132 @@
+"""What the console's pages show, as plain data (filled by :mod:`app.console.data`, read by the templates)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from app.db import JobEventRow
+from app.schemas import UsageReport
+from app.storage.calibrations import StoredCalibration
+from calibration import CalibrationRecord
+from calibration.params import BiasParams, PaperParams, PosteriorParams, StackingParams
+
+__all__ = ["ACTIVE_JOB", "CalibrationView", "EntityView", "FailureEvent", "JobView", "Overview", "QMatrixView"]
+
+ACTIVE_JOB = ("queued", "running", "cancelling")  # not finished yet (cancelling: stopping after a cancel)
+
+
+@dataclass(frozen=True)
+class FailureEvent:
+    at: float
+    entity: str
+    reason: str
+    error: str | None
+
+
+@dataclass
+class Overview:
+    since: float  # midnight UTC today
+    diagnoses: int
+    per_hour: list[tuple[float, int]]  # (hour start, diagnoses) over the last 24 hours
+    usage: UsageReport
+    failed_calls: dict[str, int]  # entity -> failed calls today
+    reasons: dict[str, Counter[str]]  # entity -> reason -> count, from the stored diagnoses
+    circuits: dict[str, str] | None  # entity -> state of those behind a breaker; None: the breakers' store did not answer
+    refusals: dict[str, int]  # source -> budget 429s since this server started
+    epsilon_today: float
+    active_jobs: int
+
+
+@dataclass
+class EntityView:
+    name: str
+    kind: str
+    model: str
+    status: str
+    circuit: str | None
+    tier: int
+    input_usd_per_mtok: float
+    output_usd_per_mtok: float
+    concurrency: int
+    deadline_s: float
+    base_url: str | None
+    weights: dict[str, str] = field(default_factory=dict)  # calibration id -> this entity's weight, as text
+    calls_today: int = 0
+    failed_today: int = 0
+    last_error: FailureEvent | None = None
+
+
+@dataclass
+class CalibrationView:
+    stored: StoredCalibration
+
+    @property
+    def record(self) -> CalibrationRecord:
+        return self.stored.record
+
+    def weight(self, entity: str) -> str:
+        """The entity's say in this calibration, as one short text."""
+        params = self.record.params
+        if entity in params.excluded:
+            return "left out"
+        if isinstance(params, StackingParams):
+            weights = [w[entity] for w in params.weights.values() if entity in w]
+            if entity in params.pooled_weights:
+                return f"w {params.pooled_weights[entity]:.3g} (pooled)"
+            return f"w {sum(weights) / len(weights):.3g} (mean)" if weights else "—"
+        if isinstance(params, PosteriorParams):
+            tau = params.entity_error_sd.get(entity)
+            return f"τ {tau:.3g}" if tau is not None else f"τ {params.unmeasured_error_sd:.3g} (unmeasured)"
+        if isinstance(params, PaperParams | BiasParams):
+            residuals = list(params.residuals.get(entity, {}).values())
+            return f"r {sum(residuals) / len(residuals):+.3g}, α {params.alpha:.2g}" if residuals else "—"
+        return "—"
+
+
+@dataclass
+class QMatrixView:
+    id: str
+    version: int
+    builtin: bool
+    concepts: list[str]
+    items: list[tuple[str, str, list[str]]]  # at most _ITEMS_SHOWN
+    item_count: int
+    calibrations: list[CalibrationView] = field(default_factory=list)
+    model: dict[str, Any] | None = None
+    model_note: str = ""
+    in_use: str | None = None  # the calibration diagnoses use now
+
+
+@dataclass
+class JobView:
+    id: str
+    kind: str
+    status: str
+    done: int
+    total: int
+    summary: str
+    created_at: str
+    updated_at: str
+    error: str | None
+    calibration_id: str | None
+    resumed: int
+    failed_entities: dict[str, int]
+    metrics: dict[str, Any]
+    notes: list[str]
+    history: list[JobEventRow] = field(default_factory=list)
+
+    @property
+    def active(self) -> bool:
+        return self.status in ACTIVE_JOB
+
+    @property
+    def cancellable(self) -> bool:
+        return self.status in ("queued", "running")
+
+    def progress(self) -> dict[str, Any]:
+        """What the console's live progress endpoint answers."""
+        return {"job_id": self.id, "status": self.status, "done": self.done, "total": self.total,
+                "error": self.error, "calibration_id": self.calibration_id,
+                "history": [{"at": e.at, "status": e.status, "worker": e.worker, "message": e.message} for e in self.history]}
