@@ -11,7 +11,7 @@ from fastapi import APIRouter, Depends, Request
 
 from app.deps import AdminDep
 from app.routes.responses import ADMIN_ERRORS
-from app.schemas_students import StudentErasure, StudentExport
+from app.schemas.students import StudentErasure, StudentExport
 from app.services.students import StudentDataService
 from qmatrix import Identifier
 
