@@ -23,18 +23,23 @@ from app.errors import InputError
 from app.federation import Federation
 from app.metrics import count_rate_limited
 from app.ratelimit import RateLimited, RateLimiter
+from app.services.budgets import BudgetService
 from app.services.calibration import CalibrationService
+from app.services.cohort import CohortService
 from app.services.training import TrainingService
 from app.services.diagnosis import DiagnosisService
+from app.services.qmatrices import QMatrixService
 from app.services.jobs import JobRunner
 from app.settings import Settings
-from app.storage import CalibrationStore, PolicyStore, QMatrixStore, UsageStore
+from app.storage import CalibrationStore, UsageStore
 from privacy import PrivacyLedger
 
 __all__ = [
     "reject_unknown_query",
     "AdminDep",
+    "BudgetServiceDep",
     "CalibrationServiceDep",
+    "CohortServiceDep",
     "TrainingServiceDep",
     "CalibrationStoreDep",
     "DiagnosisServiceDep",
@@ -43,9 +48,8 @@ __all__ = [
     "KeyStoreDep",
     "LedgerDep",
     "MetricsAccessDep",
-    "PolicyStoreDep",
     "PrincipalDep",
-    "QMatrixStoreDep",
+    "QMatrixServiceDep",
     "SettingsDep",
     "UsageStoreDep",
 ]
@@ -62,10 +66,6 @@ async def _federation(request: Request) -> Federation:
     return request.app.state.federation
 
 
-async def _qmatrices(request: Request) -> QMatrixStore:
-    return request.app.state.qmatrices
-
-
 async def _calibrations(request: Request) -> CalibrationStore:
     return request.app.state.calibrations
 
@@ -76,10 +76,6 @@ async def _jobs(request: Request) -> JobRunner:
 
 async def _keys(request: Request) -> KeyStore:
     return request.app.state.keys
-
-
-async def _policies(request: Request) -> PolicyStore:
-    return request.app.state.policies
 
 
 async def _usage(request: Request) -> UsageStore:
@@ -100,6 +96,18 @@ async def _calibration_service(request: Request) -> CalibrationService:
 
 async def _training_service(request: Request) -> TrainingService:
     return request.app.state.training_service
+
+
+async def _cohort(request: Request) -> CohortService:
+    return request.app.state.gateway.cohort
+
+
+async def _budgets(request: Request) -> BudgetService:
+    return request.app.state.gateway.budgets
+
+
+async def _qmatrix_service(request: Request) -> QMatrixService:
+    return request.app.state.gateway.qmatrix_service
 
 
 def _unauthorized(message: str) -> HTTPException:
@@ -169,14 +177,15 @@ async def reject_unknown_query(request: Request) -> None:
 
 SettingsDep = Annotated[Settings, Depends(_settings)]
 FederationDep = Annotated[Federation, Depends(_federation)]
-QMatrixStoreDep = Annotated[QMatrixStore, Depends(_qmatrices)]
 CalibrationStoreDep = Annotated[CalibrationStore, Depends(_calibrations)]
 JobRunnerDep = Annotated[JobRunner, Depends(_jobs)]
 KeyStoreDep = Annotated[KeyStore, Depends(_keys)]
 LedgerDep = Annotated[PrivacyLedger | None, Depends(_ledger)]
-PolicyStoreDep = Annotated[PolicyStore, Depends(_policies)]
 UsageStoreDep = Annotated[UsageStore, Depends(_usage)]
 DiagnosisServiceDep = Annotated[DiagnosisService, Depends(_diagnosis)]
+CohortServiceDep = Annotated[CohortService, Depends(_cohort)]
+BudgetServiceDep = Annotated[BudgetService, Depends(_budgets)]
+QMatrixServiceDep = Annotated[QMatrixService, Depends(_qmatrix_service)]
 CalibrationServiceDep = Annotated[CalibrationService, Depends(_calibration_service)]
 TrainingServiceDep = Annotated[TrainingService, Depends(_training_service)]
 PrincipalDep = Annotated[Principal, Depends(_principal)]

@@ -8,7 +8,8 @@
 * Every error list is capped: the first ``MAX_ERRORS`` entries, then one counting the rest, and each
   message is shortened — a body of a million bad values gets a small 422, not one entry per value.
 * A body that cannot be decoded (not UTF-8, not the declared content type) → 422, not 400.
-* ``AllEntitiesFailed`` → 503 with each entity's reason.
+* ``AllEntitiesFailed`` → 503 with each entity's reason; ``NoEntitySelected`` (none was there to ask, e.g. an
+  empty federation) → 503 naming that cause, before anything is charged.
 * ``BudgetExceeded`` → 429 saying the student's privacy budget is spent, ``type: privacy_budget``.
 * ``RateLimited`` → 429 saying the tenant is over its request rate, ``type: rate_limit``.
 * Every 429 carries ``Retry-After`` (seconds, at least 1): when the budget renews, when the bucket has a token. A
@@ -37,7 +38,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Route, compile_path
 
 from app.ratelimit import RateLimited
-from diagnosis import AllEntitiesFailed
+from diagnosis import AllEntitiesFailed, NoEntitySelected
 from privacy import BudgetExceeded, iso_utc
 from qmatrix import QMatrixError
 
@@ -217,6 +218,10 @@ def install_error_handlers(app: FastAPI) -> None:
             "entities": [{"name": o.name, "status": o.status, "reason": o.reason, "error": o.error}
                          for o in exc.outcomes],
         })
+
+    @app.exception_handler(NoEntitySelected)
+    async def _none_selected(_: Request, exc: NoEntitySelected) -> JSONResponse:
+        return _json(503, {"detail": str(exc), "entities": []})
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:

@@ -20,20 +20,31 @@ from app.db import Database
 from app.federation import Federation, circuit_breakers, response_cache
 from app.locks import database_lock
 from app.pseudonyms import Pseudonyms
-from app.redaction import Redactor
+from app.services.budgets import BudgetService
 from app.services.calibration import CalibrationService, start_default_calibration
-from app.services.diagnosis import DiagnosisService
+from app.services.cohort import CohortLimits, CohortService
+from app.services.diagnosis import BatchLimits, DiagnosisService
+from app.services.planning import Planner
+from app.services.qmatrices import QMatrixService
 from app.services.jobs import JobRunner
 from app.services.retention import RetentionPurger
 from app.services.students import StudentDataService
 from app.services.training import TrainingService
 from app.settings import Settings
-from app.storage import CalibrationStore, PolicyStore, QMatrixStore, UsageStore, budget_rule, default_policy
+from app.storage import (
+    CalibrationStore,
+    PolicyStore,
+    QMatrixStore,
+    TenantConfigCache,
+    UsageStore,
+    budget_rule,
+    default_policy,
+)
 from app.storage.retention import RetentionStore
 from app.ratelimit import MemoryBuckets, RateLimiter, RedisBuckets, parse_rate
 from app.webhooks import WebhookSender
 from app.workers import WorkerRegistry
-from privacy import PrivacyLedger
+from privacy import AsyncLedger, PrivacyLedger
 from providers import Entity
 from qmatrix import example_qmatrix
 
@@ -69,6 +80,12 @@ class Gateway:
             if settings.privacy_cap_epsilon is not None
             else None
         )
+        self.async_ledger = AsyncLedger(self.ledger) if self.ledger is not None else None  # what services await
+        # What a diagnosis reads of its tenant's configuration, cached per worker (app.storage.tenant_config).
+        self.tenant_config = TenantConfigCache(
+            qmatrices=self.qmatrices, calibrations=self.calibrations, policies=self.policies
+        )
+        self.budgets = BudgetService(ledger=self.async_ledger, config=self.tenant_config, pseudonyms=self.pseudonyms)
         self.webhooks = WebhookSender.from_settings(settings)
         self.jobs = JobRunner(
             sessions, worker_id=self.workers.id, live_workers=self.workers.live_ids, stale_s=settings.worker_stale_s,
@@ -90,6 +107,8 @@ class Gateway:
         self.purger = RetentionPurger(sessions=sessions, ledger=self.ledger, retention=self.retention, uploads=uploads)
         self.federation: Federation | None = None
         self.diagnosis: DiagnosisService | None = None
+        self.cohort: CohortService | None = None
+        self.qmatrix_service: QMatrixService | None = None
         self.calibration: CalibrationService | None = None
         self.training: TrainingService | None = None
         self._maintenance: asyncio.Task[None] | None = None
@@ -116,16 +135,22 @@ class Gateway:
         self.students.cache = self.federation.cache.store if self.federation.cache is not None else None
         self.calibration = CalibrationService(
             federation=self.federation, qmatrices=self.qmatrices, calibrations=self.calibrations, jobs=self.jobs,
-            policies=self.policies, settings=settings, ledger=self.ledger, usage=self.usage, pseudonyms=self.pseudonyms,
+            policies=self.policies, settings=settings, ledger=self.async_ledger, usage=self.usage,
+            pseudonyms=self.pseudonyms,
         )
         self.training = TrainingService(
             qmatrices=self.qmatrices, jobs=self.jobs, calibration=self.calibration, settings=settings
         )
-        self.diagnosis = DiagnosisService(
-            federation=self.federation, qmatrices=self.qmatrices, calibrations=self.calibrations,
-            policies=self.policies, settings=settings, ledger=self.ledger,
-            redactor=Redactor(self.pseudonyms.secret), usage=self.usage, pseudonyms=self.pseudonyms,
+        planner = Planner(
+            federation=self.federation, config=self.tenant_config, settings=settings, pseudonyms=self.pseudonyms
         )
+        self.diagnosis = DiagnosisService(
+            planner=planner, ledger=self.async_ledger, usage=self.usage, batch=BatchLimits.from_settings(settings)
+        )
+        self.cohort = CohortService(
+            planner=planner, ledger=self.async_ledger, usage=self.usage, limits=CohortLimits.from_settings(settings)
+        )
+        self.qmatrix_service = QMatrixService(store=self.qmatrices, pipeline=self.federation.pipeline)
         if settings.preload_models:
             await self.federation.preload()
         if settings.default_calibration:

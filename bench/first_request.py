@@ -58,9 +58,9 @@ from typing import Any
 
 import httpx
 
-from bench.gateway import _checkout, _percentile
 from bench.processes import ROOT, Processes, free_port, wait_http
-from bench.healthz import _loadavg, _revision
+from bench.provenance import checkout, loadavg, revision
+from bench.stats import percentile
 
 __all__ = ["FIRST_CURL_BODY", "FirstRequestBenchConfig", "later_bodies", "run_first_request_bench", "seconds_summary",
            "write_first_request_report"]
@@ -94,7 +94,7 @@ def seconds_summary(seconds: Sequence[float]) -> dict[str, Any]:
     def s(value: float) -> float | None:
         return None if math.isnan(value) else round(value, 3)
 
-    return {"requests": len(seconds), "p50_s": s(_percentile(seconds, 0.5)),
+    return {"requests": len(seconds), "p50_s": s(percentile(seconds, 0.5)),
             "min_s": s(min(seconds) if seconds else float("nan")), "max_s": s(max(seconds) if seconds else float("nan"))}
 
 
@@ -209,7 +209,7 @@ def _send(base: str, key: str, body: dict[str, Any], *, timeout: float, jobs: _J
             "calibration_before": before["status"] if before else None,
             "calibration_after": after["status"] if after else None,
             "calibration_id": answer.get("calibration_id"), "entities": _entities(answer), "error": error,
-            "loadavg_1m": (_loadavg() or [None])[0]}
+            "loadavg_1m": (loadavg() or [None])[0]}
 
 
 def _log_excerpt(log: Path, limit: int = 40) -> list[str]:
@@ -227,12 +227,12 @@ def run_first_request_bench(config: FirstRequestBenchConfig, *,
     work = Path(tempfile.mkdtemp(prefix="fedcd-bench-first-request-"))
     state = work / "state"
     procs = Processes(work)
-    root = _checkout(config.revision, work / "checkout") if config.revision else ROOT
+    root = checkout(config.revision, work / "checkout") if config.revision else ROOT
     env = _env(state, config.simulated, root)
     jobs = _Jobs(state / "fedcd.db")
     requests: list[dict[str, Any]] = []
     notes: list[str] = []
-    load_before = _loadavg()
+    load_before = loadavg()
     started = time.monotonic()
     bound = started + config.max_seconds
 
@@ -292,7 +292,7 @@ def run_first_request_bench(config: FirstRequestBenchConfig, *,
                                           phase="after"))
                     progress(f"after calibration: {requests[-1]['status']} in {requests[-1]['seconds']:.2f} s")
         events = jobs.events()
-        load_after = _loadavg()
+        load_after = loadavg()
     finally:
         procs.stop_all()
     window = job_window(events)
@@ -303,7 +303,7 @@ def run_first_request_bench(config: FirstRequestBenchConfig, *,
         "config": asdict(config),
         "machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0], "loadavg_before": load_before,
                     "loadavg_after": load_after},
-        "revision": _revision() if config.revision is None else config.revision,
+        "revision": revision() if config.revision is None else config.revision,
         "start_up_s": start_up_s,
         "calibration": {"at_ready": calibration_at_ready, "events": events,
                         "ran_s": (round(window[1] - window[0], 1) if None not in window else None),  # type: ignore[operator]
@@ -331,7 +331,7 @@ def _summary(requests: Sequence[dict[str, Any]]) -> dict[str, Any]:
             label = e["status"] if not e.get("reason") or e["status"] == "ok" else f"{e['status']} ({e['reason']})"
             outcomes.setdefault(name, {})
             outcomes[name][label] = outcomes[name].get(label, 0) + 1
-    p50 = _percentile(later, 0.5) if later else None
+    p50 = percentile(later, 0.5) if later else None
     return {
         "first_s": first["seconds"] if first else None,
         "first_status": first["status"] if first else None,

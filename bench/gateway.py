@@ -30,6 +30,8 @@ import psutil
 
 from bench.processes import ROOT, Processes, free_port, wait_http
 from bench.profiling import BenchSetupError, Profile, py_spy_command, start_profile
+from bench.provenance import checkout
+from bench.stats import percentile
 
 __all__ = ["GatewayBenchConfig", "ScenarioResult", "run_gateway_bench"]
 
@@ -91,11 +93,6 @@ def _cpu_seconds(pid: int) -> float:
     return total
 
 
-def _percentile(values: Sequence[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))] if ordered else float("nan")
-
-
 async def _load(
     make: Callable[[int], tuple[str, dict[str, Any]]], *, n: int, concurrency: int, headers: dict[str, str],
     max_seconds: float,
@@ -131,21 +128,32 @@ async def _load(
     return latencies, counts["ok"], counts["errors"], wall
 
 
+@dataclass(frozen=True)
+class _Target:
+    """The server a scenario loads: its label in the report, the process whose CPU is measured, the headers every
+    request carries, and the bench's configuration (time limit, stub latency)."""
+
+    label: str
+    pid: int
+    headers: dict[str, str]
+    config: GatewayBenchConfig
+
+
 def _scenario(
-    name: str, target: str, pid: int, make: Callable[[int], tuple[str, dict[str, Any]]], *, n: int,
-    concurrency: int, headers: dict[str, str], config: GatewayBenchConfig, per: str = "diagnosis",
-    per_request_units: int = 1, notes: list[str] | None = None,
+    target: _Target, name: str, make: Callable[[int], tuple[str, dict[str, Any]]], *, n: int, concurrency: int,
+    per: str = "diagnosis", per_request_units: int = 1, notes: list[str] | None = None,
 ) -> ScenarioResult:
-    before = _cpu_seconds(pid)
+    config = target.config
+    before = _cpu_seconds(target.pid)
     latencies, ok, errors, wall = asyncio.run(
-        _load(make, n=n, concurrency=concurrency, headers=headers, max_seconds=config.max_seconds)
+        _load(make, n=n, concurrency=concurrency, headers=target.headers, max_seconds=config.max_seconds)
     )
-    cpu = _cpu_seconds(pid) - before
+    cpu = _cpu_seconds(target.pid) - before
     stub = config.stub_latency_ms
-    p50 = _percentile(latencies, 0.5) * 1000
+    p50 = percentile(latencies, 0.5) * 1000
     return ScenarioResult(
-        name=name, target=target, requests=ok + errors, concurrency=concurrency, seconds=wall, ok=ok, errors=errors,
-        p50_ms=p50, p90_ms=_percentile(latencies, 0.9) * 1000, p99_ms=_percentile(latencies, 0.99) * 1000,
+        name=name, target=target.label, requests=ok + errors, concurrency=concurrency, seconds=wall, ok=ok, errors=errors,
+        p50_ms=p50, p90_ms=percentile(latencies, 0.9) * 1000, p99_ms=percentile(latencies, 0.99) * 1000,
         added_p50_ms=p50 - stub, throughput_rps=ok / wall if wall > 0 else 0.0,
         cpu_ms_per_request=cpu * 1000 / max(1, ok * per_request_units), per=per, notes=notes or [],
     )
@@ -222,10 +230,11 @@ def _litellm(config: GatewayBenchConfig, stub_url: str, procs: Processes, work: 
             "response_format": {"type": "json_schema", "json_schema": {"name": "mastery", "schema": schema}}}
     url = f"http://127.0.0.1:{port}/v1/chat/completions"
     results = []
+    litellm = _Target("litellm", proc.pid, {"Authorization": f"Bearer {master_key}"}, config)
     for concurrency, n in ((1, config.requests_c1), (config.concurrency, config.requests_cmax)):
         results.append(_scenario(
-            f"one pass-through call, c={concurrency}", "litellm", proc.pid, lambda k: (url, body), n=n,
-            concurrency=concurrency, headers={"Authorization": f"Bearer {master_key}"}, config=config, per="call",
+            litellm, f"one pass-through call, c={concurrency}", lambda k: (url, body), n=n, concurrency=concurrency,
+            per="call",
         ))
     return results
 
@@ -267,8 +276,8 @@ def _fedcd_scenarios(
         return make
 
     # Warm-up (imports, connection pools, caches), not measured.
-    _scenario("warm-up", label, gateway.pid, single("example-prealgebra", EXAMPLE_ITEMS), n=30, concurrency=4,
-              headers=headers, config=config)
+    target = _Target(label, gateway.pid, headers, config)
+    _scenario(target, "warm-up", single("example-prealgebra", EXAMPLE_ITEMS), n=30, concurrency=4)
     profile: Profile | None = start_profile(gateway.pid, work, procs.start) if config.profile else None
     for name, qid, items, n, concurrency in (
         ("diagnosis, 12-item Q-matrix, c=1", "example-prealgebra", EXAMPLE_ITEMS, config.requests_c1, 1),
@@ -277,8 +286,7 @@ def _fedcd_scenarios(
         (f"diagnosis, {config.big_items}-item Q-matrix, c=1", "bank", bank_items, config.requests_c1, 1),
     ):
         progress(f"{label}: {name}")
-        results.append(_scenario(name, label, gateway.pid, single(qid, items), n=n, concurrency=concurrency,
-                                 headers=headers, config=config))
+        results.append(_scenario(target, name, single(qid, items), n=n, concurrency=concurrency))
         if profile is not None:
             profile_text = profile.stop()
             profile = None
@@ -286,9 +294,8 @@ def _fedcd_scenarios(
                    "responses": _responses(random.Random(7), EXAMPLE_ITEMS)}
     httpx.post(f"{base}/v1/diagnose", json=repeat_body, headers=headers, timeout=60).raise_for_status()
     progress(f"{label}: repeat path")
-    results.append(_scenario("identical request again (repeat path), c=1", label, gateway.pid,
+    results.append(_scenario(target, "identical request again (repeat path), c=1",
                              lambda k: (f"{base}/v1/diagnose", repeat_body), n=config.repeats, concurrency=1,
-                             headers=headers, config=config,
                              notes=["answered from the stored answer: no entity call"]))
 
     def batch(k: int) -> tuple[str, dict[str, Any]]:
@@ -297,25 +304,12 @@ def _fedcd_scenarios(
         return f"{base}/v1/diagnose/batch", {"qmatrix_id": "example-prealgebra", "students": students}
 
     progress(f"{label}: batch")
-    results.append(_scenario(f"batch of {config.batch_size} students, c=1", label, gateway.pid, batch,
-                             n=config.batches, concurrency=1, headers=headers, config=config,
-                             per=f"student (batches of {config.batch_size})",
+    results.append(_scenario(target, f"batch of {config.batch_size} students, c=1", batch,
+                             n=config.batches, concurrency=1, per=f"student (batches of {config.batch_size})",
                              per_request_units=config.batch_size))
     gateway.terminate()
     gateway.wait(timeout=30)
     return _CheckoutRun(results, profile_text)
-
-
-def _checkout(revision: str, into: Path) -> Path:
-    """The repository's files at ``revision`` (``git archive``), to run its gateway beside this one."""
-    into.mkdir(parents=True)
-    try:
-        archive = subprocess.run(["git", "-C", str(ROOT), "archive", "--format=tar", revision], capture_output=True,
-                                 check=True, timeout=120).stdout
-    except (OSError, subprocess.CalledProcessError) as exc:
-        raise BenchSetupError(f"--baseline {revision}: not a revision of this repository's git history") from exc
-    subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True, timeout=120)
-    return into
 
 
 def run_gateway_bench(config: GatewayBenchConfig, *, progress: Callable[[str], None] = lambda _: None) -> dict[str, Any]:
@@ -346,7 +340,7 @@ def run_gateway_bench(config: GatewayBenchConfig, *, progress: Callable[[str], N
         results += current.results
         profile_text = current.profile
         if config.baseline:
-            root = _checkout(config.baseline, work / "baseline")
+            root = checkout(config.baseline, work / "baseline")
             progress(f"baseline: the gateway at {config.baseline}")
             results += _fedcd_scenarios(
                 root, f"fedcd@{config.baseline}", replace(config, profile=False), stub_urls, procs, work, rng, progress

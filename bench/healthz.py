@@ -36,8 +36,9 @@ from typing import Any
 import httpx
 import psutil
 
-from bench.gateway import _percentile
 from bench.processes import ROOT, Processes, free_port, wait_http
+from bench.provenance import loadavg, revision
+from bench.stats import percentile
 
 __all__ = ["HealthzBenchConfig", "latency_summary", "run_healthz_bench", "write_healthz_report"]
 
@@ -61,8 +62,8 @@ def latency_summary(seconds: Sequence[float], errors: int = 0) -> dict[str, Any]
         return None if math.isnan(value) else round(value * 1000, 3)
 
     return {"probes": len(seconds), "errors": errors,
-            "p50_ms": ms(_percentile(seconds, 0.50)), "p95_ms": ms(_percentile(seconds, 0.95)),
-            "p99_ms": ms(_percentile(seconds, 0.99)), "max_ms": ms(max(seconds) if seconds else float("nan"))}
+            "p50_ms": ms(percentile(seconds, 0.50)), "p95_ms": ms(percentile(seconds, 0.95)),
+            "p99_ms": ms(percentile(seconds, 0.99)), "max_ms": ms(max(seconds) if seconds else float("nan"))}
 
 
 def qmatrix_csv(items: int, concepts: int, seed: int = 0) -> str:
@@ -101,23 +102,7 @@ def _probe(client: httpx.Client, timeout: float) -> tuple[float, bool]:
     return time.perf_counter() - start, ok
 
 
-def _loadavg() -> list[float] | None:
-    try:
-        return [round(x, 2) for x in os.getloadavg()]
-    except OSError:  # pragma: no cover - not on Linux
-        return None
 
-
-def _revision() -> str | None:
-    """The checkout's commit, marked when tracked files differ from it; ``None`` outside a git checkout."""
-    try:
-        head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
-                              text=True, timeout=30, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True, timeout=30, check=True).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return f"{head} (with uncommitted changes)" if dirty else head
 
 
 def run_healthz_bench(config: HealthzBenchConfig, *,
@@ -130,7 +115,7 @@ def run_healthz_bench(config: HealthzBenchConfig, *,
            "FEDCD_ENTITIES": json.dumps(entities), "FEDCD_LOCAL_FED": "false", "FEDCD_TRAIN_DEFAULT_MODEL": "false",
            "FEDCD_DEFAULT_CALIBRATION": "false", "FEDCD_PRELOAD_MODELS": "false", "OPENBLAS_NUM_THREADS": "1",
            "FEDCD_RATE_LIMIT": "1000000/second burst 1000000"}  # limiter in the path, never reached
-    load_before = _loadavg()
+    load_before = loadavg()
     try:
         key = json.loads(subprocess.run(
             [sys.executable, "-m", "app.cli", "keys", "create", "--tenant", "bench", "--role", "admin", "--json"],
@@ -198,7 +183,7 @@ def run_healthz_bench(config: HealthzBenchConfig, *,
                 peak.sample()
             loaded_seconds = time.perf_counter() - started
             abandoned = sum(t.is_alive() for t in threads)
-        load_after = _loadavg()
+        load_after = loadavg()
     finally:
         procs.stop_all()
 
@@ -210,12 +195,12 @@ def run_healthz_bench(config: HealthzBenchConfig, *,
         "config": asdict(config),
         "machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0], "loadavg_before": load_before,
                     "loadavg_after": load_after},
-        "revision": _revision(),
+        "revision": revision(),
         "upload_bytes": len(body),
         "idle": latency_summary(idle, idle_errors),
         "during_uploads": {**latency_summary(loaded, loaded_errors), "seconds": round(loaded_seconds, 3)},
         "uploads": {"sent": len(uploads), "statuses": statuses, "abandoned_threads": abandoned,
-                    "p50_s": _percentile(times, 0.5) if times else None, "max_s": max(times) if times else None},
+                    "p50_s": percentile(times, 0.5) if times else None, "max_s": max(times) if times else None},
         "gateway_rss_mb": {"idle": round(idle_rss / 2**20, 1), "peak": round(peak.bytes / 2**20, 1)},
         "logs": str(work),
     }

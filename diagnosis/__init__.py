@@ -13,17 +13,9 @@ from diagnosis.aggregation import (
     stacked_aggregate,
 )
 from diagnosis.calibrated import NO_NOISE_LEVEL, CalibrationTag, NoiseLevel, calibration_mismatch
-from diagnosis.pipeline import (
-    AllEntitiesFailed,
-    DiagnosisPipeline,
-    DiagnosisRequest,
-    DiagnosisResult,
-    EntityOutcome,
-    NoiseSource,
-    Privatized,
-    UnknownEntities,
-    build_context,
-)
+from diagnosis.pipeline import DiagnosisPipeline, NoiseSource, Privatized
+from diagnosis.plan import DiagnosisPlan, DiagnosisRequest, UnknownEntities, build_context
+from diagnosis.results import AllEntitiesFailed, DiagnosisResult, EntityOutcome, NoEntitySelected
 from diagnosis.tiers import AskAll, AskCalibrated, FederationMode, FederationReport, Selective, Stage, StageReport, Verdict
 from diagnosis.posterior import (
     DEFAULT_ENTITY_ERROR_SD,
@@ -53,11 +45,13 @@ __all__ = [
     "CalibrationTag",
     "DegeneratePosteriorError",
     "DiagnosisPipeline",
+    "DiagnosisPlan",
     "DiagnosisRequest",
     "DiagnosisResult",
     "EntityOutcome",
     "FederationMode",
     "FederationReport",
+    "NoEntitySelected",
     "NoiseLevel",
     "NoiseSource",
     "PosteriorAggregation",

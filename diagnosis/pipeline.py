@@ -1,7 +1,8 @@
 """The one diagnosis pipeline: fan out → privatize → aggregate.
 
-The API, the CLI and the evaluation harness all call ``DiagnosisPipeline.diagnose``; it
-knows nothing of HTTP. The request's federation mode (:mod:`diagnosis.tiers`) orders the
+The API, the CLI and the evaluation harness all call ``DiagnosisPipeline.diagnose`` (or, to read the
+plan before running it — the gateway charges the privacy budget from it — ``plan`` then ``run``:
+:mod:`diagnosis.plan`); it knows nothing of HTTP. The request's federation mode (:mod:`diagnosis.tiers`) orders the
 selected entities into stages — one stage of all of them, or tier by tier — and the pipeline
 aggregates every answer so far after each stage until the mode says it is enough. All stages
 share the request's one deadline (``DiagnosisRequest.deadline_s``): each entity call is bounded
@@ -19,28 +20,30 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-import uuid
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from functools import partial
-from typing import Literal, TypeVar
+from typing import TypeVar
 
 import numpy as np
 
 from diagnosis.aggregation import Aggregation, Aggregator, ResidualAggregator
-from diagnosis.calibrated import NoiseLevel, calibration_mismatch
-from diagnosis.tiers import AskAll, FederationMode, FederationReport, Stage, StageReport
-from privacy import DEFAULT_DELTA, PAPER_MECHANISM, Mechanism, SensitivityMode, make_rng, mechanism_for_request
-from providers import Entity, EntityError, EntityPrediction, EntitySkipped, PromptContext, PromptItem, WithDeadline
+from diagnosis.calibrated import calibration_mismatch
+from diagnosis.plan import DiagnosisPlan, DiagnosisRequest, UnknownEntities, build_context, request_mechanism
+from diagnosis.results import AllEntitiesFailed, DiagnosisResult, EntityOutcome, NoEntitySelected
+from diagnosis.tiers import FederationReport, Stage, StageReport
+from privacy import Mechanism, make_rng
+from providers import Entity, EntityError, EntityPrediction, EntitySkipped, PromptContext, WithDeadline
 from providers.pricing import FREE, Price
-from qmatrix import QMatrix, Response
 
+# Also importable from here, where they were defined before diagnosis.plan and diagnosis.results.
 __all__ = [
     "AllEntitiesFailed",
     "DiagnosisPipeline",
+    "DiagnosisPlan",
     "DiagnosisRequest",
     "DiagnosisResult",
     "EntityOutcome",
+    "NoEntitySelected",
     "NoiseSource",
     "Privatized",
     "UnknownEntities",
@@ -76,115 +79,8 @@ class Privatized:
         await self.inner.aclose()
 
 
-class UnknownEntities(ValueError):
-    def __init__(self, names: Sequence[str], known: Sequence[str]) -> None:
-        self.names = list(names)
-        super().__init__(f"unknown entities: {', '.join(names)} (configured: {', '.join(known) or 'none'})")
-
-
-@dataclass(frozen=True, kw_only=True)
-class DiagnosisRequest:
-    student_id: str
-    qmatrix: QMatrix
-    responses: Sequence[Response]
-    epsilon: float | None = 1.0  # None: the caller asked for no noise
-    sensitivity: SensitivityMode = "paper"
-    mechanism: str = PAPER_MECHANISM  # privacy.MECHANISM_NAMES; the paper's Laplace by default
-    delta: float = DEFAULT_DELTA  # used by the Gaussian mechanism only
-    entities: Sequence[str] | None = None  # None: every configured entity
-    include_answers: bool = False  # send free-text answers to the entities (off: data minimisation)
-    federation: FederationMode = field(default_factory=AskAll)  # which entities are asked, in what order
-    deadline_s: float | None = None  # one deadline for the whole request, every stage included; None: none
-    cache_scope: str | None = None  # who may share cached entity answers (the tenant); see PromptContext
-    request_id: str = field(default_factory=lambda: uuid.uuid4().hex)
-
-    @property
-    def noise(self) -> NoiseLevel:
-        return NoiseLevel(mechanism=self.mechanism, epsilon=self.epsilon, sensitivity=self.sensitivity, delta=self.delta)
-
-
-@dataclass(frozen=True)
-class EntityOutcome:
-    """What one entity contributed to a diagnosis. ``mastery`` is privatized; raw values are never kept.
-
-    ``skipped``: the entity could not serve the request at all; ``mastery`` is None and
-    ``error`` holds the reason. ``reason`` is the reason class of a failed or skipped entity
-    (``EntityError.code``: unavailable, timeout, rejected, parse_error, circuit_open, skipped).
-
-    Usage: the tokens the provider reported for the call, every attempt included, and their price
-    (``cost_usd``); a failed call counts what its provider reported before failing (an unreadable answer
-    was billed; a timeout or refusal reports nothing: 0). ``cache``: ``hit``/``miss`` from a response
-    cache in front of the entity, None without one; a hit used no tokens and costs nothing."""
-
-    name: str
-    status: Literal["ok", "partial", "failed", "skipped"]
-    latency_ms: float
-    mastery: dict[str, float] | None = None
-    missing: list[str] = field(default_factory=list)
-    error: str | None = None
-    reason: str | None = None
-    model: str = ""
-    attempts: int = 0
-    repairs: dict[str, int] = field(default_factory=dict)  # repair rule -> count
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    cost_usd: float = 0.0
-    cache: Literal["hit", "miss"] | None = None
-
-
-@dataclass(frozen=True)
-class DiagnosisResult:
-    student_id: str
-    request_id: str
-    concepts: tuple[str, ...]
-    mastery: dict[str, float]
-    missing_concepts: list[str]
-    entities: list[EntityOutcome]
-    privacy: dict[str, object]
-    calibration_id: str | None
-    latency_ms: float
-    intervals: dict[str, tuple[float, float]] = field(default_factory=dict)  # Bayes post-processing only
-    interval_level: float | None = None
-    aggregation: str = "mean"  # the aggregator's kind: mean or posterior
-    # field -> {"calibrated": ..., "served": ...} where this request's noise differs from the calibration's
-    calibration_mismatch: dict[str, dict[str, object]] | None = None
-    federation: FederationReport = field(default_factory=lambda: FederationReport(mode="all"))
-
-
 # (request, entity name) -> the generator that entity's answer to the request is privatized with.
 NoiseSource = Callable[[DiagnosisRequest, str], np.random.Generator]
-
-
-class AllEntitiesFailed(RuntimeError):
-    """No entity produced a usable answer; ``outcomes`` holds each entity's reason."""
-
-    def __init__(self, outcomes: Sequence[EntityOutcome]) -> None:
-        self.outcomes = list(outcomes)
-        reasons = "; ".join(f"{o.name} ({o.status}): {o.error}" for o in outcomes) or "no entities selected"
-        super().__init__(f"no entity answered ({reasons})")
-
-
-def build_context(
-    qmatrix: QMatrix, responses: Sequence[Response], *, include_answers: bool = True, cache_scope: str | None = None
-) -> PromptContext:
-    """Q-filtered prompt context. Raises ``QMatrixError`` naming unknown item ids.
-
-    Data minimisation: the context holds the answered items' text, their Q-matrix rows
-    and correctness — never the student id. Free-text answers are included only when
-    ``include_answers`` (they may hold names or other identifying text).
-    """
-    concepts = qmatrix.concepts_for([r.item_id for r in responses])
-    items = tuple(
-        PromptItem(
-            item_id=r.item_id,
-            text=qmatrix.item(r.item_id).text,
-            concepts=qmatrix.item(r.item_id).concepts,
-            score=r.score,
-            answer=r.answer if include_answers else None,
-        )
-        for r in responses
-    )
-    return PromptContext(concepts=concepts, items=items, qmatrix_id=qmatrix.id, cache_scope=cache_scope)
 
 
 async def _off_loop(cells: int, work: Callable[[], T]) -> T:
@@ -271,30 +167,46 @@ class DiagnosisPipeline:
 
     def mechanism_for(self, request: DiagnosisRequest) -> Mechanism:
         """The privacy mechanism this request's answers will be released through (built once per parameters:
-        the registry reuses it, so the service's charge and the release see the same object)."""
-        return mechanism_for_request(
-            name=request.mechanism,
-            epsilon=request.epsilon,
-            delta=request.delta,
-            mode=request.sensitivity,
-            n_concepts_total=len(request.qmatrix.concepts),
-            n_concepts_assessed=len(request.qmatrix.concepts_for([r.item_id for r in request.responses])),
-        )
+        the registry reuses it, so a plan and whoever reads the request's mechanism see the same object)."""
+        return request_mechanism(request)
 
-    async def diagnose(self, request: DiagnosisRequest, aggregator: Aggregator | None = None) -> DiagnosisResult:
-        start = time.perf_counter()
-        deadline = None if request.deadline_s is None else time.monotonic() + request.deadline_s
-        aggregator = aggregator or ResidualAggregator()
+    def plan(self, request: DiagnosisRequest, aggregator: Aggregator | None = None) -> DiagnosisPlan:
+        """The request decided: its prompt context, mechanism, federation mode, entities and deadline, with
+        ``aggregator`` (default: the uncalibrated residual mean). Raises ``QMatrixError`` (unknown items),
+        :class:`UnknownEntities`, or :class:`NoEntitySelected` when there is no entity to ask."""
         context = build_context(
             request.qmatrix, request.responses, include_answers=request.include_answers, cache_scope=request.cache_scope
         )
         selected = self.select(request.entities)
-        mechanism = self.mechanism_for(request)  # the one object privatizing, modelled and described below
-        mode = request.federation
+        if not selected:
+            raise NoEntitySelected("the federation has no entities" if request.entities is None or not self.entities
+                                   else "the request names none")
+        return DiagnosisPlan(
+            request=request,
+            context=context,
+            # the one object privatizing, modelled and described below (and charged for, by the gateway)
+            mechanism=request_mechanism(request, len(context.concepts)),
+            mode=request.federation,
+            entities=selected,
+            aggregator=aggregator or ResidualAggregator(),
+            deadline_s=request.deadline_s,
+        )
+
+    async def diagnose(self, request: DiagnosisRequest, aggregator: Aggregator | None = None) -> DiagnosisResult:
+        """Plan the request and run the plan."""
+        return await self.run(self.plan(request, aggregator))
+
+    async def run(self, plan: DiagnosisPlan) -> DiagnosisResult:
+        """Ask the plan's entities stage by stage, privatize each answer, aggregate (see the module docstring)."""
+        start = time.perf_counter()
+        deadline = None if plan.deadline_s is None else time.monotonic() + plan.deadline_s
+        request, context, mechanism, mode, aggregator = (
+            plan.request, plan.context, plan.mechanism, plan.mode, plan.aggregator
+        )
         report = FederationReport(mode=mode.name, threshold=mode.threshold)
         outcomes: list[EntityOutcome] = []
         aggregation: Aggregation | None = None
-        stages = mode.stages({name: self.tiers.get(name, 0) for name in selected})
+        stages = mode.stages({name: self.tiers.get(name, 0) for name in plan.entities})
         for n, stage in enumerate(stages):
             left = None if deadline is None else deadline - time.monotonic()
             if left is not None and left <= 0:
@@ -303,7 +215,7 @@ class DiagnosisPipeline:
                     reason="not asked: the request's deadline had passed",
                 ))
                 break
-            asked = await self._ask_stage(request, stage, selected, mechanism, context, left)
+            asked = await self._ask_stage(plan, stage, left)
             outcomes.extend(asked)
             if not any(o.mastery for o in asked):
                 report.stages.append(StageReport(
@@ -348,17 +260,14 @@ class DiagnosisPipeline:
             federation=report,
         )
 
-    async def _ask_stage(
-        self, request: DiagnosisRequest, stage: Stage, selected: Mapping[str, Entity], mechanism: Mechanism,
-        context: PromptContext, left: float | None,
-    ) -> list[EntityOutcome]:
+    async def _ask_stage(self, plan: DiagnosisPlan, stage: Stage, left: float | None) -> list[EntityOutcome]:
         """The stage's entities, concurrently, each bounded by the time left of the request's deadline."""
         def guarded(name: str) -> Privatized:
-            entity = selected[name] if left is None else WithDeadline(selected[name], left)
-            rng = self._rng if self._noise is None else self._noise(request, name)
-            return Privatized(entity, mechanism, rng)
+            entity = plan.entities[name] if left is None else WithDeadline(plan.entities[name], left)
+            rng = self._rng if self._noise is None else self._noise(plan.request, name)
+            return Privatized(entity, plan.mechanism, rng)
 
-        return list(await asyncio.gather(*(self._ask(guarded(name), context) for name in stage.entities)))
+        return list(await asyncio.gather(*(self._ask(guarded(name), plan.context) for name in stage.entities)))
 
     async def aclose(self) -> None:
         await asyncio.gather(*(e.aclose() for e in self.entities.values()), return_exceptions=True)

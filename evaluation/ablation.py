@@ -33,8 +33,8 @@ from evaluation.metrics import auc
 from evaluation.rows import Estimates
 from evaluation.served import LocalFedTraining, local_fed_folder
 from evaluation.significance import BOOTSTRAP_RESAMPLES, paired_bootstrap_auc
-from evaluation.splits import split_holdout, split_students
-from federated import ModelRegistry, train_federated
+from qmatrix.splits import split_holdout, split_students
+from federated import ModelRegistry, PublishOptions, train_federated
 from federated.predict import predict_heldout, predict_mastery_batch
 from qmatrix import Dataset, QMatrix, Response, StudentResponses
 
@@ -134,8 +134,8 @@ def run_ablation(
             trained = train_federated(
                 dataset=Dataset(name=f"{q.id}-train", qmatrix=q, students=list(split.train),
                                 simulated=dataset.simulated),
-                registry=ModelRegistry(Path(folder)), seed=seed, activate=False,
-                **{**variant.training.trainer_arguments(), "force": True},  # every variant is measured, gate or not
+                registry=ModelRegistry(Path(folder)), config=variant.training.training_config(seed),
+                publish=PublishOptions(force=True, activate=False),  # every variant is measured, gate or not
             )
         model = trained.model
         spent = trained.history[-1].epsilon if trained.history and variant.training.epsilon is not None else None

@@ -18,7 +18,7 @@ from providers import Entity
 from providers.wrappers import Cached
 from qmatrix import QMatrix, Response
 
-__all__ = ["Collected", "NoiseSetting", "collect_predictions"]
+__all__ = ["CollectOptions", "Collected", "NoiseSetting", "collect_predictions"]
 
 Predictions = dict[str, dict[str, float]]  # entity -> concept -> privatized value
 
@@ -32,6 +32,17 @@ class NoiseSetting:
     @property
     def label(self) -> str:
         return "inf" if self.epsilon is None else f"{self.epsilon:g}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class CollectOptions:
+    """How every protocol asks for answers: the sensitivity mode and δ of a setting that names none, how many
+    students are diagnosed at once, and a progress callback (called with 1 per answered student and setting)."""
+
+    sensitivity: str = "paper"
+    delta: float = 1e-5
+    concurrency: int = 4
+    on_progress: Callable[[int], None] | None = None
 
 
 @dataclass
@@ -51,16 +62,15 @@ async def collect_predictions(
     students: Sequence[Sequence[Response]],
     settings: Sequence[NoiseSetting],
     *,
-    sensitivity: str = "paper",
-    delta: float = 1e-5,
     seed: int | None = None,
-    concurrency: int = 4,
-    on_progress: Callable[[int], None] | None = None,
+    options: CollectOptions | None = None,
 ) -> Collected:
+    options = options or CollectOptions()
+    sensitivity, delta, on_progress = options.sensitivity, options.delta, options.on_progress
     cached = {name: Cached(entity) for name, entity in entities.items()}
     pipeline = DiagnosisPipeline(cached, seed=seed)
     out = Collected()
-    gate = asyncio.Semaphore(concurrency)
+    gate = asyncio.Semaphore(options.concurrency)
 
     async def one(responses: Sequence[Response], setting: NoiseSetting) -> tuple[Predictions, Mechanism]:
         async with gate:

@@ -42,7 +42,7 @@ from evaluation.metrics import auc
 from evaluation.rows import Estimates
 from evaluation.served import ServedConfig, local_fed_folder, served_calibration
 from evaluation.significance import BOOTSTRAP_RESAMPLES, paired_bootstrap_auc
-from evaluation.splits import split_holdout, split_students
+from qmatrix.splits import split_holdout, split_students
 from providers import DEFAULT_EMBEDDED, DEFAULT_HOSTED, EntitySpec, build_adapter
 from providers.cache import CacheKey, MemoryCacheStore, ResponseCached
 from providers.wrappers import Cached
@@ -159,16 +159,30 @@ def keyed_noise(seed: int) -> NoiseSource:
     return rng
 
 
+@dataclass(frozen=True)
+class _Server:
+    """What every mode's diagnoses share: the pipeline (its entities swapped per mode), the Q-matrix, the served
+    configuration, its calibrated aggregator and record, the concurrency gate and the progress callback."""
+
+    pipeline: DiagnosisPipeline
+    q: QMatrix
+    config: ServedConfig
+    aggregator: Aggregator
+    record: CalibrationRecord | None
+    gate: asyncio.Semaphore
+    progress: Progress | None
+
+
 async def _diagnose(
-    pipeline: DiagnosisPipeline, q: QMatrix, students: Sequence[Sequence[Response]], part: str, config: ServedConfig,
-    aggregator: Aggregator, mode: FederationMode, gate: asyncio.Semaphore, progress: Progress | None,
-    record: CalibrationRecord | None = None,
+    server: _Server, students: Sequence[Sequence[Response]], part: str, mode: FederationMode,
 ) -> list[DiagnosisResult | None]:
-    noise = config.noise
+    pipeline, q, noise, record, gate, progress = (server.pipeline, server.q, server.config.noise, server.record,
+                                                  server.gate, server.progress)
+    aggregator = server.aggregator
 
     def entities(responses: Sequence[Response]) -> list[str] | None:
         """Who the mode asks: ``calibrated`` and ``selective`` leave out what the calibration gives no weight (as the
-        service does, ``DiagnosisService._left_out``); ``all`` asks everyone."""
+        gateway does, ``app.services.planning.Planner``); ``all`` asks everyone."""
         if record is None or isinstance(mode, AskAll) and not isinstance(mode, AskCalibrated):
             return None
         unhelpful = record.params.unhelpful(q.concepts_for(r.item_id for r in responses))
@@ -265,14 +279,15 @@ async def run_cost_bench(
                       for n in fed.entities],
             noise=config.noise.fields(), calibration_method=record.method, local_fed=fed.local_fed,
         )
+        server = _Server(pipeline, q, config, aggregator, record, gate, progress)
         reference: np.ndarray | None = None  # the test P(correct) of federation all, the first mode
         for mode in _modes(thresholds):
             # Each mode asks afresh: a tier-0 answer computed for an earlier mode (or the calibration) would make this
             # mode's latency a cache lookup. The noise stays keyed; an LLM's answer is drawn again.
             pipeline.entities = {n: Cached(e.inner) if isinstance(e, Cached) else e for n, e in members.items()}
             began = time.perf_counter()
-            val = await _diagnose(pipeline, q, val_obs, "val", config, aggregator, mode, gate, progress, record)
-            test = await _diagnose(pipeline, q, test_obs, "test", config, aggregator, mode, gate, progress, record)
+            val = await _diagnose(server, val_obs, "val", mode)
+            test = await _diagnose(server, test_obs, "test", mode)
             estimates = Estimates(name=mode.name, epsilon=config.noise.epsilon,
                                   validation=[r.mastery if r else {} for r in val],
                                   test=[r.mastery if r else {} for r in test])

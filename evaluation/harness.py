@@ -11,14 +11,16 @@ from typing import Any
 import numpy as np
 
 from evaluation.baselines import DINA, IRT2PL, NCDM, CDMBaseline, NCDMSettings, ProportionCorrect, response_matrix
-from evaluation.collect import Collected, NoiseSetting, collect_predictions
+from evaluation.collect import CollectOptions, Collected, NoiseSetting, collect_predictions
 from evaluation.served import ServedConfig, train_local_fed
 from providers import Entity
 from providers.wrappers import Cached
 from qmatrix import QMatrix, Response, StudentResponses
 
 __all__ = [
+    "EvaluationConfig",
     "Federation",
+    "Progress",
     "Mastery",
     "assessed",
     "baselines",
@@ -61,6 +63,31 @@ class Federation:
         return {n: c.misses for n, c in self.entities.items()}
 
 
+@dataclass(frozen=True, kw_only=True)
+class EvaluationConfig:
+    """One evaluation run: the ``protocol``, the finite noise levels (ε = ∞ is always included), the seed of every
+    split and draw, the calibration ``method`` of the federation rows, the sensitivity mode and δ of every release,
+    students diagnosed at once, SIMULATED students per generator (simulated protocol), ``served``: add the served
+    rows (held-out and simulated protocols) and train ``local-fed`` on the train split, and ``ncdm``: fit NCDM with
+    these settings next to the classical baselines."""
+
+    protocol: str
+    epsilons: Sequence[float]
+    seed: int = 0
+    method: str = "bias"
+    sensitivity: str = "paper"
+    delta: float = 1e-5
+    concurrency: int = 4
+    n_simulated: int = 500
+    served: ServedConfig | None = None
+    ncdm: NCDMSettings | None = None
+
+    def collect_options(self, progress: Progress | None) -> CollectOptions:
+        """How this run's protocols ask for answers (``progress``: 1 per answered student and setting)."""
+        return CollectOptions(sensitivity=self.sensitivity, delta=self.delta, concurrency=self.concurrency,
+                              on_progress=progress)
+
+
 def federation(
     entities: Mapping[str, Entity], train: Sequence[StudentResponses], q: QMatrix, *, simulated: bool,
     served: ServedConfig | None, seed: int, folder: Path,
@@ -76,15 +103,13 @@ def federation(
 
 async def collect(
     fed: Federation, q: QMatrix, val: Sequence[Sequence[Response]], test: Sequence[Sequence[Response]],
-    epsilons: Sequence[float], *, sensitivity: str, delta: float, seed: int, concurrency: int, progress: Progress | None,
-    extra: Sequence[NoiseSetting] = (),
+    epsilons: Sequence[float], *, seed: int, options: CollectOptions, extra: Sequence[NoiseSetting] = (),
 ) -> tuple[Collected, Collected, dict[str, int]]:
     """The federation's privatized answers for validation and test students at every noise setting (and
     the ``extra`` ones), and how many requests failed per entity."""
     settings = [*noise_settings(epsilons), *(x for x in extra if x not in noise_settings(epsilons))]
-    kw: dict[str, Any] = {"sensitivity": sensitivity, "delta": delta, "concurrency": concurrency, "on_progress": progress}
-    val_c = await collect_predictions(fed.entities, q, val, settings, seed=seed, **kw)
-    test_c = await collect_predictions(fed.entities, q, test, settings, seed=seed + 1, **kw)
+    val_c = await collect_predictions(fed.entities, q, val, settings, seed=seed, options=options)
+    test_c = await collect_predictions(fed.entities, q, test, settings, seed=seed + 1, options=options)
     failures = {n: val_c.failures.get(n, 0) + test_c.failures.get(n, 0) for n in fed.entities
                 if val_c.failures.get(n) or test_c.failures.get(n)}
     return val_c, test_c, failures

@@ -23,15 +23,16 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from evaluation.baselines import CDMBaseline, response_matrix
-from evaluation.harness import (Federation, Mastery, assessed, baseline_mastery, baselines, collect, fill_uncovered,
-                                served_setting)
+from evaluation.harness import (EvaluationConfig, Federation, Mastery, Progress, assessed, baseline_mastery, baselines,
+                                collect, fill_uncovered, served_setting)
 from evaluation.link import ItemEasiness, fit_link, item_easiness
 from evaluation.metrics import accuracy, auc, ece, response_rmse
 from evaluation.results import VIA_API_ROW, EvaluationResult, Row
 from evaluation.rows import Estimates, federation_estimates, single_estimates
 from evaluation.served import HeldoutStudents, ServedRowSource, served_estimates
 from evaluation.significance import BOOTSTRAP_RESAMPLES, PairedDifference, paired_bootstrap_auc
-from evaluation.splits import proportion_correct_truth, split_holdout
+from qmatrix.splits import split_holdout
+from qmatrix.truth import proportion_correct_truth
 from qmatrix import QMatrix, Response, StudentResponses
 
 __all__ = ["HeldoutScorer", "heldout_protocol", "train_easiness", "validation_truths"]
@@ -106,17 +107,17 @@ def train_easiness(train: Sequence[StudentResponses]) -> ItemEasiness:
 
 
 async def heldout_protocol(
-    fed: Federation, q: QMatrix, split, result: EvaluationResult, *, epsilons: Sequence[float], served, ncdm,  # type: ignore[no-untyped-def]
-    seed: int, sensitivity: str, delta: float, concurrency: int, progress,  # type: ignore[no-untyped-def]
-    served_via: ServedRowSource | None = None,
+    fed: Federation, q: QMatrix, split, result: EvaluationResult, config: EvaluationConfig, *,  # type: ignore[no-untyped-def]
+    progress: Progress | None, served_via: ServedRowSource | None = None,
 ) -> None:
+    epsilons, served, ncdm, seed = config.epsilons, config.served, config.ncdm, config.seed
+    options = config.collect_options(progress)
     val_obs, val_held = split_holdout(split.validation, seed)
     test_obs, test_held = split_holdout(split.test, seed)
     result.split = {"train": len(split.train), "validation": len(val_obs), "test": len(test_obs)}
     val_truth = validation_truths(q, split.validation, val_obs)
     val_c, test_c, result.entity_failures = await collect(
-        fed, q, val_obs, test_obs, epsilons, sensitivity=sensitivity, delta=delta, seed=seed, concurrency=concurrency,
-        progress=progress, extra=served_setting(served),
+        fed, q, val_obs, test_obs, epsilons, seed=seed, options=options, extra=served_setting(served),
     )
     estimates = federation_estimates(
         val_c, test_c, val_truths=val_truth, val_concepts=assessed(q, val_obs), test_concepts=assessed(q, test_obs),
@@ -126,7 +127,7 @@ async def heldout_protocol(
         estimates += single_estimates(val_c, test_c, entity_names=list(fed.entities), setting=setting)
     if served is not None:
         run = await served_estimates(fed.entities, q, validation=val_obs, validation_truths=val_truth, test=test_obs,
-                                     config=served, seed=seed, concurrency=concurrency)
+                                     config=served, seed=seed, concurrency=options.concurrency)
         estimates += run.estimates
         result.served["calibrations"] = run.calibrations
     if served_via is not None:  # the same students, diagnosed through a running gateway after an upload

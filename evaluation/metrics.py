@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from calibration.reliability import reliability_bins  # re-exported: the evaluation reports them
+
 __all__ = ["accuracy", "auc", "ece", "improvement", "mae", "privacy_cost", "reliability_bins", "response_rmse", "rmse"]
 
 
@@ -95,21 +97,6 @@ def response_rmse(probs: np.ndarray | list[float], labels: np.ndarray | list[flo
     """√Brier: √mean(y(1 − p)² + (1 − y)p²), the RMSE of P(correct) against labels in [0, 1]."""
     p, y = _pair(probs, labels)
     return float(np.sqrt(np.mean(y * (1 - p) ** 2 + (1 - y) * p**2))) if p.size else float("nan")
-
-
-def reliability_bins(
-    probs: np.ndarray | list[float], labels: np.ndarray | list[float], *, n_bins: int = 15
-) -> list[tuple[float, float, int]]:
-    """(mean predicted, observed frequency, count) per equal-width bin; empty bins are omitted."""
-    p, y = _pair(probs, labels)
-    edges = np.linspace(0.0, 1.0, n_bins + 1)
-    index = np.clip(np.digitize(p, edges[1:-1], right=True), 0, n_bins - 1)
-    out = []
-    for b in range(n_bins):
-        sel = index == b
-        if sel.any():
-            out.append((float(p[sel].mean()), float(y[sel].mean()), int(sel.sum())))
-    return out
 
 
 def ece(probs: np.ndarray | list[float], labels: np.ndarray | list[float], *, n_bins: int = 15) -> float:

@@ -23,8 +23,8 @@ from pathlib import Path
 
 import numpy as np
 
-from evaluation.baselines import NCDMSettings
 from evaluation.harness import (
+    EvaluationConfig,
     Federation,
     Mastery,
     assessed,
@@ -39,13 +39,14 @@ from evaluation.heldout import heldout_protocol
 from evaluation.metrics import accuracy, mae, rmse
 from evaluation.results import EvaluationResult, Row
 from evaluation.rows import federation_estimates, single_estimates
-from evaluation.served import ServedConfig, ServedRowSource, local_fed_folder, served_estimates
+from evaluation.served import ServedRowSource, local_fed_folder, served_estimates
 from evaluation.simulation import simulate
-from evaluation.splits import proportion_correct_truth, split_students
+from qmatrix.splits import split_students
+from qmatrix.truth import proportion_correct_truth
 from providers import Entity
 from qmatrix import Dataset, StudentResponses
 
-__all__ = ["PROTOCOLS", "evaluate"]
+__all__ = ["PROTOCOLS", "EvaluationConfig", "evaluate"]  # EvaluationConfig: defined in evaluation.harness
 
 PROTOCOLS = ("paper", "heldout", "simulated")
 Progress = Callable[[int], None]
@@ -62,7 +63,10 @@ def _pairs(estimates: Sequence[Mastery], truths: Sequence[Mastery]) -> tuple[np.
     return np.array(pred), np.array(true), concepts
 
 
-def _mastery_row(name: str, eps: float | None, est: Sequence[Mastery], truths: Sequence[Mastery], result: EvaluationResult, *, mechanism: str = "none", generator: str | None = None, threshold: bool = False, filled: int = 0) -> Row:
+def _mastery_row(name: str, eps: float | None, est: Sequence[Mastery], truths: Sequence[Mastery], result: EvaluationResult,
+                 *, mechanism: str = "none", generator: str | None = None, filled: int = 0) -> Row:
+    """One row scored against ``truths``; with a ``generator`` (SIMULATED truth) also the attribute-wise accuracy at
+    0.5, which the paper protocol's proportion-correct truth has no use for."""
     pred, true, concepts = _pairs(est, truths)
     key = f"{name}@{'inf' if eps is None else f'{eps:g}'}" + (f"[{generator}]" if generator else "")
     result.per_concept_error[key] = {
@@ -71,37 +75,38 @@ def _mastery_row(name: str, eps: float | None, est: Sequence[Mastery], truths: S
     }
     return Row(
         name=name, epsilon=eps, mae=mae(pred, true), rmse=rmse(pred, true), n=int(pred.size), mechanism=mechanism,
-        acc=accuracy(pred, true) if threshold else None, generator=generator, filled=filled,
+        acc=accuracy(pred, true) if generator is not None else None, generator=generator, filled=filled,
     )
 
 
-async def _paper(dataset: Dataset, fed: Federation, result: EvaluationResult, *, split, epsilons, ncdm, **kw: object) -> None:  # type: ignore[no-untyped-def]
-    q = dataset.qmatrix
+async def _paper(dataset: Dataset, fed: Federation, result: EvaluationResult, config: EvaluationConfig, *, split,  # type: ignore[no-untyped-def]
+                 progress: Progress | None) -> None:
+    q, epsilons = dataset.qmatrix, config.epsilons
     val = [list(s.responses) for s in split.validation]
     test = [list(s.responses) for s in split.test]
     result.split = {"train": len(split.train), "validation": len(val), "test": len(test)}
     val_truth = [proportion_correct_truth(q, r) for r in val]
     test_truth = [proportion_correct_truth(q, r) for r in test]
-    val_c, test_c, result.entity_failures = await collect(fed, q, val, test, epsilons, **kw)  # type: ignore[arg-type]
+    val_c, test_c, result.entity_failures = await collect(fed, q, val, test, epsilons, seed=config.seed,
+                                                          options=config.collect_options(progress))
     for est in federation_estimates(val_c, test_c, val_truths=val_truth, val_concepts=assessed(q, val), test_concepts=assessed(q, test), entity_names=list(fed.entities), epsilons=epsilons, method=result.method):
         result.rows.append(_mastery_row(est.name, est.epsilon, est.test, test_truth, result, mechanism=est.mechanism))
         if est.name.startswith("single:") and est.epsilon is None:
             pred, true, _ = _pairs(est.test, test_truth)
             result.reliability[est.name.removeprefix("single:")] = list(zip(pred.tolist(), true.tolist()))
-    for name, model in baselines(split.train, q, ncdm).items():
+    for name, model in baselines(split.train, q, config.ncdm).items():
         result.rows.append(_mastery_row(name, None, baseline_mastery(model, test, q), test_truth, result))
     result.notes.append("paper protocol: the truth is the proportion correct of the responses the entities are shown, "
                         "so 'proportion-correct' reproduces it exactly (MAE 0) and measures nothing but that identity")
 
 
-async def _simulated(dataset: Dataset, entities: Mapping[str, Entity], result: EvaluationResult, *, n_simulated: int,
-                     served: ServedConfig | None, ncdm: NCDMSettings | None, folder: Path, epsilons: Sequence[float],
-                     **kw: object) -> None:
-    q = dataset.qmatrix
+async def _simulated(dataset: Dataset, entities: Mapping[str, Entity], result: EvaluationResult,
+                     config: EvaluationConfig, *, folder: Path, progress: Progress | None) -> None:
+    q, served, epsilons = dataset.qmatrix, config.served, config.epsilons
     result.simulated_data = True
     calls: dict[str, int] = {}
     for generator in ("dina", "irt"):
-        sim = simulate(q, generator=generator, n_students=n_simulated, seed=result.seed)
+        sim = simulate(q, generator=generator, n_students=config.n_simulated, seed=result.seed)
         split = split_students(sim.dataset.students, seed=result.seed)
         val = [list(s.responses) for s in split.validation]
         test = [list(s.responses) for s in split.test]
@@ -115,13 +120,14 @@ async def _simulated(dataset: Dataset, entities: Mapping[str, Entity], result: E
         fed = federation(entities, split.train, q, simulated=True, served=served, seed=result.seed, folder=folder / generator)
         if fed.local_fed:
             result.served.setdefault("local_fed", {})[generator] = fed.local_fed
-        val_c, test_c, failures = await collect(fed, q, val, test, epsilons, seed=result.seed, extra=served_setting(served), **kw)  # type: ignore[arg-type]
+        val_c, test_c, failures = await collect(fed, q, val, test, epsilons, seed=result.seed,
+                                                options=config.collect_options(progress), extra=served_setting(served))
         estimates = federation_estimates(val_c, test_c, val_truths=val_truth, val_concepts=assessed(q, val), test_concepts=assessed(q, test), entity_names=list(fed.entities), epsilons=epsilons, method=result.method)
         for setting in served_setting(served):
             estimates += single_estimates(val_c, test_c, entity_names=list(fed.entities), setting=setting)
         if served is not None:
             run = await served_estimates(fed.entities, q, validation=val, validation_truths=val_truth, test=test,
-                                         config=served, seed=result.seed, concurrency=int(kw["concurrency"]))  # type: ignore[call-overload]
+                                         config=served, seed=result.seed, concurrency=config.concurrency)
             estimates += run.estimates
             result.served.setdefault("calibrations", {})[generator] = run.calibrations
         for n, c in fed.calls().items():
@@ -131,12 +137,12 @@ async def _simulated(dataset: Dataset, entities: Mapping[str, Entity], result: E
         needed = [list(t) for t in test_truth]
         for est in estimates:
             filled_est, filled = fill_uncovered(est.test, needed, est.validation)
-            result.rows.append(_mastery_row(est.name, est.epsilon, filled_est, test_truth, result, mechanism=est.mechanism, generator=generator, threshold=True, filled=filled))
-        for name, model in baselines(split.train, q, ncdm).items():
-            result.rows.append(_mastery_row(name, None, baseline_mastery(model, test, q), test_truth, result, generator=generator, threshold=True))
+            result.rows.append(_mastery_row(est.name, est.epsilon, filled_est, test_truth, result, mechanism=est.mechanism, generator=generator, filled=filled))
+        for name, model in baselines(split.train, q, config.ncdm).items():
+            result.rows.append(_mastery_row(name, None, baseline_mastery(model, test, q), test_truth, result, generator=generator))
             if name == "ncdm":
                 result.baselines["ncdm"] = model.describe()  # type: ignore[attr-defined]
-        result.rows.append(_mastery_row("oracle", None, restrict(split.test, sim.oracle), test_truth, result, generator=generator, threshold=True))
+        result.rows.append(_mastery_row("oracle", None, restrict(split.test, sim.oracle), test_truth, result, generator=generator))
     result.entity_calls = calls
     result.notes.append("simulated protocol: SIMULATED students on the real Q-matrix; 'acc' is attribute-wise recovery "
                         "accuracy at 0.5 (a true mastery y counts as y mastered and 1 − y not, so IRT's continuous "
@@ -147,26 +153,14 @@ async def _simulated(dataset: Dataset, entities: Mapping[str, Entity], result: E
 async def evaluate(
     dataset: Dataset,
     entities: Mapping[str, Entity],
+    config: EvaluationConfig,
     *,
-    protocol: str,
-    epsilons: Sequence[float],
-    seed: int = 0,
-    method: str = "bias",
-    sensitivity: str = "paper",
-    delta: float = 1e-5,
-    concurrency: int = 4,
-    n_simulated: int = 500,
-    served: ServedConfig | None = None,
-    ncdm: NCDMSettings | None = None,
     progress: Progress | None = None,
     served_via: ServedRowSource | None = None,
 ) -> EvaluationResult:
-    """Run one protocol; ``epsilons`` are the finite noise levels (ε = ∞ is always included).
-
-    ``served``: add the served rows (held-out and simulated protocols) and train ``local-fed`` on the
-    train split; ``ncdm``: fit NCDM with these settings next to the classical baselines; ``served_via`` (held-out
-    protocol): one more served row, measured through a running gateway (``app.served_api``).
-    """
+    """Run one protocol as ``config`` says (:class:`EvaluationConfig`). ``served_via`` (held-out protocol): one
+    more served row, measured through a running gateway (``app.served_api``)."""
+    protocol, seed, served = config.protocol, config.seed, config.served
     if protocol not in PROTOCOLS:
         raise ValueError(f"unknown protocol {protocol!r} (use {', '.join(PROTOCOLS)})")
     if not entities and (served is None or served.local_fed is None):
@@ -174,18 +168,16 @@ async def evaluate(
     start = time.perf_counter()
     result = EvaluationResult(
         dataset=dataset.name, protocol=protocol, n_students=len(dataset.students), seed=seed, rows=[],
-        simulated_data=dataset.simulated, entities=list(entities), method=method,
+        simulated_data=dataset.simulated, entities=list(entities), method=config.method,
     )
     if served is not None:
         result.served["config"] = {"noise": served.noise.fields(), "calibration_method": served.calibration_method,
                                    "aggregation": served.aggregation, "release_epsilon": served.release_epsilon,
                                    "local_fed": None if served.local_fed is None else vars(served.local_fed)}
-    kw = {"sensitivity": sensitivity, "delta": delta, "concurrency": concurrency, "progress": progress}
     with local_fed_folder() as tmp:
         folder = Path(tmp)
         if protocol == "simulated":
-            await _simulated(dataset, entities, result, n_simulated=n_simulated, served=served, ncdm=ncdm,
-                             folder=folder, epsilons=epsilons, **kw)
+            await _simulated(dataset, entities, result, config, folder=folder, progress=progress)
         else:
             split = split_students(dataset.students, seed=seed)
             with_served = served if protocol == "heldout" else None
@@ -194,10 +186,10 @@ async def evaluate(
             if fed.local_fed:
                 result.served["local_fed"] = fed.local_fed
             if protocol == "paper":
-                await _paper(dataset, fed, result, split=split, epsilons=epsilons, ncdm=ncdm, seed=seed, **kw)
+                await _paper(dataset, fed, result, config, split=split, progress=progress)
             else:
-                await heldout_protocol(fed, dataset.qmatrix, split, result, epsilons=epsilons, served=served,
-                                       ncdm=ncdm, seed=seed, served_via=served_via, **kw)
+                await heldout_protocol(fed, dataset.qmatrix, split, result, config, progress=progress,
+                                       served_via=served_via)
             result.entity_calls = fed.calls()
     result.entities = sorted(result.entity_calls) or list(entities)
     if any(name.startswith("sim:") for name in result.entities):

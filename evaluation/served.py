@@ -28,7 +28,7 @@ from calibration import AggregationMode, CalibrationRecord, aggregator_for, answ
 from calibration.fitting import validation_set
 from diagnosis import NO_NOISE_LEVEL, Aggregator, AllEntitiesFailed, DiagnosisPipeline, DiagnosisRequest, NoiseLevel
 from evaluation.rows import Estimates
-from federated import ModelRegistry, train_federated
+from federated import ModelRegistry, PublishOptions, TrainingConfig, train_federated
 from federated.models import DEFAULT_KIND, MODEL_KINDS
 from providers import Entity
 from providers.local_fed import LocalFedEntity
@@ -71,13 +71,15 @@ class LocalFedTraining:
         if self.epsilon is not None and not self.epsilon > 0:
             raise ValueError(f"local-fed epsilon must be > 0, got {self.epsilon}")
 
-    def trainer_arguments(self) -> dict[str, Any]:
-        """These settings as ``federated.train_federated`` keywords (the untrained model is published only to be
-        measured, hence ``force`` when no round runs)."""
-        return {"clients": self.clients, "rounds": self.rounds, "local_epochs": self.local_epochs,
-                "threads": self.threads, "model_kind": self.model,
-                "dp": "student" if self.epsilon is not None else "none", "epsilon": self.epsilon,
-                "force": self.rounds == 0}
+    def training_config(self, seed: int) -> TrainingConfig:
+        """These settings as ``federated.train_federated``'s configuration (its defaults for the rest)."""
+        return TrainingConfig(clients=self.clients, rounds=self.rounds, local_epochs=self.local_epochs,
+                              threads=self.threads, model_kind=self.model, seed=seed,
+                              dp="student" if self.epsilon is not None else "none", epsilon=self.epsilon)
+
+    def publish_options(self) -> PublishOptions:
+        """The untrained model is published only to be measured, hence ``force`` when no round runs."""
+        return PublishOptions(force=self.rounds == 0)
 
     def describe(self) -> dict[str, Any]:
         return {"model": self.model, "clients": self.clients, "rounds": self.rounds, "local_epochs": self.local_epochs,
@@ -130,7 +132,8 @@ def train_local_fed(
     """``local-fed`` trained across ``training.clients`` simulated institutions on ``train`` only; the
     entity serves the signed model from a registry in ``folder``."""
     dataset = Dataset(name=f"{q.id}-train", qmatrix=q, students=list(train), simulated=simulated)
-    result = train_federated(dataset=dataset, registry=folder, seed=seed, **training.trainer_arguments())
+    result = train_federated(dataset=dataset, registry=folder, config=training.training_config(seed),
+                             publish=training.publish_options())
     if not result.published:
         raise RuntimeError(f"local-fed was not published: {result.decision}")
     entity = LocalFedEntity(registry=ModelRegistry(folder))

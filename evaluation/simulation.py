@@ -24,7 +24,7 @@ from scipy.stats import norm
 
 from qmatrix import Dataset, QMatrix, Response, StudentResponses, simulate_dina
 
-__all__ = ["MAX_ORACLE_CONCEPTS", "SimulatedStudents", "dina_oracle", "simulate"]
+__all__ = ["MAX_ORACLE_CONCEPTS", "SimulatedStudents", "dataset_and_simulation", "dina_oracle", "simulate"]
 
 MAX_ORACLE_CONCEPTS = 16
 DINA_SLIP, DINA_GUESS = 0.1, 0.2
@@ -36,6 +36,13 @@ class SimulatedStudents:
     dataset: Dataset
     generator: str
     oracle: dict[str, dict[str, float]]  # student -> concept -> posterior mean of true mastery
+
+
+def dataset_and_simulation(item: Dataset | SimulatedStudents) -> tuple[Dataset, SimulatedStudents | None]:
+    """The dataset of ``item``, and the simulation behind it when it was simulated (its oracle is then known)."""
+    if isinstance(item, SimulatedStudents):
+        return item.dataset, item
+    return item, None
 
 
 def dina_oracle(q: QMatrix, responses: np.ndarray, *, slip: float, guess: float, rate: float = 0.5) -> np.ndarray:

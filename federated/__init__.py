@@ -18,7 +18,7 @@ from federated.data import (
     encode_students,
     hidden_mask,
     iid_partition,
-    split_students,
+    split_student_indices,
 )
 from federated.dp import add_gaussian_noise, clip_update, flatten, l2_norm, poisson_sample, unflatten, update_nbytes
 from federated.features import hash_text, item_features
@@ -33,10 +33,12 @@ from federated.registry import (
     SignatureInvalid,
     model_key,
 )
+from federated.publish import PublishOptions
 from federated.train import (
     AGGREGATIONS,
     DEFAULT_MODEL,
     Aggregation,
+    TrainingConfig,
     TrainResult,
     coordinate_median,
     default_model_if_missing,
@@ -95,6 +97,8 @@ __all__ = [
     "Split",
     "StudentDP",
     "TrainResult",
+    "TrainingConfig",
+    "PublishOptions",
     "add_gaussian_noise",
     "add_update",
     "canary_shift",
@@ -130,7 +134,7 @@ __all__ = [
     "roc_auc",
     "run_fedavg",
     "set_parameters",
-    "split_students",
+    "split_student_indices",
     "torch_threads",
     "train_federated",
     "train_local",

@@ -17,7 +17,8 @@ from pathlib import Path
 
 import numpy as np
 
-from federated.train import train_federated
+from federated.publish import PublishOptions
+from federated.train import TrainingConfig, train_federated
 from qmatrix import Dataset
 
 __all__ = ["TrainingComparison", "compare_training", "write_comparison"]
@@ -49,10 +50,10 @@ def compare_training(
         if on_setting is not None:
             on_setting(name)
         with tempfile.TemporaryDirectory(prefix="fedcd-bench-") as registry:
-            result = train_federated(
-                dataset=dataset, registry=registry, clients=n_clients, rounds=rounds, dp=dp, epsilon=epsilon,  # type: ignore[arg-type]
-                delta=delta, seed=seed, force=True, threads=1,
-            )
+            config = TrainingConfig(clients=n_clients, rounds=rounds, dp=dp, epsilon=epsilon,  # type: ignore[arg-type]
+                                    delta=delta, seed=seed, threads=1)
+            result = train_federated(dataset=dataset, registry=registry, config=config,
+                                     publish=PublishOptions(force=True))
         history = result.history
         rows.append({
             "name": name,

@@ -27,7 +27,7 @@ __all__ = [
     "encode_students",
     "hidden_mask",
     "iid_partition",
-    "split_students",
+    "split_student_indices",
 ]
 
 
@@ -152,8 +152,12 @@ class Split:
     test: np.ndarray
 
 
-def split_students(n_students: int, *, rng: np.random.Generator, validation: float = 0.1, test: float = 0.2) -> Split:
-    """A seeded random split of student indices (students, not responses, are held out)."""
+def split_student_indices(
+    n_students: int, *, rng: np.random.Generator, validation: float = 0.1, test: float = 0.2
+) -> Split:
+    """A seeded random split of student indices (students, not responses, are held out): rows of the encoded
+    tensors. Not :func:`qmatrix.split_students`, which splits ``StudentResponses`` by fractions for the evaluation
+    and calibration jobs; the two draw differently, and each keeps its own committed numbers."""
     if validation < 0 or test < 0 or validation + test >= 1:
         raise ValueError(f"validation and test fractions must be >= 0 and sum to < 1, got {validation}, {test}")
     order = rng.permutation(n_students)

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from federated.data import ResponseTensors, Split, encode_dataset, encode_students, hidden_mask, split_students
+from federated.data import ResponseTensors, encode_dataset, encode_students, hidden_mask, split_student_indices
 from federated.gate import GateDecision, GatePolicy, promotion_gate
 from federated.inprocess import FedConfig, FedResult, RoundRecord
 from federated.local import LocalConfig
@@ -26,7 +26,8 @@ from federated.active import utc_now
 from federated.registry import ModelRegistry
 from qmatrix import Dataset, QMatrix, StudentResponses
 
-__all__ = ["TrainResult", "gate_and_publish", "publish_federated", "publish_trained"]
+__all__ = ["HeldOut", "PublishOptions", "PublishTarget", "TrainResult", "TrainingRun", "gate_and_publish",
+           "publish_federated", "publish_trained"]
 
 
 def _history_row(record: RoundRecord) -> dict[str, Any]:
@@ -52,41 +53,81 @@ class TrainResult:
 
 
 
+@dataclass(frozen=True, kw_only=True)
+class PublishOptions:
+    """How the gate's verdict is acted on: ``gate`` (None: :class:`GatePolicy`'s defaults), ``force`` (publish even
+    when refused; recorded as forced) and ``activate`` (make the published version the active one)."""
+
+    gate: GatePolicy | None = None
+    force: bool = False
+    activate: bool = True
+
+
+@dataclass(frozen=True)
+class PublishTarget:
+    """The registry a model is published to, and its active model for the same key (what the gate compares with)."""
+
+    registry: ModelRegistry
+    active: Any  # the loaded active version (None: there is none)
+    active_version: str | None
+
+    @classmethod
+    def open(cls, registry: ModelRegistry | str | Path, key: str) -> PublishTarget:
+        """The registry (opened from a folder if need be) and its active version for ``key``, loaded now so a
+        tampered active model fails before any training, not after."""
+        registry = registry if isinstance(registry, ModelRegistry) else ModelRegistry(registry)
+        active_version = registry.active_version(key)
+        return cls(registry, registry.load(active_version) if active_version else None, active_version)
+
+
+@dataclass(frozen=True)
+class HeldOut:
+    """The students the coordinator judges a model on: their indices in the dataset, their encoded responses, and
+    which of those responses are hidden from the model (``mask_fraction`` of them)."""
+
+    students: np.ndarray
+    tensors: ResponseTensors
+    hidden: torch.Tensor
+    mask_fraction: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrainingRun:
+    """What a trainer reports about its run for the manifest: why it stopped, its DP mode and δ, how many students
+    it trained on (None: unknown to the coordinator), its configuration, and when it started (``time.perf_counter``).
+    ``extra`` adds (or replaces) top-level manifest fields."""
+
+    stop_reason: str | None
+    dp: str
+    delta: float
+    train_students: int | None
+    config: dict[str, Any]
+    started: float
+    extra: dict[str, Any] | None = None
+
+
 def gate_and_publish(
     model: CDModel,
     history: list[RoundRecord],
     *,
     dataset: Dataset,
-    registry: ModelRegistry,
-    active: Any,
-    active_version: str | None,
-    split: Any,
-    evaluation: ResponseTensors,
-    hidden_eval: torch.Tensor,
-    mask_fraction: float,
-    train_students: int | None,
-    dp: str,
-    delta: float,
-    stop_reason: str | None,
-    config: dict[str, Any],
-    gate: GatePolicy | None,
-    force: bool,
-    activate: bool,
-    started: float,
-    extra: dict[str, Any] | None = None,
+    target: PublishTarget,
+    heldout: HeldOut,
+    run: TrainingRun,
+    options: PublishOptions,
 ) -> TrainResult:
-    """Coordinator-side held-out metrics, the promotion gate, then a signed publish (any engine).
-    ``extra`` adds (or replaces) top-level manifest fields."""
-    final = evaluate_masked(model, evaluation, hidden_eval)
-    heldout_students = [dataset.students[int(i)] for i in split.test]
+    """Coordinator-side held-out metrics, the promotion gate, then a signed publish (any engine)."""
+    final = evaluate_masked(model, heldout.tensors, heldout.hidden)
+    heldout_students = [dataset.students[int(i)] for i in heldout.students]
     metrics: dict[str, Any] = {"auc": final.auc, "loss": final.loss, "n_students": final.n_students,
-                               "n_responses": final.n_responses, "mask_fraction": mask_fraction}
+                               "n_responses": final.n_responses, "mask_fraction": heldout.mask_fraction}
     if dataset.true_mastery:  # SIMULATED data: compare with the known mastery too
         predicted = predict_mastery_batch(model, dataset.qmatrix, heldout_students)
         errors = [abs(p[c] - dataset.true_mastery[s.student_id][c])
                   for p, s in zip(predicted, heldout_students, strict=True) for c in dataset.qmatrix.concepts]
         metrics["true_mastery_mae"] = float(np.mean(errors))
-    if not history and force:  # e.g. rounds=0: the untrained model, published only on request (ablations)
+    stop_reason, dp = run.stop_reason, run.dp
+    if not history and options.force:  # e.g. rounds=0: the untrained model, published only on request (ablations)
         decision = GateDecision(accepted=True, reasons=(f"no round ran ({stop_reason or 'rounds=0'}); forced",),
                                 forced=True)
     elif not history:
@@ -94,25 +135,26 @@ def gate_and_publish(
     elif not any(r.sampled_clients for r in history):  # e.g. every node refused the run: the model never moved
         decision = GateDecision(accepted=False, reasons=("no client contributed an update in any round",))
     else:
-        decision = promotion_gate(model, active=active.model if active else None, qmatrix=dataset.qmatrix,
-                                  heldout=heldout_students, active_version=active_version, policy=gate, force=force)
+        decision = promotion_gate(model, active=target.active.model if target.active else None,
+                                  qmatrix=dataset.qmatrix, heldout=heldout_students,
+                                  active_version=target.active_version, policy=options.gate, force=options.force)
     version = manifest = None
     if decision.accepted:
         spent = history[-1].epsilon if dp != "none" else None
-        version, manifest = registry.publish(model, activate=activate, manifest={
+        version, manifest = target.registry.publish(model, activate=options.activate, manifest={
             "trained_at": utc_now(), "rounds": len(history), "stop_reason": stop_reason,
-            "dp_mode": dp, "epsilon": spent, "delta": delta if dp != "none" else None,
+            "dp_mode": dp, "epsilon": spent, "delta": run.delta if dp != "none" else None,
             "heldout_metrics": metrics, "qmatrix_id": dataset.qmatrix.id,
             "items": {item.id: list(item.concepts) for item in dataset.qmatrix.items},
             "data": {"name": dataset.name, "simulated": dataset.simulated, "students": len(dataset.students),
-                     "train_students": train_students, "heldout_students": len(evaluation)},
+                     "train_students": run.train_students, "heldout_students": len(heldout.tensors)},
             "gate": decision.to_dict(), "forced": decision.forced,
             "history": [_history_row(h) for h in history],
-            "config": {"training": config}, **(extra or {}),
+            "config": {"training": run.config}, **(run.extra or {}),
         })
     return TrainResult(version=version, history=history, manifest=manifest, decision=decision,
                        stop_reason=stop_reason, heldout_metrics=metrics, model=model,
-                       seconds=time.perf_counter() - started)
+                       seconds=time.perf_counter() - run.started)
 
 
 def publish_trained(
@@ -128,21 +170,21 @@ def publish_trained(
     """Gate and publish a model trained elsewhere (the Flower engine), on the same held-out students:
     the split is re-derived with the same seed and call as both trainers use."""
     started = time.perf_counter()
-    registry = registry if isinstance(registry, ModelRegistry) else ModelRegistry(registry)
-    active_version = registry.active_version(dataset.qmatrix.id)
-    active = registry.load(active_version) if active_version else None
+    target = PublishTarget.open(registry, dataset.qmatrix.id)
     rng = np.random.default_rng(options.get("seed", 0))
     data = encode_dataset(dataset, table=fed.model.item_table(dataset.qmatrix))
-    split = split_students(len(data), rng=rng, validation=0.0, test=heldout_fraction)
+    split = split_student_indices(len(data), rng=rng, validation=0.0, test=heldout_fraction)
     evaluation = data.subset(split.test)
     accountant = getattr(fed, "accountant", None)
+    run = TrainingRun(
+        stop_reason=getattr(fed, "stop_reason", None), dp=options.get("dp", "none"), delta=options.get("delta", 1e-5),
+        train_students=len(split.train), config={**options, "engine": "flower", "accountant": accountant is not None},
+        started=started,
+    )
     return gate_and_publish(
-        fed.model, list(fed.history), dataset=dataset, registry=registry, active=active,
-        active_version=active_version, split=split, evaluation=evaluation, hidden_eval=_server_mask(evaluation),
-        mask_fraction=_EVAL.eval_mask_frac, train_students=len(split.train),
-        dp=options.get("dp", "none"), delta=options.get("delta", 1e-5), stop_reason=getattr(fed, "stop_reason", None),
-        config={**options, "engine": "flower", "accountant": accountant is not None},
-        gate=gate, force=force, activate=True, started=started,
+        fed.model, list(fed.history), dataset=dataset, target=target,
+        heldout=HeldOut(split.test, evaluation, _server_mask(evaluation), _EVAL.eval_mask_frac), run=run,
+        options=PublishOptions(gate=gate, force=force),
     )
 
 
@@ -172,22 +214,21 @@ def publish_federated(
     SecAgg+, what ε means) goes into the manifest; the coordinator knows nothing of the nodes'
     students, so the manifest records no count of them."""
     started = time.perf_counter()
-    registry = registry if isinstance(registry, ModelRegistry) else ModelRegistry(registry)
-    active_version = registry.active_version(qmatrix.id)
-    active = registry.load(active_version) if active_version else None
+    target = PublishTarget.open(registry, qmatrix.id)
     students = list(heldout)
     dataset = Dataset(name=f"federation:{qmatrix.id}", qmatrix=qmatrix, students=students)
     evaluation = encode_students(qmatrix, students, table=fed.model.item_table(qmatrix))
-    split = Split(train=np.zeros(0, np.int64), validation=np.zeros(0, np.int64), test=np.arange(len(students)))
     data = {"name": dataset.name, "simulated": None, "nodes": federation.get("nodes"), "train_students": None,
             "heldout_students": len(students), "heldout": "students the coordinator owns"}
-    return gate_and_publish(
-        fed.model, list(fed.history), dataset=dataset, registry=registry, active=active,
-        active_version=active_version, split=split, evaluation=evaluation, hidden_eval=_server_mask(evaluation),
-        mask_fraction=_EVAL.eval_mask_frac, train_students=None, dp=options.get("dp", "student"),
-        delta=options.get("delta", 1e-5), stop_reason=fed.stop_reason,
-        config={**options, "engine": "flower-deployment"}, gate=gate, force=force, activate=True, started=started,
+    run = TrainingRun(
+        stop_reason=fed.stop_reason, dp=options.get("dp", "student"), delta=options.get("delta", 1e-5),
+        train_students=None, config={**options, "engine": "flower-deployment"}, started=started,
         extra={"data": data, "federation": federation},
+    )
+    return gate_and_publish(
+        fed.model, list(fed.history), dataset=dataset, target=target,
+        heldout=HeldOut(np.arange(len(students)), evaluation, _server_mask(evaluation), _EVAL.eval_mask_frac),
+        run=run, options=PublishOptions(gate=gate, force=force),
     )
 
 

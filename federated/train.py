@@ -24,6 +24,7 @@ import copy
 import logging
 import time
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -36,11 +37,10 @@ from federated.data import (
     dirichlet_partition,
     encode_dataset,
     iid_partition,
-    split_students,
+    split_student_indices,
 )
 from federated.dp import poisson_sample, update_nbytes
-from federated.gate import GatePolicy
-from federated.publish import TrainResult, gate_and_publish
+from federated.publish import HeldOut, PublishOptions, PublishTarget, TrainingRun, TrainResult, gate_and_publish
 from federated.inprocess import (AGGREGATIONS, Aggregation, DPMode, FedConfig, RoundRecord, evaluation_mask,
                                  fedavg_round)
 from federated.local import LocalConfig, StudentDP, add_update, get_parameters, set_parameters, train_local
@@ -52,7 +52,7 @@ from federated.registry import ModelRegistry, model_key
 from federated.rounds import run_rounds
 from qmatrix import Dataset, example_qmatrix, simulate_dina
 
-__all__ = ["AGGREGATIONS", "DEFAULT_MODEL", "Aggregation", "TrainResult", "coordinate_median",
+__all__ = ["AGGREGATIONS", "DEFAULT_MODEL", "Aggregation", "TrainResult", "TrainingConfig", "coordinate_median",
            "default_model_if_missing", "torch_threads", "train_federated", "trimmed_mean"]
 
 log = logging.getLogger(__name__)
@@ -119,118 +119,129 @@ def _robust_round(model: CDModel, clients: Sequence[ResponseTensors], evaluation
                        student_norm_median=float(np.median(norms)) if norms else None)
 
 
-def train_federated(
-    *,
-    dataset: Dataset,
-    registry: ModelRegistry | str | Path,
-    clients: int = 3,
-    rounds: int = 10,
-    dp: DPMode = "none",
-    epsilon: float | None = None,
-    delta: float = 1e-5,
-    aggregation: Aggregation = "fedavg",
-    partition: Literal["iid", "dirichlet"] = "iid",
-    alpha: float = 0.5,
-    seed: int = 0,
-    progress: Callable[[RoundRecord], None] | None = None,
-    noise_multiplier: float | None = None,
-    clip_norm: float | None = None,
-    client_sample_rate: float = 1.0,
-    student_sample_rate: float = 0.1,
-    local_epochs: int = 2,
-    local_lr: float = 1e-2,
-    prox_mu: float = 0.01,
-    trim_fraction: float = 0.2,
-    heldout_fraction: float = 0.2,
-    interaction: Interaction = "dina",
-    hidden: int = 32,
-    text_dim: int = 0,
-    model_kind: str = DEFAULT_KIND,
-    gate: GatePolicy | None = None,
-    force: bool = False,
-    activate: bool = True,
-    threads: int | None = None,
-    tenant: str | None = None,
-) -> TrainResult:
-    """Train over ``clients`` simulated federation members, gate, sign and publish (see the module docstring).
-
-    ``tenant``: the model is that tenant's own (``federated.registry.model_key``), gated against its active one.
+@dataclass(frozen=True, kw_only=True)
+class TrainingConfig:
+    """How :func:`train_federated` trains: the simulated federation, DP, the optimiser and the model (defaults:
+    ``fedcd train``'s). Checked on construction, so a refused combination fails before any data is encoded.
 
     With DP, ``epsilon`` is the budget for the whole run: the noise multiplier is calibrated so
     ``rounds`` rounds spend at most ``epsilon`` (or ``noise_multiplier`` is taken as given), and
     a round that would exceed ``epsilon`` is not run. ``clip_norm`` defaults to 1.0 per student
-    (student DP) or 0.1 per client update (client DP).
+    (student DP) or 0.1 per client update (client DP). ``threads``: torch threads while training.
     """
-    if aggregation not in AGGREGATIONS:
-        raise ValueError(f"aggregation must be one of {', '.join(AGGREGATIONS)}, got {aggregation!r}")
-    if aggregation in ("trimmed_mean", "median") and dp == "client":
-        raise ValueError(f"{aggregation} cannot be combined with client-level DP (its noise assumes a clipped sum)")
-    if partition not in ("iid", "dirichlet"):
-        raise ValueError(f"partition must be 'iid' or 'dirichlet', got {partition!r}")
-    if clients < 1 or rounds < 0 or not 0 < heldout_fraction < 1:
-        raise ValueError(f"need clients >= 1, rounds >= 0, heldout_fraction in (0, 1); got {clients}, {rounds}, "
-                         f"{heldout_fraction}")
-    if dp != "none" and epsilon is None:
-        raise ValueError(f"dp={dp!r} needs an epsilon budget")
-    if noise_multiplier is not None and not noise_multiplier > 0:
-        raise ValueError(f"noise_multiplier must be > 0, got {noise_multiplier}")
-    if dp == "none" and epsilon is not None:
-        raise ValueError("epsilon is a DP budget; pass dp='student' or dp='client'")
+
+    clients: int = 3
+    rounds: int = 10
+    dp: DPMode = "none"
+    epsilon: float | None = None
+    delta: float = 1e-5
+    aggregation: Aggregation = "fedavg"
+    partition: Literal["iid", "dirichlet"] = "iid"
+    alpha: float = 0.5
+    seed: int = 0
+    noise_multiplier: float | None = None
+    clip_norm: float | None = None
+    client_sample_rate: float = 1.0
+    student_sample_rate: float = 0.1
+    local_epochs: int = 2
+    local_lr: float = 1e-2
+    prox_mu: float = 0.01
+    trim_fraction: float = 0.2
+    heldout_fraction: float = 0.2
+    interaction: Interaction = "dina"
+    hidden: int = 32
+    text_dim: int = 0
+    model_kind: str = DEFAULT_KIND
+    threads: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.aggregation not in AGGREGATIONS:
+            raise ValueError(f"aggregation must be one of {', '.join(AGGREGATIONS)}, got {self.aggregation!r}")
+        if self.aggregation in ("trimmed_mean", "median") and self.dp == "client":
+            raise ValueError(f"{self.aggregation} cannot be combined with client-level DP (its noise assumes a "
+                             "clipped sum)")
+        if self.partition not in ("iid", "dirichlet"):
+            raise ValueError(f"partition must be 'iid' or 'dirichlet', got {self.partition!r}")
+        if self.clients < 1 or self.rounds < 0 or not 0 < self.heldout_fraction < 1:
+            raise ValueError(f"need clients >= 1, rounds >= 0, heldout_fraction in (0, 1); got {self.clients}, "
+                             f"{self.rounds}, {self.heldout_fraction}")
+        if self.dp != "none" and self.epsilon is None:
+            raise ValueError(f"dp={self.dp!r} needs an epsilon budget")
+        if self.noise_multiplier is not None and not self.noise_multiplier > 0:
+            raise ValueError(f"noise_multiplier must be > 0, got {self.noise_multiplier}")
+        if self.dp == "none" and self.epsilon is not None:
+            raise ValueError("epsilon is a DP budget; pass dp='student' or dp='client'")
+
+
+def train_federated(
+    *,
+    dataset: Dataset,
+    registry: ModelRegistry | str | Path,
+    config: TrainingConfig | None = None,
+    publish: PublishOptions | None = None,
+    tenant: str | None = None,
+    progress: Callable[[RoundRecord], None] | None = None,
+) -> TrainResult:
+    """Train over ``config.clients`` simulated federation members, gate, sign and publish (see the module
+    docstring). ``tenant``: the model is that tenant's own (``federated.registry.model_key``), gated against its
+    active one. ``progress`` sees each round's record as it finishes."""
+    c = config or TrainingConfig()
     started = time.perf_counter()
-    registry = registry if isinstance(registry, ModelRegistry) else ModelRegistry(registry)
-    active_version = registry.active_version(model_key(dataset.qmatrix.id, tenant))
-    active = registry.load(active_version) if active_version else None  # a tampered active model fails fast
-    rng = np.random.default_rng(seed)
-    with torch_threads(threads):
-        model = new_model(model_kind, dataset.qmatrix, seed=seed, text_dim=text_dim, hidden=hidden,
-                          interaction=interaction)
+    target = PublishTarget.open(registry, model_key(dataset.qmatrix.id, tenant))
+    rng = np.random.default_rng(c.seed)
+    with torch_threads(c.threads):
+        model = new_model(c.model_kind, dataset.qmatrix, seed=c.seed, text_dim=c.text_dim, hidden=c.hidden,
+                          interaction=c.interaction)
         data = encode_dataset(dataset, table=model.item_table(dataset.qmatrix))
-        split = split_students(len(data), rng=rng, validation=0.0, test=heldout_fraction)
+        split = split_student_indices(len(data), rng=rng, validation=0.0, test=c.heldout_fraction)
         train, evaluation = data.subset(split.train), data.subset(split.test)
-        parts = (iid_partition(len(train), n_clients=clients, rng=rng) if partition == "iid" else
-                 dirichlet_partition(train.proportion_correct(), n_clients=clients, alpha=alpha, rng=rng))
+        parts = (iid_partition(len(train), n_clients=c.clients, rng=rng) if c.partition == "iid" else
+                 dirichlet_partition(train.proportion_correct(), n_clients=c.clients, alpha=c.alpha, rng=rng))
         shards = [train.subset(p) for p in parts]
-        if dp == "none" and rounds > 0 and isinstance(model, HigherOrderCDM):  # rounds=0: the untrained model
+        if c.dp == "none" and c.rounds > 0 and isinstance(model, HigherOrderCDM):  # rounds=0: the untrained model
             warm_start(model, shards, table=data.features.numpy())
-        local = LocalConfig(epochs=local_epochs, lr=local_lr, prox_mu=prox_mu if aggregation == "fedprox" else 0.0)
-        steps = max(1, round(local_epochs / student_sample_rate)) if dp == "student" else 1
-        sigma = noise_multiplier
-        if dp != "none" and sigma is None:
-            q, total = (student_sample_rate, rounds * steps) if dp == "student" else (client_sample_rate, rounds)
-            sigma = noise_multiplier_for(target_epsilon=float(epsilon or 0), delta=delta, sample_rate=q, steps=total)
-        student_dp = StudentDP(noise_multiplier=sigma, clip_norm=clip_norm or 1.0, sample_rate=student_sample_rate,
-                               steps=steps) if dp == "student" and sigma else None
-        config = FedConfig(rounds=rounds, client_sample_rate=client_sample_rate, local=local, dp=dp,
-                           noise_multiplier=sigma if dp == "client" and sigma else 1.0, clip_norm=clip_norm or 0.1,
-                           student_dp=student_dp, delta=delta, epsilon_budget=epsilon if dp != "none" else None)
-        hidden_eval, worker = evaluation_mask(evaluation, config), copy.deepcopy(model)
-        robust = {"trimmed_mean": lambda u: trimmed_mean(u, trim=trim_fraction), "median": coordinate_median}
+        local = LocalConfig(epochs=c.local_epochs, lr=c.local_lr,
+                            prox_mu=c.prox_mu if c.aggregation == "fedprox" else 0.0)
+        steps = max(1, round(c.local_epochs / c.student_sample_rate)) if c.dp == "student" else 1
+        sigma = c.noise_multiplier
+        if c.dp != "none" and sigma is None:
+            q, total = ((c.student_sample_rate, c.rounds * steps) if c.dp == "student" else
+                        (c.client_sample_rate, c.rounds))
+            sigma = noise_multiplier_for(target_epsilon=float(c.epsilon or 0), delta=c.delta, sample_rate=q,
+                                         steps=total)
+        student_dp = StudentDP(noise_multiplier=sigma, clip_norm=c.clip_norm or 1.0, sample_rate=c.student_sample_rate,
+                               steps=steps) if c.dp == "student" and sigma else None
+        fed = FedConfig(rounds=c.rounds, client_sample_rate=c.client_sample_rate, local=local, dp=c.dp,
+                        noise_multiplier=sigma if c.dp == "client" and sigma else 1.0, clip_norm=c.clip_norm or 0.1,
+                        student_dp=student_dp, delta=c.delta, epsilon_budget=c.epsilon if c.dp != "none" else None)
+        hidden_eval, worker = evaluation_mask(evaluation, fed), copy.deepcopy(model)
+        robust = {"trimmed_mean": lambda u: trimmed_mean(u, trim=c.trim_fraction), "median": coordinate_median}
 
         def play(_: int) -> RoundRecord:
-            if aggregation in robust:
-                return _robust_round(model, shards, evaluation, hidden_eval, config, rng, robust[aggregation])
-            return fedavg_round(model, worker, shards, evaluation, hidden_eval, config, rng)
+            if c.aggregation in robust:
+                return _robust_round(model, shards, evaluation, hidden_eval, fed, rng, robust[c.aggregation])
+            return fedavg_round(model, worker, shards, evaluation, hidden_eval, fed, rng)
 
-        history, stop_reason, _ = run_rounds(config, play, on_round=progress)
-        mechanism = config.round_mechanism()
+        history, stop_reason, _ = run_rounds(fed, play, on_round=progress)
+        mechanism = fed.round_mechanism()
         config_row = {
-            "clients": clients, "rounds": rounds, "dp": dp, "epsilon_budget": epsilon, "delta": delta,
-            "aggregation": aggregation, "partition": partition, "seed": seed,
-            "alpha": alpha if partition == "dirichlet" else None,
-            "trim_fraction": trim_fraction if aggregation == "trimmed_mean" else None,
-            "client_sample_rate": client_sample_rate, "local_epochs": local_epochs, "local_lr": local_lr,
-            "prox_mu": local.prox_mu, "heldout_fraction": heldout_fraction, "model_kind": model_kind,
+            "clients": c.clients, "rounds": c.rounds, "dp": c.dp, "epsilon_budget": c.epsilon, "delta": c.delta,
+            "aggregation": c.aggregation, "partition": c.partition, "seed": c.seed,
+            "alpha": c.alpha if c.partition == "dirichlet" else None,
+            "trim_fraction": c.trim_fraction if c.aggregation == "trimmed_mean" else None,
+            "client_sample_rate": c.client_sample_rate, "local_epochs": c.local_epochs, "local_lr": c.local_lr,
+            "prox_mu": local.prox_mu, "heldout_fraction": c.heldout_fraction, "model_kind": c.model_kind,
             "noise_multiplier": mechanism[0] if mechanism else None,
             "sample_rate": mechanism[1] if mechanism else None,
             "steps_per_round": mechanism[2] if mechanism else None,
-            "clip_norm": (student_dp.clip_norm if student_dp else config.clip_norm) if dp != "none" else None,
+            "clip_norm": (student_dp.clip_norm if student_dp else fed.clip_norm) if c.dp != "none" else None,
         }
+        run = TrainingRun(stop_reason=stop_reason, dp=c.dp, delta=c.delta, train_students=len(train),
+                          config=config_row, started=started, extra={"tenant": tenant} if tenant is not None else None)
         return gate_and_publish(
-            model, history, dataset=dataset, registry=registry, active=active, active_version=active_version,
-            split=split, evaluation=evaluation, hidden_eval=hidden_eval, mask_fraction=config.eval_mask_frac,
-            train_students=len(train), dp=dp,
-            delta=delta, stop_reason=stop_reason, config=config_row, gate=gate, force=force, activate=activate,
-            started=started, extra={"tenant": tenant} if tenant is not None else None,
+            model, history, dataset=dataset, target=target,
+            heldout=HeldOut(split.test, evaluation, hidden_eval, fed.eval_mask_frac), run=run,
+            options=publish or PublishOptions(),
         )
 
 
@@ -250,9 +261,9 @@ def default_model_if_missing(
         return None
     started = time.perf_counter()
     dataset = simulate_dina(example_qmatrix(), n_students=DEFAULT_MODEL["students"], seed=seed)
-    result = train_federated(dataset=dataset, registry=registry, clients=DEFAULT_MODEL["clients"],
-                             rounds=DEFAULT_MODEL["rounds"], local_epochs=DEFAULT_MODEL["local_epochs"], seed=seed,
-                             threads=threads)
+    config = TrainingConfig(clients=DEFAULT_MODEL["clients"], rounds=DEFAULT_MODEL["rounds"],
+                            local_epochs=DEFAULT_MODEL["local_epochs"], seed=seed, threads=threads)
+    result = train_federated(dataset=dataset, registry=registry, config=config)
     log.info("trained the default local-fed model %s in %.1f s (held-out AUC %.3f, SIMULATED data)",
              result.version, time.perf_counter() - started, result.heldout_metrics["auc"])
     return result.version

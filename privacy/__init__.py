@@ -23,7 +23,17 @@ from privacy.mechanisms import (
     make_rng,
     sensitivity_for,
 )
-from privacy.ledger import BudgetExceeded, Charge, ChargeStateError, LedgerError, PrivacyLedger, UnknownCharge
+from privacy.ledger import (
+    AnswerPending,
+    AsyncLedger,
+    BudgetExceeded,
+    Charge,
+    ChargeStateError,
+    LedgerError,
+    PrivacyLedger,
+    Release,
+    UnknownCharge,
+)
 from privacy.periods import (
     BudgetPeriod,
     BudgetRule,
@@ -72,6 +82,8 @@ __all__ = [
     "PAPER_MECHANISM",
     "Accountant",
     "AnalyticGaussianMechanism",
+    "AnswerPending",
+    "AsyncLedger",
     "BasicCompositionAccountant",
     "BudgetExceeded",
     "BudgetPeriod",
@@ -90,6 +102,7 @@ __all__ = [
     "LedgerError",
     "PrivacyLedger",
     "RDPAccountant",
+    "Release",
     "UnknownCharge",
     "ZCDPAccountant",
     "accountant_names",

@@ -1,5 +1,6 @@
 """Q-matrices, student responses, real datasets and simulators (the bottom layer: imports nothing of fedcd)."""
 
+from qmatrix.catalog import DATASET_NAMES, load_dataset
 from qmatrix.datasets import Dataset, DatasetNotFound, default_data_dir, load_assist0910, load_frcsub
 from qmatrix.example import EXAMPLE_QMATRIX_ID, example_qmatrix
 from qmatrix.identifiers import Identifier, check_identifier, identifier_problem
@@ -24,9 +25,12 @@ from qmatrix.responses import (
     write_responses_csv,
 )
 from qmatrix.simulate import simulate_dina
+from qmatrix.splits import StudentSplit, holdout_responses, split_holdout, split_students
+from qmatrix.truth import proportion_correct_truth
 from qmatrix.uci import UCI_CONCEPTS, load_uci
 
 __all__ = [
+    "DATASET_NAMES",
     "EXAMPLE_QMATRIX_ID",
     "Dataset",
     "Identifier",
@@ -58,4 +62,10 @@ __all__ = [
     "simulate_dina",
     "load_uci",
     "UCI_CONCEPTS",
+    "load_dataset",
+    "StudentSplit",
+    "holdout_responses",
+    "proportion_correct_truth",
+    "split_holdout",
+    "split_students",
 ]

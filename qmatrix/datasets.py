@@ -17,7 +17,7 @@ from qmatrix.io import load_qmatrix
 from qmatrix.model import QMatrix
 from qmatrix.responses import Response, StudentResponses, group_by_student
 
-__all__ = ["Dataset", "DatasetNotFound", "default_data_dir", "load_assist0910", "load_frcsub"]
+__all__ = ["Dataset", "DatasetNotFound", "dataset_folder", "default_data_dir", "load_assist0910", "load_frcsub"]
 
 _PROJECT_ROOT = Path(__file__).resolve().parents[1]
 
@@ -48,7 +48,10 @@ def default_data_dir(data_dir: str | Path | None = None) -> Path:
     return Path(env) if env else (_PROJECT_ROOT.parent / "shared" / "data")
 
 
-def _folder(data_dir: str | Path | None, name: str) -> Path:
+def dataset_folder(data_dir: str | Path | None, name: str) -> Path:
+    """The folder of dataset ``name`` under the data folder (see :func:`default_data_dir`); every loader of a
+    public dataset (here, ``qmatrix.uci``, ``qmatrix.extract``) finds its files through it, so a missing one is
+    always the same error."""
     folder = default_data_dir(data_dir) / name
     if not folder.is_dir():
         raise DatasetNotFound(
@@ -59,7 +62,7 @@ def _folder(data_dir: str | Path | None, name: str) -> Path:
 
 def load_frcsub(data_dir: str | Path | None = None) -> Dataset:
     """Tatsuoka's fraction subtraction data: 536 students x 20 items, 8 concepts."""
-    folder = _folder(data_dir, "frcsub")
+    folder = dataset_folder(data_dir, "frcsub")
     q = load_qmatrix(folder / "qmatrix.csv", id="frcsub")
     rows: list[tuple[str, Response]] = []
     with (folder / "responses.csv").open(newline="", encoding="utf-8") as fh:
@@ -74,7 +77,7 @@ def load_assist0910(data_dir: str | Path | None = None, *, max_students: int | N
     Items have no text. Skill codes are mapped to their names through
     ``dict_knowledge_code.json``; skills that no item uses are left out of the Q-matrix.
     """
-    folder = _folder(data_dir, "assist0910")
+    folder = dataset_folder(data_dir, "assist0910")
     code_to_name = {int(code): name for name, code in json.loads((folder / "dict_knowledge_code.json").read_text()).items()}
     item_codes: dict[str, list[int]] = {}
     with (folder / "item.csv").open(newline="", encoding="utf-8") as fh:

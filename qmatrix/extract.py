@@ -13,7 +13,7 @@ import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from qmatrix.datasets import _folder
+from qmatrix.datasets import dataset_folder
 
 __all__ = ["GSM8K_CONCEPTS", "KEYWORDS", "keyword_tags", "load_gsm8k_problems"]
 
@@ -57,7 +57,7 @@ def keyword_tags(text: str, concepts: Sequence[str] = GSM8K_CONCEPTS) -> list[st
 
 def load_gsm8k_problems(data_dir: str | Path | None = None, *, limit: int | None = None) -> list[Mapping[str, str]]:
     """``[{"id", "question", "answer"}]`` from the GSM8K test split (1,319 problems)."""
-    folder = _folder(data_dir, "gsm8k")
+    folder = dataset_folder(data_dir, "gsm8k")
     out: list[Mapping[str, str]] = []
     with (folder / "test.jsonl").open(encoding="utf-8") as fh:
         for n, line in enumerate(fh, start=1):

@@ -18,7 +18,7 @@ import csv
 from collections.abc import Callable
 from pathlib import Path
 
-from qmatrix.datasets import Dataset, _folder
+from qmatrix.datasets import Dataset, dataset_folder
 from qmatrix.model import Item, QMatrix
 from qmatrix.responses import Response, StudentResponses
 
@@ -82,7 +82,7 @@ def load_uci(data_dir: str | Path | None = None, *, course: str = "por") -> Data
     """``course`` is ``por`` (649 students) or ``mat`` (395)."""
     if course not in ("por", "mat"):
         raise ValueError(f"course must be 'por' or 'mat', got {course!r}")
-    folder = _folder(data_dir, "uci_student")
+    folder = dataset_folder(data_dir, "uci_student")
     q = uci_qmatrix()
     students: list[StudentResponses] = []
     with (folder / f"student-{course}.csv").open(newline="", encoding="utf-8") as fh:

@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from federated.registry import ModelRegistry
-from federated.train import default_model_if_missing, train_federated
+from federated.publish import PublishOptions
+from federated.train import TrainingConfig, default_model_if_missing, train_federated
 from providers.errors import EntityRejected, EntitySkipped
 from providers.local_fed import LocalFedEntity, MicroBatcher
 from providers.types import Entity, PromptContext, PromptItem
@@ -153,7 +154,8 @@ async def test_a_newly_published_version_is_served_without_reload(registry_dir: 
 
     # Execute: another process publishes v0002, then rolls back.
     data = simulate_dina(Q, n_students=200, seed=5)
-    train_federated(dataset=data, registry=path, rounds=2, seed=5, force=True)
+    train_federated(dataset=data, registry=path, config=TrainingConfig(rounds=2, seed=5),
+                    publish=PublishOptions(force=True))
     after_publish = await entity.respond(_context(_items()))
     ModelRegistry(path).rollback(qmatrix_id=Q.id)
     after_rollback = await entity.respond(_context(_items()))
@@ -205,8 +207,8 @@ async def test_a_tenants_own_model_is_served_to_that_tenant_alone(registry_dir: 
     # Prepare: the operator's model of the example Q-matrix, and tenant a's own model of it (SIMULATED students)
     folder = tmp_path / "registry"
     shutil.copytree(registry_dir, folder)
-    result = train_federated(dataset=simulate_dina(Q, n_students=120, seed=3), registry=folder, rounds=1, seed=3,
-                             tenant="a")
+    result = train_federated(dataset=simulate_dina(Q, n_students=120, seed=3), registry=folder,
+                             config=TrainingConfig(rounds=1, seed=3), tenant="a")
     assert result.version == "v0002" and result.manifest is not None and result.manifest["tenant"] == "a"
     entity = LocalFedEntity(folder)
 

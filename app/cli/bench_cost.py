@@ -35,7 +35,7 @@ def bench_cost(
     and cost_auc.png. Hosted entities are SIMULATED, priced as the models they stand in for."""
     from evaluation.cost import progress_total, run_cost_bench, thresholds_from
     from evaluation.cost_report import write_cost_report
-    from evaluation.datasets import load_dataset
+    from qmatrix.catalog import load_dataset
 
     try:
         levels = thresholds_from(thresholds)

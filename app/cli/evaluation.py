@@ -109,11 +109,11 @@ def evaluate(
 
     from app.federation import Federation
     from evaluation.baselines import NCDMSettings
-    from evaluation.datasets import load_dataset
-    from evaluation.protocols import PROTOCOLS, evaluate as run_evaluation
+    from qmatrix.catalog import load_dataset
+    from evaluation.protocols import PROTOCOLS, EvaluationConfig, evaluate as run_evaluation
     from evaluation.report import write_report
     from evaluation.served import LocalFedTraining
-    from evaluation.splits import split_students
+    from qmatrix.splits import split_students
     from providers.simulated import simulated_family
 
     if dataset == "gsm8k":
@@ -178,12 +178,13 @@ def evaluate(
             chosen = {n: sims[n] if n in sims else federation.pipeline.entities[n] for n in names}
             with Progress(TextColumn(f"evaluating {dataset}/{protocol}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=err) as bar:
                 task = bar.add_task("requests", total=total)
-                return await run_evaluation(
-                    data, chosen, protocol=protocol, epsilons=eps, seed=seed, method=method, sensitivity=sensitivity,
-                    n_simulated=n_simulated, progress=lambda k: bar.advance(task, k), served=served_rows,
+                config = EvaluationConfig(
+                    protocol=protocol, epsilons=eps, seed=seed, method=method, sensitivity=sensitivity,
+                    n_simulated=n_simulated, served=served_rows,
                     ncdm=NCDMSettings(batch_size=ncdm_batch_size, seed=seed) if ncdm else None,
-                    served_via=via_api,
                 )
+                return await run_evaluation(data, chosen, config, progress=lambda k: bar.advance(task, k),
+                                            served_via=via_api)
         finally:
             await federation.aclose()
 
@@ -229,7 +230,8 @@ def evaluate(
 def _frontier(datasets: str, entities: str, epsilons: str, mechanisms: str | None, seed: int, sensitivity: str,  # noqa: PLR0913
               max_students: int | None, max_items: int | None, n_simulated: int, repeats: int, data_dir: Path | None, out: Path) -> None:
     """The privacy–utility frontier (SIMULATED hosted entities unless configured ones are named)."""
-    from evaluation.frontier import DEFAULT_EPSILONS, frontier_command, frontier_datasets, progress_total, run_privacy_frontier
+    from evaluation.frontier import (DEFAULT_EPSILONS, FrontierDatasets, FrontierSettings, frontier_command,
+                                     progress_total, run_privacy_frontier)
     from privacy import MECHANISM_NAMES
     from providers.simulated import simulated_family
 
@@ -244,23 +246,22 @@ def _frontier(datasets: str, entities: str, epsilons: str, mechanisms: str | Non
         chosen = [n.strip() for n in entities.split(",") if n.strip()]
         if any(n not in sims for n in chosen):
             raise ValueError("the frontier runs on the SIMULATED hosted family (sim:*): real LLMs are too slow for 6 mechanisms × 7 ε on a CPU")
-        frontier_sets = frontier_datasets(names, data_dir=data_dir, max_students=max_students or 300, max_items=max_items or 30,
-                                          n_simulated=n_simulated, seed=seed)
+        plan = FrontierSettings(epsilons=eps, mechanisms=mechs, seed=seed, sensitivity=sensitivity, repeats=repeats)
+        data = FrontierDatasets(names=names, max_students=max_students or 300, max_items=max_items or 30,
+                                n_simulated=n_simulated, data_dir=data_dir)
+        frontier_sets = data.load(seed)
     except (ValueError, FileNotFoundError) as exc:
         err.print(f"[red]error:[/] {exc}")
         raise typer.Exit(2) from exc
     total = progress_total(frontier_sets, n_epsilons=len(eps), n_mechanisms=len(mechs), repeats=repeats, seed=seed)
-    command = frontier_command(out=out, datasets=names, entities=chosen, epsilons=eps, mechanisms=mechs, seed=seed,
-                               sensitivity=sensitivity, max_students=max_students or 300, max_items=max_items or 30,
-                               n_simulated=n_simulated, repeats=repeats)
+    command = frontier_command(out, plan, data, chosen)
 
     async def run() -> list[Path]:
         with Progress(TextColumn("privacy frontier"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=err) as bar:
             task = bar.add_task("rows", total=total)
             _, paths = await run_privacy_frontier(
-                out, datasets=names, entities={n: sims[n] for n in chosen}, epsilons=eps, mechanisms=mechs, seed=seed,
-                sensitivity=sensitivity, max_students=max_students or 300, max_items=max_items or 30, n_simulated=n_simulated,
-                repeats=repeats, data_dir=data_dir, progress=lambda k: bar.advance(task, k), command=command,
+                out, plan, data, entities={n: sims[n] for n in chosen}, progress=lambda k: bar.advance(task, k),
+                command=command,
             )
             return paths
 
@@ -326,7 +327,7 @@ def _ablation(dataset: str, seed: int, data_dir: Path | None, max_students: int 
     from evaluation.ablation import run_ablation
     from evaluation.ablation_report import write_ablation_report
     from evaluation.baselines import NCDMSettings
-    from evaluation.datasets import load_dataset
+    from qmatrix.catalog import load_dataset
 
     try:
         data = load_dataset(dataset, data_dir=data_dir, max_students=max_students, seed=seed)

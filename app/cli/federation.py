@@ -54,7 +54,7 @@ def split(
     ids get their folder's name as prefix, so no two folders share one."""
     import numpy as np
 
-    from evaluation.datasets import load_dataset
+    from qmatrix.catalog import load_dataset
     from qmatrix import StudentResponses, save_qmatrix, write_responses_csv
 
     try:
@@ -166,7 +166,7 @@ def coordinator(
     timeout: Annotated[float, typer.Option(min=1.0, help="give up after this many seconds")] = 3600.0,
 ) -> None:
     """Start the SuperLink (TLS, only registered nodes), train across the nodes, gate, and publish the signed model."""
-    from federated.flower import FlowerConfig, LinkTLS, coordinate, plan_config
+    from federated.flower import CoordinatorLink, FlowerConfig, LinkTLS, coordinate, plan_config
     from federated.inprocess import FedConfig
     from federated.publish import publish_federated
     from qmatrix import QMatrixError, read_responses_csv
@@ -210,9 +210,10 @@ def coordinator(
                       soft_wrap=True)
 
     try:
-        result = coordinate(qmatrix=q, heldout=students, node_keys=node_key, tls=tls, config=config, work_dir=folder,
-                            host=host, port=port, min_nodes=min_nodes, seed=seed, progress=on_round,
-                            on_event=lambda line: console.print(line, soft_wrap=True), timeout_s=timeout)
+        link = CoordinatorLink(tls=tls, node_keys=node_key, host=host, port=port, min_nodes=min_nodes,
+                               timeout_s=timeout)
+        result = coordinate(qmatrix=q, heldout=students, link=link, config=config, work_dir=folder, seed=seed,
+                            progress=on_round, on_event=lambda line: console.print(line, soft_wrap=True))
         options = {"rounds": rounds, "dp": "student", "epsilon_budget": epsilon, "delta": delta, "secagg": secagg,
                    "aggregation": aggregation, "client_sample_rate": client_rate, "seed": seed,
                    "noise_multiplier": config.fed.student_dp.noise_multiplier if config.fed.student_dp else None,
@@ -263,11 +264,12 @@ def node(
 
     The node exits (code 0) once its run has ended: the coordinator stops its SuperLink after the run, and the
     node stops after --max-wait seconds without it."""
-    from federated.flower import Node
+    from federated.flower import Node, NodeLink
 
     _exit_on_sigterm()
-    member = Node(superlink=superlink, root_cert=root_cert, auth_key=auth_key, data=data, qmatrix=qmatrix,
-                  max_epsilon=max_epsilon, runtime_port=runtime_port, max_wait_s=max_wait)
+    link = NodeLink(superlink=superlink, root_cert=root_cert, auth_key=auth_key, runtime_port=runtime_port,
+                    max_wait_s=max_wait)
+    member = Node(link=link, data=data, qmatrix=qmatrix, max_epsilon=max_epsilon)
     try:
         member.start()
         summary = member.summary

@@ -46,8 +46,8 @@ def train(
     """SIMULATION: train local-fed across institutions partitioned from one dataset, and publish it, signed.
 
     For experiments. Real institutions, each keeping its own data, use `fedcd federation`."""
-    from evaluation.datasets import load_dataset
-    from federated import train_federated
+    from qmatrix.catalog import load_dataset
+    from federated import PublishOptions, TrainingConfig, train_federated
 
     aggregation = {"trimmed": "trimmed_mean"}.get(aggregation, aggregation)
     problems = []
@@ -100,11 +100,12 @@ def train(
                     progress=on_round, force=force,
                 )
             else:
-                result = train_federated(
-                    dataset=data, registry=registry, clients=clients, rounds=rounds, dp=dp, epsilon=epsilon, delta=delta,  # type: ignore[arg-type]
-                    aggregation=aggregation, partition=partition, alpha=alpha, seed=seed, progress=on_round, force=force,  # type: ignore[arg-type]
-                    model_kind=model,
+                config = TrainingConfig(
+                    clients=clients, rounds=rounds, dp=dp, epsilon=epsilon, delta=delta, aggregation=aggregation,  # type: ignore[arg-type]
+                    partition=partition, alpha=alpha, seed=seed, model_kind=model,  # type: ignore[arg-type]
                 )
+                result = train_federated(dataset=data, registry=registry, config=config,
+                                         publish=PublishOptions(force=force), progress=on_round)
         except ValueError as exc:
             err.print(f"[red]error:[/] {exc}")
             raise typer.Exit(2) from exc
@@ -122,11 +123,14 @@ def _train_with_flower(data, registry, *, progress, force, **options):  # type: 
     """Train on Flower, then gate and publish exactly as the in-process trainer does."""
     import tempfile
 
-    from federated.flower import train_flower
+    from federated.flower import FlowerDeployment, FlowerTraining, train_flower
     from federated.publish import publish_trained
 
+    # The manifest records ``options`` as given (publish_trained), so the plan is built from them, not instead.
+    plan = FlowerTraining(**{k: v for k, v in options.items() if k != "deployment"})
     with tempfile.TemporaryDirectory(prefix="fedcd-flower-") as work:
-        fed = train_flower(dataset=data, out_dir=Path(work), progress=progress, **options)
+        fed = train_flower(dataset=data, plan=plan, out_dir=Path(work), progress=progress,
+                           deployment=FlowerDeployment() if options.get("deployment") else None)
         return publish_trained(fed, dataset=data, registry=registry, options=options, force=force)
 
 
@@ -146,7 +150,7 @@ def bench_federated(
     out: Annotated[Path, typer.Option("--out")] = Path("reports/federated"),
 ) -> None:
     """Centralized vs federated vs federated with student-level DP: held-out AUC, bytes and seconds per round."""
-    from evaluation.datasets import load_dataset
+    from qmatrix.catalog import load_dataset
     from federated.benchmark import compare_training, write_comparison
 
     eps = parse_epsilons(epsilons)

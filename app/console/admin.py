@@ -16,7 +16,7 @@ from app.console.charts import timeline_chart
 from app.console.forms import FieldErrors, number, policy_from_form, student_id_from_form
 from app.console.web import ConsolePage, ConsoleRoute, User, UserDep, base, data_of, page, posted
 from app.errors import InputError
-from app.schemas_students import StudentExport
+from app.schemas.students import StudentExport
 from privacy import MECHANISM_NAMES
 
 __all__ = ["router"]

@@ -24,7 +24,7 @@ from app.console.views import ACTIVE_JOB, CalibrationView, EntityView, FailureEv
 from app.db import SHARED_TENANT, JobItemRow, JobRow, UsageRow
 from app.deps import AUTH_DISABLED
 from app.schemas import CalibrateRequest, DatasetRef, PrivacyPolicy, PrivacyPolicyPublic
-from app.schemas_students import StudentErasure, StudentExport
+from app.schemas.students import StudentErasure, StudentExport
 from app.storage.calibrations import StoredCalibration
 from privacy.ledger.tables import REFUNDED, charges
 from providers.circuit import CircuitStoreUnavailable
@@ -230,7 +230,7 @@ class ConsoleData:
         """Reliability bins of the calibrated estimates on the validation students it was fitted on (in-sample), read
         from its job's stored answers while retention keeps them; ``[]`` and why when there is nothing to draw."""
         from calibration.fitting import ValidationAnswer
-        from evaluation.metrics import reliability_bins
+        from calibration.reliability import reliability_bins
 
         record = stored.record
         with self.state.database.sessions() as session:

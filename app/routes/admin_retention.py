@@ -10,7 +10,7 @@ from fastapi import APIRouter, Depends, Request
 
 from app.deps import AdminDep
 from app.routes.responses import ADMIN_ERRORS
-from app.schemas_students import RetentionPolicy, RetentionPolicyPublic
+from app.schemas.students import RetentionPolicy, RetentionPolicyPublic
 from app.storage.retention import RetentionStore
 
 router = APIRouter(prefix="/v1/admin/retention", tags=["admin"])

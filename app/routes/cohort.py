@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from app.deps import DiagnosisServiceDep, PrincipalDep
+from app.deps import CohortServiceDep, PrincipalDep
 from app.routes.responses import AUTH_ERRORS
 from app.schemas import CohortReport, CohortReportRequest
-from app.services.cohort import cohort_report
 
 router = APIRouter(prefix="/v1/cohort-report", tags=["cohort"])
 
@@ -19,7 +18,7 @@ router = APIRouter(prefix="/v1/cohort-report", tags=["cohort"])
     429: {"description": "a student's budget is spent"},
 })
 async def create_cohort_report(
-    body: CohortReportRequest, service: DiagnosisServiceDep, principal: PrincipalDep
+    body: CohortReportRequest, service: CohortServiceDep, principal: PrincipalDep
 ) -> CohortReport:
     """Mastery distribution (noisy mean and histogram per concept) of a class or school, ε-DP per student."""
-    return await cohort_report(body, service=service, principal=principal)
+    return await service.report(body, principal)

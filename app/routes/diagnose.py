@@ -13,7 +13,7 @@ _ERRORS = {
     404: {"description": "unknown qmatrix_id or calibration_id (another tenant's is unknown too)"},
     422: {"description": "bad input; `detail[].loc` names the field, unknown item ids are listed"},
     429: {"description": "the student's privacy budget is spent"},
-    503: {"description": "every entity failed; each entity's reason is listed"},
+    503: {"description": "every entity failed (each entity's reason is listed), or none was there to ask"},
 }
 
 

@@ -9,12 +9,9 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from app.deps import DiagnosisServiceDep, PrincipalDep
-from app.errors import InputError
+from app.deps import BudgetServiceDep, PrincipalDep
 from app.routes.responses import AUTH_ERRORS
 from app.schemas import StudentBudget, StudentLookup
-from app.services.diagnosis import DiagnosisService
-from app.storage import budget_rule
 from qmatrix import Identifier
 
 router = APIRouter(prefix="/v1/privacy", tags=["privacy"])
@@ -22,22 +19,14 @@ router = APIRouter(prefix="/v1/privacy", tags=["privacy"])
 _ERRORS = {**AUTH_ERRORS, 404: {"description": "the privacy ledger is off on this server"}}
 
 
-async def _budget(service: DiagnosisService, tenant: str, student_id: str) -> StudentBudget:
-    if service.ledger is None:
-        raise InputError(("path", "student_id"), ["the privacy ledger is off on this server"], status_code=404)
-    rule = budget_rule(await service.policy(tenant))
-    status = await service.ledger.astatus(tenant, service.pseudonyms.key(tenant, student_id), rule=rule)
-    return StudentBudget(**{**status, "student_id": student_id})  # the ledger holds the keyed hash (app.pseudonyms)
-
-
 @router.post("/lookup", response_model=StudentBudget, responses=_ERRORS)
-async def create_student_budget_lookup(body: StudentLookup, service: DiagnosisServiceDep, principal: PrincipalDep) -> StudentBudget:
+async def create_student_budget_lookup(body: StudentLookup, budgets: BudgetServiceDep, principal: PrincipalDep) -> StudentBudget:
     """The student's budget under the tenant's policy: the period's spend, what remains, when it renews, the
     lifetime total (id in the body)."""
-    return await _budget(service, principal.tenant, body.student_id)
+    return await budgets.student(principal.tenant, body.student_id)
 
 
 @router.get("/students/{student_id}", response_model=StudentBudget, responses=_ERRORS)
-async def read_student_budget(student_id: Identifier, service: DiagnosisServiceDep, principal: PrincipalDep) -> StudentBudget:
+async def read_student_budget(student_id: Identifier, budgets: BudgetServiceDep, principal: PrincipalDep) -> StudentBudget:
     """ε and δ spent and remaining for one student of the caller's tenant."""
-    return await _budget(service, principal.tenant, student_id)
+    return await budgets.student(principal.tenant, student_id)

@@ -5,7 +5,6 @@ Q-matrix is 404; the built-in example is shared read-only."""
 from __future__ import annotations
 
 import asyncio
-from dataclasses import asdict
 from pathlib import PurePath
 
 from typing import Annotated
@@ -15,27 +14,15 @@ from fastapi.exceptions import RequestValidationError
 from pydantic import ValidationError
 from python_multipart.exceptions import MultipartParseError
 
-from app.deps import AdminDep, FederationDep, PrincipalDep, QMatrixStoreDep, SettingsDep
+from app.deps import AdminDep, PrincipalDep, QMatrixServiceDep, SettingsDep
 from app.errors import InputError
 from app.pagination import PageDep, page_of
 from app.limits import qmatrix_from_csv_checked, qmatrix_from_json_checked
 from app.routes.responses import ADMIN_ERRORS, AUTH_ERRORS
-from app.schemas import (
-    AgreementPublic,
-    ExtractRequest,
-    ExtractResponse,
-    QMatrixCreate,
-    QMatrixList,
-    QMatrixPublic,
-    QMatrixSummary,
-    qmatrix_create_model,
-)
+from app.schemas import ExtractRequest, ExtractResponse, QMatrixList, QMatrixPublic, QMatrixSummary, qmatrix_create_model
 from app.settings import Settings
-from app.storage import QMatrixExists, StoredQMatrix
+from app.storage import StoredQMatrix
 from app.storage.qmatrices import MAX_VERSION
-from diagnosis import UnknownEntities
-from diagnosis.extraction import extract_qmatrix
-from qmatrix.extract import GSM8K_CONCEPTS
 from qmatrix import QMatrix, qmatrix_to_json
 
 router = APIRouter(prefix="/v1/qmatrices", tags=["qmatrices"])
@@ -120,30 +107,17 @@ def _from_json(raw: bytes, settings: Settings) -> QMatrix:
     return qmatrix_from_json_checked(body.model_dump(), settings, ("body",))
 
 
-async def _checked(request: Request, store: QMatrixStoreDep, settings: SettingsDep, *, path_id: str | None = None) -> QMatrix:
-    q = await _parse_body(request, settings, path_id=path_id)
-    if not store.valid_id(q.id):
-        raise InputError(("body", "id"), [f"id {q.id!r}: use 1-128 letters, digits, '.', '_' or '-'"])
-    if path_id is not None and q.id != path_id:
-        raise InputError(("body", "id"), [f"the body's id '{q.id}' is not the path's '{path_id}'"])
-    return q
-
-
 @router.post("", status_code=status.HTTP_201_CREATED, response_model=QMatrixSummary, openapi_extra=_BODIES, responses={
     **ADMIN_ERRORS, 409: {"description": "the id is taken (replace it with PUT) or built in"}, 413: {"description": "body too large"},
     422: {"description": "invalid Q-matrix; every problem is listed"},
 })
 async def create_qmatrix(
-    request: Request, store: QMatrixStoreDep, settings: SettingsDep, principal: AdminDep,
+    request: Request, service: QMatrixServiceDep, settings: SettingsDep, principal: AdminDep,
     id: Annotated[str | None, Query(max_length=128, description="the id, for a text/csv body")] = None,
 ) -> QMatrixSummary:
     """Register a Q-matrix for the tenant (version 1). An id in use is 409: replace it with ``PUT``."""
-    q = await _checked(request, store, settings)
-    try:
-        stored = await asyncio.to_thread(store.create, principal.tenant, q)
-    except QMatrixExists as exc:
-        raise InputError(("body", "id"), [str(exc)], status_code=409) from exc
-    return _summary(stored)
+    q = await _parse_body(request, settings)
+    return _summary(await service.create(principal.tenant, q))
 
 
 @router.put("/{qmatrix_id}", response_model=QMatrixSummary, openapi_extra=_BODIES, responses={
@@ -152,36 +126,29 @@ async def create_qmatrix(
     422: {"description": "invalid Q-matrix; every problem is listed"},
 })
 async def update_qmatrix(
-    qmatrix_id: str, request: Request, store: QMatrixStoreDep, settings: SettingsDep, principal: AdminDep
+    qmatrix_id: str, request: Request, service: QMatrixServiceDep, settings: SettingsDep, principal: AdminDep
 ) -> QMatrixSummary:
     """Replace the rows: a new version. Calibrations fitted on the old version no longer apply to it."""
-    if store.is_builtin(qmatrix_id):
-        raise InputError(("path", "qmatrix_id"), [f"'{qmatrix_id}' is a built-in Q-matrix"], status_code=409)
-    q = await _checked(request, store, settings, path_id=qmatrix_id)
-    stored = await asyncio.to_thread(store.replace, principal.tenant, q)
-    if stored is None:
-        raise InputError(("path", "qmatrix_id"), [f"unknown Q-matrix id '{qmatrix_id}'"], status_code=404)
-    return _summary(stored)
+    service.check_writable(qmatrix_id)  # before the body is read
+    q = await _parse_body(request, settings, path_id=qmatrix_id)
+    return _summary(await service.replace(principal.tenant, q, qmatrix_id=qmatrix_id))
 
 
 @router.delete("/{qmatrix_id}", status_code=status.HTTP_204_NO_CONTENT, responses={
     **ADMIN_ERRORS, 404: {"description": "the tenant has no Q-matrix with this id"},
     409: {"description": "a built-in Q-matrix"},
 })
-async def delete_qmatrix(qmatrix_id: str, store: QMatrixStoreDep, principal: AdminDep) -> Response:
+async def delete_qmatrix(qmatrix_id: str, service: QMatrixServiceDep, principal: AdminDep) -> Response:
     """Delete every version (its calibrations stay readable; new diagnoses cannot name it)."""
-    if store.is_builtin(qmatrix_id):
-        raise InputError(("path", "qmatrix_id"), [f"'{qmatrix_id}' is a built-in Q-matrix"], status_code=409)
-    if not await asyncio.to_thread(store.delete, principal.tenant, qmatrix_id):
-        raise InputError(("path", "qmatrix_id"), [f"unknown Q-matrix id '{qmatrix_id}'"], status_code=404)
+    await service.delete(principal.tenant, qmatrix_id)
     return Response(status_code=status.HTTP_204_NO_CONTENT)
 
 
 @router.get("", response_model=QMatrixList, responses=AUTH_ERRORS)
-async def read_qmatrices(store: QMatrixStoreDep, principal: PrincipalDep, page: PageDep) -> QMatrixList:
+async def read_qmatrices(service: QMatrixServiceDep, principal: PrincipalDep, page: PageDep) -> QMatrixList:
     """The ids of the built-in Q-matrices, then the tenant's, by id."""
-    ids = await asyncio.to_thread(store.ids, principal.tenant)
-    chunk, last = page_of(ids, page, key=lambda qid: (0 if store.is_builtin(qid) else 1, qid))
+    ids = await service.ids(principal.tenant)
+    chunk, last = page_of(ids, page, key=lambda qid: (0 if service.is_builtin(qid) else 1, qid))
     return QMatrixList(**page.envelope(chunk, last))
 
 
@@ -189,51 +156,18 @@ async def read_qmatrices(store: QMatrixStoreDep, principal: PrincipalDep, page: 
     **AUTH_ERRORS, 404: {"description": "unknown id (another tenant's is unknown too)"},
 })
 async def read_qmatrix(
-    qmatrix_id: str, store: QMatrixStoreDep, principal: PrincipalDep,
+    qmatrix_id: str, service: QMatrixServiceDep, principal: PrincipalDep,
     version: Annotated[int | None, Query(ge=1, le=MAX_VERSION, description="default: the current version")] = None,
 ) -> Response:
     """The current version (or ``?version=N``)."""
-    stored = await asyncio.to_thread(store.get, principal.tenant, qmatrix_id, version)
-    if stored is None:
-        raise InputError(("path", "qmatrix_id"), [f"unknown Q-matrix id '{qmatrix_id}'"], status_code=404)
-    return await _public(stored)
+    return await _public(await service.get(principal.tenant, qmatrix_id, version))
 
 
 @extractions.post("", response_model=ExtractResponse, responses={
     **ADMIN_ERRORS, 409: {"description": "save: the id is taken or built in"},
 })
 async def create_qmatrix_extraction(
-    body: ExtractRequest, store: QMatrixStoreDep, federation: FederationDep, principal: AdminDep
+    body: ExtractRequest, service: QMatrixServiceDep, principal: AdminDep
 ) -> ExtractResponse:
     """Tag items with concepts (keyword rules, LLM entities, or both with their agreement)."""
-    concepts = body.concepts or list(GSM8K_CONCEPTS)
-    if len(set(concepts)) != len(concepts):
-        raise InputError(("body", "concepts"), ["concept names must be unique"])
-    if len({i.id for i in body.items}) != len(body.items):
-        raise InputError(("body", "items"), ["item ids must be unique"])
-    entities = None
-    if body.method != "keyword":
-        try:
-            entities = federation.pipeline.select(body.entities)
-        except UnknownEntities as exc:
-            raise InputError(("body", "entities"), [str(exc)]) from exc
-    extraction, agreement = await extract_qmatrix(
-        body.id, [(i.id, i.text) for i in body.items], concepts, method=body.method, entities=entities
-    )
-    registered = False
-    if body.save and extraction.qmatrix is not None:
-        try:
-            await asyncio.to_thread(store.create, principal.tenant, extraction.qmatrix)
-        except QMatrixExists as exc:
-            raise InputError(("body", "id"), [str(exc)], status_code=409) from exc
-        registered = True
-    return ExtractResponse(
-        qmatrix=QMatrixCreate(**qmatrix_to_json(extraction.qmatrix)) if extraction.qmatrix else None,
-        method=body.method,
-        tags=extraction.tags,
-        untagged_items=extraction.untagged_items,
-        unused_concepts=extraction.unused_concepts,
-        agreement=AgreementPublic(**asdict(agreement)) if agreement else None,
-        failures=extraction.failures,
-        registered=registered,
-    )
+    return await service.extract(principal.tenant, body)

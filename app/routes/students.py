@@ -11,10 +11,10 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query, Request, Response
 
-from app.deps import AdminDep, PrincipalDep, QMatrixStoreDep
+from app.deps import AdminDep, PrincipalDep, QMatrixServiceDep
 from app.errors import InputError
 from app.routes.responses import ADMIN_ERRORS
-from app.schemas_students import StudentErasure, StudentExport
+from app.schemas.students import StudentErasure, StudentExport
 from app.services.report import build_report, report_html, report_png, report_svg
 from app.services.students import StudentDataService
 from qmatrix import Identifier
@@ -58,7 +58,7 @@ _REPORT_TYPES = {"image/svg+xml": "image/svg+xml", "image/png": "image/png"}
                          "or erasure)"},
 })
 async def read_student_report(
-    student_id: Identifier, request: Request, service: StudentDataDep, qmatrices: QMatrixStoreDep,
+    student_id: Identifier, request: Request, service: StudentDataDep, qmatrices: QMatrixServiceDep,
     principal: PrincipalDep,
     qmatrix_id: Annotated[Identifier, Query(description="the Q-matrix of the diagnosis to report")],
 ) -> Response:
@@ -71,8 +71,11 @@ async def read_student_report(
         raise InputError(("query", "qmatrix_id"), [
             f"no stored diagnosis of this student on Q-matrix '{qmatrix_id}' (none made, or removed by retention or "
             "erasure)"], status_code=404)
-    found = await asyncio.to_thread(qmatrices.get, principal.tenant, qmatrix_id)
-    report = build_report(stored[-1], found.qmatrix if found is not None else None)
+    try:
+        found = (await qmatrices.get(principal.tenant, qmatrix_id)).qmatrix
+    except InputError:  # deleted since: the report still reads, in the diagnosis's own concept order
+        found = None
+    report = build_report(stored[-1], found)
     accept = request.headers.get("accept", "")
     wanted = next((t for t in _REPORT_TYPES if t in accept), None)
     if wanted == "image/svg+xml":

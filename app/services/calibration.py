@@ -16,6 +16,7 @@ exists; the job's notes and metrics and the record say the students were SIMULAT
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 import uuid
@@ -36,12 +37,10 @@ from app.storage import CalibrationStore, PolicyStore, QMatrixStore, StoredQMatr
 from calibration import TooFewAnswers, make_calibrator
 from calibration.fitting import ValidationAnswer, answer_validation_student, calibration_record, validation_set
 from diagnosis import DiagnosisPipeline, NoiseLevel, UnknownEntities
-from evaluation import proportion_correct_truth, split_students
-from evaluation.datasets import load_dataset
-from privacy import PrivacyLedger, make_rng
+from privacy import AsyncLedger, ReleaseCost, make_rng
 from providers.cache import tagged_as
 from providers.wrappers import Cached
-from qmatrix import EXAMPLE_QMATRIX_ID, Response
+from qmatrix import EXAMPLE_QMATRIX_ID, Response, load_dataset, proportion_correct_truth, split_students
 from qmatrix.simulate import DINA_GUESS, DINA_MASTERY_RATE, DINA_SLIP
 
 __all__ = ["CalibrationService", "start_default_calibration"]
@@ -73,7 +72,7 @@ class CalibrationService:
         settings: Settings,
         usage: UsageStore,
         pseudonyms: Pseudonyms,
-        ledger: PrivacyLedger | None = None,
+        ledger: AsyncLedger | None = None,
     ) -> None:
         self.federation, self.qmatrices, self.calibrations, self.settings = federation, qmatrices, calibrations, settings
         self.jobs, self.ledger, self.policies, self.usage = jobs, ledger, policies, usage
@@ -251,38 +250,36 @@ class CalibrationService:
         except ValueError as exc:
             raise RuntimeError(f"{exc} (failures: {failures})") from exc
         release = self._release_epsilon(request, students.simulated)
-        charges = []
+        paid = None
         if release is not None and request.records is not None and self.ledger is not None:
-            # Every validation student pays the release ε before anything is released, or nobody does.
-            charges = await self.ledger.acharge_all(
-                tenant=tenant, student_ids=[r.student_id for r in request.records], epsilon=release, mechanism="laplace",
-                source="calibration",
-                rule=budget_rule(policy),
+            # Every validation student pays the release ε before anything is released, or nobody does
+            # (privacy.ledger.release: refunded unless the record is saved and released).
+            paid = self.ledger.releasing(
+                tenant=tenant, students=[r.student_id for r in request.records], source="calibration",
+                cost=ReleaseCost(epsilon=release, delta=0.0, mechanism="laplace"), rule=budget_rule(policy),
             )
-        try:
-            fitted = calibrator.fit(data, release_epsilon=release, rng=make_rng(self.settings.noise_seed),
-                                    min_answers=self.settings.calibration_min_answers)
-        except Exception as exc:
-            if charges:
-                await self.ledger.asettle_all(charges, released=None)  # type: ignore[union-attr]  # nothing released
-            if isinstance(exc, TooFewAnswers):
+        async with paid or contextlib.nullcontext():
+            try:
+                fitted = calibrator.fit(data, release_epsilon=release, rng=make_rng(self.settings.noise_seed),
+                                        min_answers=self.settings.calibration_min_answers)
+            except TooFewAnswers as exc:
                 raise TooFewAnswers(f"{exc} (FEDCD_CALIBRATION_MIN_ANSWERS = {self.settings.calibration_min_answers}; "
                                     f"failures: {failures})") from exc
-            raise
-        notes = list(students.notes)
-        if students.truth_source == "proportion-correct":
-            notes.append("truth: the paper's rule, per-concept proportion correct over each record's responses")
-        if release is None and students.simulated and request.release_epsilon is None:
-            notes.append("released without noise by default: the validation students are SIMULATED, nobody to protect")
-        record = calibration_record(
-            fitted, record_id=f"cal-{uuid.uuid4().hex[:12]}", qmatrix_id=q.id, entities=selected, noise=noise,
-            truth_source=students.truth_source, n_students=len(data),
-            version=self.calibrations.next_version(tenant, q.id), notes=notes, metrics=students.metrics,
-        )
-        self.calibrations.save(record, tenant=tenant, qmatrix_version=stored.version)
-        if charges:
-            await self.ledger.asettle_all(charges, released=f"calibration {record.id}")  # type: ignore[union-attr]
-            count_charge(tenant, "calibration", release * len(charges))  # type: ignore[operator]  # set with charges
+            notes = list(students.notes)
+            if students.truth_source == "proportion-correct":
+                notes.append("truth: the paper's rule, per-concept proportion correct over each record's responses")
+            if release is None and students.simulated and request.release_epsilon is None:
+                notes.append("released without noise by default: the validation students are SIMULATED, nobody to protect")
+            record = calibration_record(
+                fitted, record_id=f"cal-{uuid.uuid4().hex[:12]}", qmatrix_id=q.id, entities=selected, noise=noise,
+                truth_source=students.truth_source, n_students=len(data),
+                version=self.calibrations.next_version(tenant, q.id), notes=notes, metrics=students.metrics,
+            )
+            self.calibrations.save(record, tenant=tenant, qmatrix_version=stored.version)
+            if paid is not None:
+                await paid.settle(f"calibration {record.id}")
+        if paid is not None:
+            count_charge(tenant, "calibration", release * len(paid.charges))  # type: ignore[operator]  # set with paid
         seconds = time.perf_counter() - start
         log.info("calibration %s (%s, %d students) fitted in %.1f s", record.id, record.method, len(data), seconds)
         return {"calibration_id": record.id, "metrics": {**record.metrics, "seconds": seconds}, "notes": record.notes}

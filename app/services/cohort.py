@@ -10,45 +10,81 @@ student was diagnosed, and returned with the report.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 from app.auth import Principal
 from app.errors import InputError, budget_retry_after
 from app.metrics import count_charge, count_refusal
 from app.pseudonyms import cache_tag
-from app.schemas import CohortConcept, CohortReport, CohortReportRequest, StudentIn, Usage
-from app.services.diagnosis import DiagnosisService
-from app.storage import budget_rule, usage_total
-from calibration import aggregator_for
-from diagnosis import AllEntitiesFailed, DiagnosisRequest, EntityOutcome
-from privacy import BudgetExceeded, CohortConceptStats, cohort_statistics, make_rng
+from app.schemas import CohortConcept, CohortReport, CohortReportRequest, Usage
+from app.services.planning import Planner, StudentPlan
+from app.services.usage import account_usage
+from app.settings import Settings
+from app.storage import UsageStore, budget_rule, usage_total
+from diagnosis import AllEntitiesFailed, EntityOutcome
+from privacy import AsyncLedger, BudgetExceeded, CohortConceptStats, ReleaseCost, cohort_statistics, make_rng
 from providers.cache import tagged_as
 from qmatrix import QMatrix
 
-__all__ = ["cohort_report"]
+__all__ = ["CohortLimits", "CohortService"]
+
+COHORT_MECHANISM = "central_laplace"
 
 
-async def cohort_report(body: CohortReportRequest, *, service: DiagnosisService, principal: Principal) -> CohortReport:
-    settings, ledger, pipeline, tenant = service.settings, service.ledger, service.pipeline, principal.tenant
-    stored = await asyncio.to_thread(service.qmatrices.get, tenant, body.qmatrix_id)
-    if stored is None:
-        raise InputError(("body", "qmatrix_id"), [f"unknown Q-matrix id '{body.qmatrix_id}'"], status_code=404)
-    q = stored.qmatrix
-    ids = [s.student_id for s in body.students]
-    if len(set(ids)) != len(ids):
-        raise InputError(("body", "students"), ["each student may appear once (contributions are bounded per student)"])
-    if len(ids) < settings.min_cohort_size:
-        raise InputError(("body", "students"), [f"a cohort needs at least {settings.min_cohort_size} students, got {len(ids)}"])
-    for n, student in enumerate(body.students):
-        service.check_responses(q, student.responses, ("body", "students", n))
-    service.select(body.entities)  # unknown names are a 422 before anyone is charged
-    charges = []
-    if ledger is not None:  # everyone pays before anything is released, or nobody does
+@dataclass(frozen=True)
+class CohortLimits:
+    """The smallest cohort described, students diagnosed at once, and the noise seed (tests only)."""
+
+    min_size: int
+    concurrency: int
+    noise_seed: int | None = None
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> CohortLimits:
+        return cls(min_size=settings.min_cohort_size, concurrency=settings.batch_concurrency,
+                   noise_seed=settings.noise_seed)
+
+
+@dataclass(frozen=True)
+class _Released:
+    diagnosed: list[dict[str, float]]
+    stats: dict[str, CohortConceptStats]
+    epsilon_per_statistic: float
+    usage: Usage
+
+
+class CohortService:
+    """``/v1/cohort-report``. ``ledger`` None: the ledger is off (nobody is charged)."""
+
+    def __init__(self, *, planner: Planner, ledger: AsyncLedger | None, usage: UsageStore, limits: CohortLimits) -> None:
+        self.planner, self.ledger, self.usage, self.limits = planner, ledger, usage, limits
+
+    async def report(self, body: CohortReportRequest, principal: Principal) -> CohortReport:
+        tenant, limits = principal.tenant, self.limits
+        config = await self.planner.configuration(tenant, qmatrix_id=body.qmatrix_id)
+        q = config.resolved.qmatrix
+        ids = [s.student_id for s in body.students]
+        if len(set(ids)) != len(ids):
+            raise InputError(("body", "students"), ["each student may appear once (contributions are bounded per student)"])
+        if len(ids) < limits.min_size:
+            raise InputError(("body", "students"), [f"a cohort needs at least {limits.min_size} students, got {len(ids)}"])
+        for n, student in enumerate(body.students):
+            self.planner.check_responses(q, student.responses, ("body", "students", n))
+        # The same aggregation a diagnosis would use (auto: the record's, or Bayes post-processing).
+        aggregator = self.planner.aggregators.get(config.calibration, aggregation="auto", estimate="mean")
+        # Planned before anyone is charged: unknown entity names are a 422 that costs nobody anything.
+        plans = [self.planner.cohort_plan(tenant, q, s, body.entities, aggregator) for s in body.students]
+        release = self.ledger.releasing(  # everyone pays before anything is released, or nobody does
+            tenant=tenant, students=[p.key for p in plans], rule=budget_rule(config.policy), source="cohort",
+            cost=ReleaseCost(epsilon=body.epsilon, delta=0.0, mechanism=COHORT_MECHANISM),  # keyed hashes, never ids
+        ) if self.ledger is not None else None
         try:
-            rule = budget_rule(await service.policy(tenant))
-            charges = await ledger.acharge_all(  # under keyed hashes, never the ids (app.pseudonyms)
-                tenant=tenant, student_ids=[service.pseudonyms.key(tenant, i) for i in ids], epsilon=body.epsilon,
-                mechanism="central_laplace", rule=rule, source="cohort",
-            )
+            async with release or contextlib.nullcontext():
+                released = await self._release(body, q, plans)
+                if release is not None:
+                    await release.settle("cohort-report")
         except BudgetExceeded as exc:
             count_refusal(tenant, "cohort")
             retry_after = budget_retry_after(exc)
@@ -56,72 +92,59 @@ async def cohort_report(body: CohortReportRequest, *, service: DiagnosisService,
                 ("body", "students"), [f"{exc}; no report was released and nobody was charged"], status_code=429,
                 extra={"type": "privacy_budget", "retry_after_s": retry_after}, retry_after_s=retry_after,
             ) from exc
-    try:
-        diagnosed, stats, eps_stat, calibration_id, usage = await _release(body, service, q, stored.version, tenant)
-    except BaseException:
-        if charges:
-            await asyncio.shield(ledger.asettle_all(charges, released=None))  # type: ignore[union-attr]  # nothing released
-        raise
-    if charges:
-        await ledger.asettle_all(charges, released="cohort-report")  # type: ignore[union-attr]
-        count_charge(tenant, "cohort", body.epsilon * len(charges))
-    notes = [
-        "each student's diagnosis is made inside the gateway without per-entity noise and never released; "
-        "only the noisy sums and histograms are",
-        f"{len(ids) - len(diagnosed)} students could not be diagnosed (every entity failed) and contributed nothing"
-        if len(diagnosed) < len(ids) else "every student contributed",
-    ]
-    return CohortReport(
-        cohort_size=len(ids),
-        concepts={
-            c: CohortConcept(mean=s.mean, noisy_count=s.noisy_count, histogram={"bin_edges": s.bin_edges, "counts": s.counts})
-            for c, s in stats.items()
-        },
-        epsilon=body.epsilon,
-        epsilon_per_statistic=eps_stat,
-        min_cohort_size=settings.min_cohort_size,
-        charged_epsilon_per_student=body.epsilon if ledger is not None else 0.0,
-        calibration_id=calibration_id,
-        notes=notes,
-        usage=usage,
-    )
+        if release is not None:
+            count_charge(tenant, "cohort", body.epsilon * len(release.charges))
+        diagnosed = released.diagnosed
+        notes = [
+            "each student's diagnosis is made inside the gateway without per-entity noise and never released; "
+            "only the noisy sums and histograms are",
+            f"{len(ids) - len(diagnosed)} students could not be diagnosed (every entity failed) and contributed nothing"
+            if len(diagnosed) < len(ids) else "every student contributed",
+        ]
+        return CohortReport(
+            cohort_size=len(ids),
+            concepts={
+                c: CohortConcept(mean=s.mean, noisy_count=s.noisy_count,
+                                 histogram={"bin_edges": s.bin_edges, "counts": s.counts})
+                for c, s in released.stats.items()
+            },
+            epsilon=body.epsilon,
+            epsilon_per_statistic=released.epsilon_per_statistic,
+            min_cohort_size=limits.min_size,
+            charged_epsilon_per_student=body.epsilon if self.ledger is not None else 0.0,
+            calibration_id=aggregator.calibration_id,
+            notes=notes,
+            usage=released.usage,
+        )
 
+    async def _release(self, body: CohortReportRequest, q: QMatrix, plans: Sequence[StudentPlan]) -> _Released:
+        """Diagnose every student without per-entity noise, then the noisy statistics (the only thing released)."""
+        gate = asyncio.Semaphore(self.limits.concurrency)
+        outcomes: list[EntityOutcome] = []
+        pipeline = self.planner.pipeline
 
-async def _release(
-    body: CohortReportRequest, service: DiagnosisService, q: QMatrix, version: int, tenant: str
-) -> tuple[list[dict[str, float]], dict[str, CohortConceptStats], float, str | None, Usage]:
-    """Diagnose every student without per-entity noise, then the noisy statistics (the only thing released)."""
-    settings, pipeline = service.settings, service.pipeline
-    # The same aggregation a diagnosis would use (auto: the record's, or Bayes post-processing).
-    latest = await asyncio.to_thread(service.calibrations.latest_for, tenant, q.id, version)
-    aggregator = aggregator_for(latest.record if latest else None, alpha=settings.alpha, aggregation="auto")
-    gate = asyncio.Semaphore(settings.batch_concurrency)
-    outcomes: list[EntityOutcome] = []
+        async def one(planned: StudentPlan) -> dict[str, float] | None:
+            async with gate:
+                try:  # cached answers made from these responses: erasable by student (app.services.students)
+                    with tagged_as(cache_tag(planned.tenant, planned.key)):
+                        result = await pipeline.run(planned.diagnosis)
+                except AllEntitiesFailed as exc:
+                    outcomes.extend(exc.outcomes)
+                    return None
+                outcomes.extend(result.entities)
+                return result.mastery
 
-    async def one(student: StudentIn) -> dict[str, float] | None:
-        async with gate:
-            request = DiagnosisRequest(
-                student_id=student.student_id, qmatrix=q, responses=student.responses, epsilon=None,
-                entities=body.entities, cache_scope=tenant,
-            )
-            try:  # cached answers made from these responses: erasable by student (app.services.students)
-                with tagged_as(cache_tag(tenant, service.pseudonyms.key(tenant, student.student_id))):
-                    result = await pipeline.diagnose(request, aggregator)
-            except AllEntitiesFailed as exc:
-                outcomes.extend(exc.outcomes)
-                return None
-            outcomes.extend(result.entities)
-            return result.mastery
-
-    try:
-        mastery = await asyncio.gather(*(one(s) for s in body.students))
-    finally:  # what was asked was used, whatever happens next
-        await asyncio.shield(service.account(tenant, "cohort", outcomes))
-    diagnosed = [m for m in mastery if m is not None]
-    concepts = [c for c in q.concepts if any(c in m for m in diagnosed)]
-    if not concepts:
-        raise InputError(("body", "students"), ["no student could be diagnosed; nothing released, nothing charged"], status_code=503)
-    stats, eps_stat = cohort_statistics(
-        diagnosed, concepts, epsilon=body.epsilon, bins=body.bins, rng=make_rng(settings.noise_seed)
-    )
-    return diagnosed, stats, eps_stat, aggregator.calibration_id, usage_total(outcomes)
+        tenant = plans[0].tenant
+        try:
+            mastery = await asyncio.gather(*(one(p) for p in plans))
+        finally:  # what was asked was used, whatever happens next
+            await asyncio.shield(account_usage(self.usage, tenant, "cohort", outcomes))
+        diagnosed = [m for m in mastery if m is not None]
+        concepts = [c for c in q.concepts if any(c in m for m in diagnosed)]
+        if not concepts:
+            raise InputError(("body", "students"), ["no student could be diagnosed; nothing released, nothing charged"],
+                             status_code=503)
+        stats, eps_stat = cohort_statistics(
+            diagnosed, concepts, epsilon=body.epsilon, bins=body.bins, rng=make_rng(self.limits.noise_seed)
+        )
+        return _Released(diagnosed, stats, eps_stat, usage_total(outcomes))

@@ -21,7 +21,7 @@ from typing import Any
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
-from app.schemas_students import StoredDiagnosis
+from app.schemas.students import StoredDiagnosis
 from qmatrix import QMatrix
 
 __all__ = ["ConceptLine", "StudentReport", "build_report", "report_html", "report_png", "report_svg"]

@@ -27,7 +27,7 @@ from sqlalchemy import Connection, delete, exists, or_, select, update
 from sqlalchemy.orm import sessionmaker
 
 from app.db import JobItemRow, JobRow, engine_of
-from app.schemas_students import RetentionPolicy
+from app.schemas.students import RetentionPolicy
 from app.services.students import GROUP_SOURCES
 from app.storage.retention import DAY_S, RetentionStore
 from privacy import PrivacyLedger

@@ -34,7 +34,7 @@ from app.db import JobItemRow, JobRow, engine_of
 from app.errors import InputError
 from app.pseudonyms import Pseudonyms, cache_tag
 from app.schemas import StudentBudget
-from app.schemas_students import (
+from app.schemas.students import (
     ChargeRecord,
     ErasureKept,
     JobRecord,

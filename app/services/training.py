@@ -114,7 +114,7 @@ class TrainingService:
         return outcome
 
     async def _run(self, request: dict[str, Any], job: JobContext, path: Path) -> dict[str, Any]:
-        from federated import ModelRegistry, train_federated  # torch: only when a job trains
+        from federated import ModelRegistry, TrainingConfig, train_federated  # torch: only when a job trains
 
         settings, tenant = self.settings, job.tenant
         stored = self.qmatrices.get(tenant, request["qmatrix_id"], request["qmatrix_version"])
@@ -136,8 +136,8 @@ class TrainingService:
         registry = ModelRegistry(self.registry_dir, key_path=settings.model_signing_key)
         result = await asyncio.to_thread(
             train_federated, dataset=Dataset(name=f"upload {job.job_id}", qmatrix=q, students=training),
-            registry=registry, clients=1, rounds=rounds, seed=settings.train_seed, tenant=tenant,
-            progress=progress, threads=1,
+            registry=registry, config=TrainingConfig(clients=1, rounds=rounds, seed=settings.train_seed, threads=1),
+            tenant=tenant, progress=progress,
         )
         metrics: dict[str, Any] = {
             "students": len(students), "train_students": len(training), "validation_students": len(validation),

@@ -12,7 +12,7 @@ from sqlalchemy.orm import sessionmaker
 
 from app.db import RetentionRow, utcnow
 from app.errors import InputError
-from app.schemas_students import RetentionPolicy, RetentionPolicyPublic
+from app.schemas.students import RetentionPolicy, RetentionPolicyPublic
 from app.settings import Settings
 
 __all__ = ["RetentionStore", "default_retention"]

@@ -6,13 +6,14 @@ diagnoses can be compared with the psychometric models they claim to beat.
 """
 
 from evaluation.baselines.common import CDMBaseline, NotFittedError, response_matrix
-from evaluation.baselines.dina import DINA, ProfileClasses, dina_log_likelihood, dina_posterior, profile_classes
+from evaluation.baselines.dina import DINA, DINASettings, ProfileClasses, dina_log_likelihood, dina_posterior, profile_classes
 from evaluation.baselines.irt import IRT2PL, eap, irt_2pl_prob, normal_quadrature
 from evaluation.baselines.ncdm import NCDM, NCDMSettings
 from evaluation.baselines.proportion import ProportionCorrect, proportion_correct
 
 __all__ = [
     "DINA",
+    "DINASettings",
     "IRT2PL",
     "NCDM",
     "NCDMSettings",

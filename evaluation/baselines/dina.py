@@ -44,7 +44,7 @@ from scipy.special import expit, logit, logsumexp
 
 from evaluation.baselines.common import CDMBaseline, check_q, check_responses, select_items, split_scores
 
-__all__ = ["DINA", "ProfileClasses", "dina_log_likelihood", "dina_posterior", "profile_classes"]
+__all__ = ["DINA", "DINASettings", "ProfileClasses", "dina_log_likelihood", "dina_posterior", "profile_classes"]
 
 Method = Literal["auto", "exact", "mean-field"]
 _CHUNK_CELLS = 2**22  # students x classes per E-step chunk: bounds memory when there are many classes
@@ -120,46 +120,56 @@ class _Observations:
         return np.bincount(self.pair_obs, weights=weights, minlength=self.student.size)
 
 
+@dataclass(frozen=True, kw_only=True)
+class DINASettings:
+    """How :class:`DINA` is fitted (checked here, on construction): EM over merged profile classes up to
+    ``max_exact_concepts`` concepts (``auto``) or mean-field attributes; slip and guess start at ``init_*`` and stay
+    within ``bounds`` (low < high < ½, so slip + guess < 1); pseudocounts smooth the M-step."""
+
+    method: Method = "auto"
+    max_exact_concepts: int = 16
+    max_iter: int = 1000
+    tol: float = 1e-6
+    init_slip: float = 0.2
+    init_guess: float = 0.2
+    param_pseudocount: float = 1.0
+    class_pseudocount: float = 1.0
+    bounds: tuple[float, float] = (1e-3, 0.499)
+    mean_field_sweeps: int = 1
+    mean_field_max_sweeps: int = 200
+
+    def __post_init__(self) -> None:
+        if self.method not in ("auto", "exact", "mean-field"):
+            raise ValueError(f"method must be 'auto', 'exact' or 'mean-field', got {self.method!r}")
+        if not 0 <= self.max_exact_concepts <= 20:  # 2^20 profiles is already a large enumeration
+            raise ValueError(f"max_exact_concepts must be in [0, 20], got {self.max_exact_concepts}")
+        if self.max_iter < 1 or self.mean_field_sweeps < 1 or self.mean_field_max_sweeps < 1:
+            raise ValueError("max_iter and the sweep counts must be >= 1")
+        if self.tol <= 0:
+            raise ValueError(f"tol must be > 0, got {self.tol}")
+        lo, hi = self.bounds
+        if not 0 < lo < hi < 0.5:
+            raise ValueError(f"bounds must satisfy 0 < low < high < 0.5 (so slip + guess < 1), got {self.bounds}")
+        for label, value in (("init_slip", self.init_slip), ("init_guess", self.init_guess)):
+            if not lo <= value <= hi:
+                raise ValueError(f"{label} must lie within bounds {self.bounds}, got {value}")
+        if self.param_pseudocount < 0 or self.class_pseudocount < 0:
+            raise ValueError("pseudocounts must be >= 0")
+
+
 class DINA(CDMBaseline):
     """DINA with per-item slip and guess, EM over merged profile classes or mean-field attributes."""
 
     name = "dina"
 
-    def __init__(
-        self,
-        *,
-        method: Method = "auto",
-        max_exact_concepts: int = 16,
-        max_iter: int = 1000,
-        tol: float = 1e-6,
-        init_slip: float = 0.2,
-        init_guess: float = 0.2,
-        param_pseudocount: float = 1.0,
-        class_pseudocount: float = 1.0,
-        bounds: tuple[float, float] = (1e-3, 0.499),
-        mean_field_sweeps: int = 1,
-        mean_field_max_sweeps: int = 200,
-    ) -> None:
-        if method not in ("auto", "exact", "mean-field"):
-            raise ValueError(f"method must be 'auto', 'exact' or 'mean-field', got {method!r}")
-        if not 0 <= max_exact_concepts <= 20:  # 2^20 profiles is already a large enumeration
-            raise ValueError(f"max_exact_concepts must be in [0, 20], got {max_exact_concepts}")
-        if max_iter < 1 or mean_field_sweeps < 1 or mean_field_max_sweeps < 1:
-            raise ValueError("max_iter and the sweep counts must be >= 1")
-        if tol <= 0:
-            raise ValueError(f"tol must be > 0, got {tol}")
-        lo, hi = bounds
-        if not 0 < lo < hi < 0.5:
-            raise ValueError(f"bounds must satisfy 0 < low < high < 0.5 (so slip + guess < 1), got {bounds}")
-        for label, value in (("init_slip", init_slip), ("init_guess", init_guess)):
-            if not lo <= value <= hi:
-                raise ValueError(f"{label} must lie within bounds {bounds}, got {value}")
-        if param_pseudocount < 0 or class_pseudocount < 0:
-            raise ValueError("pseudocounts must be >= 0")
-        self.method, self.max_exact_concepts, self.max_iter, self.tol = method, max_exact_concepts, max_iter, tol
-        self.init_slip, self.init_guess, self.bounds = init_slip, init_guess, (float(lo), float(hi))
-        self.param_pseudocount, self.class_pseudocount = param_pseudocount, class_pseudocount
-        self.mean_field_sweeps, self.mean_field_max_sweeps = mean_field_sweeps, mean_field_max_sweeps
+    def __init__(self, settings: DINASettings | None = None) -> None:
+        s = settings or DINASettings()
+        lo, hi = s.bounds
+        self.method, self.max_exact_concepts = s.method, s.max_exact_concepts
+        self.max_iter, self.tol = s.max_iter, s.tol
+        self.init_slip, self.init_guess, self.bounds = s.init_slip, s.init_guess, (float(lo), float(hi))
+        self.param_pseudocount, self.class_pseudocount = s.param_pseudocount, s.class_pseudocount
+        self.mean_field_sweeps, self.mean_field_max_sweeps = s.mean_field_sweeps, s.mean_field_max_sweeps
         self.slip_: np.ndarray | None = None
         self.guess_: np.ndarray | None = None
         self.classes_: ProfileClasses | None = None

@@ -40,16 +40,16 @@ standard errors); :func:`recommend_default` picks the default (mechanism, ε) by
 Post-processing uses only the released reports and public mechanism parameters (plus a
 calibration fitted on other students), so it costs no privacy.
 
-Public API: :func:`privacy_frontier`, :func:`write_frontier_report`, :func:`frontier_datasets`,
-:func:`run_privacy_frontier` (all three in one call, for the CLI), :func:`postprocessing_verdicts`,
-:func:`recommend_default`.
+Public API: :func:`privacy_frontier` (what to sweep: :class:`FrontierSettings`), :func:`write_frontier_report`,
+:func:`frontier_datasets` (:class:`FrontierDatasets`), :func:`run_privacy_frontier` (all three in one call, for the
+CLI), :func:`postprocessing_verdicts`, :func:`recommend_default`.
 """
 
 from __future__ import annotations
 
 from evaluation.frontier.api import frontier_command as frontier_command  # the CLI imports it
-from evaluation.frontier.api import frontier_datasets, progress_total, run_privacy_frontier
-from evaluation.frontier.compute import privacy_frontier
+from evaluation.frontier.api import FrontierDatasets, frontier_datasets, progress_total, run_privacy_frontier
+from evaluation.frontier.compute import FrontierSettings, privacy_frontier
 from evaluation.frontier.estimators import posterior_means as posterior_means  # the tests import it
 from evaluation.frontier.recommend import (
     Recommendation,
@@ -70,7 +70,9 @@ __all__ = [
     "DEFAULT_EPSILONS",
     "POSTPROCESSING",
     "DatasetFrontier",
+    "FrontierDatasets",
     "FrontierPoint",
+    "FrontierSettings",
     "FrontierResult",
     "Recommendation",
     "frontier_datasets",

@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
 import shlex
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
-from evaluation.frontier.compute import _unpack, privacy_frontier
+from evaluation.frontier.compute import FrontierSettings, privacy_frontier
 from evaluation.frontier.report import write_frontier_report
-from evaluation.frontier.results import DEFAULT_EPSILONS, DEFAULT_REPEATS, FrontierResult, Progress
-from evaluation.simulation import SimulatedStudents, simulate
-from evaluation.splits import split_students
-from privacy.registry import MECHANISM_NAMES
+from evaluation.frontier.results import DEFAULT_REPEATS, FrontierResult, Progress
+from evaluation.simulation import SimulatedStudents, dataset_and_simulation, simulate
+from qmatrix.splits import split_students
 from providers import Entity
 from qmatrix import Dataset
 
@@ -27,8 +28,8 @@ def frontier_datasets(
 ) -> list[Dataset | SimulatedStudents]:
     """The frontier's datasets by name. ``max_students`` / ``max_items`` apply to ASSIST0910 only
     (FrcSub is small); ``simulated`` is SIMULATED DINA students on the FrcSub Q-matrix (with oracle);
-    any other name goes through :func:`evaluation.datasets.load_dataset` unrestricted."""
-    from evaluation.datasets import load_dataset
+    any other name goes through :func:`qmatrix.catalog.load_dataset` unrestricted."""
+    from qmatrix.catalog import load_dataset
 
     out: list[Dataset | SimulatedStudents] = []
     for name in names:
@@ -42,77 +43,84 @@ def frontier_datasets(
     return out
 
 
-def frontier_command(
-    *,
-    out: str | Path,
-    datasets: Sequence[str],
-    entities: Sequence[str],
-    epsilons: Sequence[float],
-    mechanisms: Sequence[str],
-    seed: int,
-    sensitivity: str,
-    max_students: int | None,
-    max_items: int | None,
-    n_simulated: int,
-    repeats: int = 1,
-) -> str:
+@dataclass(frozen=True, kw_only=True)
+class FrontierDatasets:
+    """Which datasets the frontier runs on (:func:`frontier_datasets`), and how much of them: ``max_students`` and
+    ``max_items`` apply to ASSIST0910 only, ``n_simulated`` to ``simulated``; ``data_dir``: where the public
+    datasets are (None: the default folder)."""
+
+    names: Sequence[str] = ("frcsub", "assist0910", "simulated")
+    max_students: int | None = 300
+    max_items: int | None = 30
+    n_simulated: int = 536
+    data_dir: str | Path | None = None
+
+    def load(self, seed: int) -> list[Dataset | SimulatedStudents]:
+        return frontier_datasets(self.names, data_dir=self.data_dir, max_students=self.max_students,
+                                 max_items=self.max_items, n_simulated=self.n_simulated, seed=seed)
+
+
+def frontier_command(out: str | Path, plan: FrontierSettings, data: FrontierDatasets, entities: Sequence[str]) -> str:
     """The ``fedcd evaluate --privacy-frontier`` command line that reproduces a run (for the report)."""
-    args = ["evaluate", "--privacy-frontier", "--out", str(out), "--datasets", ",".join(datasets), "--entities", ",".join(entities),
-            "--epsilons", ",".join(f"{e:g}" for e in epsilons), "--mechanisms", ",".join(mechanisms), "--seed", str(seed),
-            "--sensitivity", sensitivity, "--repeats", str(repeats)]
-    if max_students is not None:
-        args += ["--max-students", str(max_students)]
-    if max_items is not None:
-        args += ["--max-items", str(max_items)]
-    if "simulated" in datasets:
-        args += ["--n-simulated", str(n_simulated)]
+    args = ["evaluate", "--privacy-frontier", "--out", str(out), "--datasets", ",".join(data.names), "--entities", ",".join(entities),
+            "--epsilons", ",".join(f"{e:g}" for e in plan.epsilons), "--mechanisms", ",".join(plan.mechanisms),
+            "--seed", str(plan.seed), "--sensitivity", plan.sensitivity, "--repeats", str(plan.repeats)]
+    if data.max_students is not None:
+        args += ["--max-students", str(data.max_students)]
+    if data.max_items is not None:
+        args += ["--max-items", str(data.max_items)]
+    if "simulated" in data.names:
+        args += ["--n-simulated", str(data.n_simulated)]
     return "fedcd " + " ".join(shlex.quote(a) for a in args)
+
+
+def _python_command(out: str | Path, plan: FrontierSettings, data: FrontierDatasets) -> str:
+    """The equivalent Python one-liner (the report quotes it; the default entities only)."""
+    extra = "".join(f", {name}={getattr(plan, name)!r}" for name in ("delta", "concurrency")
+                    if getattr(plan, name) != getattr(FrontierSettings(), name))
+    return (
+        "OPENBLAS_NUM_THREADS=1 .venv/bin/python -c \"import asyncio; from evaluation.frontier import FrontierDatasets, "
+        f"FrontierSettings, run_privacy_frontier; asyncio.run(run_privacy_frontier({str(out)!r}, FrontierSettings("
+        f"epsilons={tuple(float(e) for e in plan.epsilons)!r}, mechanisms={tuple(plan.mechanisms)!r}, seed={plan.seed}, "
+        f"sensitivity={plan.sensitivity!r}, repeats={plan.repeats}{extra}), FrontierDatasets(names={tuple(data.names)!r}, "
+        f"max_students={data.max_students!r}, max_items={data.max_items!r}, n_simulated={data.n_simulated})))\""
+    )
 
 
 async def run_privacy_frontier(
     out: str | Path,
+    plan: FrontierSettings | None = None,
+    data: FrontierDatasets | None = None,
     *,
-    datasets: Sequence[str] = ("frcsub", "assist0910", "simulated"),
     entities: Mapping[str, Entity] | None = None,
-    epsilons: Sequence[float] = DEFAULT_EPSILONS,
-    mechanisms: Sequence[str] = MECHANISM_NAMES,
-    seed: int = 0,
-    sensitivity: str = "paper",
-    max_students: int | None = 300,
-    max_items: int | None = 30,
-    n_simulated: int = 536,
-    repeats: int = DEFAULT_REPEATS,
-    data_dir: str | Path | None = None,
     progress: Progress | None = None,
     command: str | None = None,
     python_command: str | None = None,
 ) -> tuple[FrontierResult, list[Path]]:
     """Load the datasets, run :func:`privacy_frontier` and write the report into ``out``.
 
-    ``entities`` defaults to the SIMULATED hosted family (``providers.simulated.simulated_family(seed)``).
+    ``plan`` defaults to :class:`FrontierSettings` with ``DEFAULT_REPEATS`` noise draws (the committed report's),
+    ``data`` to :class:`FrontierDatasets`' defaults. ``entities`` defaults to the SIMULATED hosted family
+    (``providers.simulated.simulated_family(plan.seed)``).
     ``command`` defaults to the equivalent ``fedcd evaluate --privacy-frontier ...`` line and, with the
     default entities, ``python_command`` to the equivalent Python one-liner (both go into the report).
     Returns the result and the paths written.
     """
     from providers.simulated import simulated_family
 
-    chosen = dict(entities) if entities is not None else dict(simulated_family(seed=seed))
-    data = frontier_datasets(datasets, data_dir=data_dir, max_students=max_students, max_items=max_items, n_simulated=n_simulated, seed=seed)
-    result = await privacy_frontier(
-        data, chosen, epsilons=epsilons, mechanisms=mechanisms, seed=seed, sensitivity=sensitivity, repeats=repeats, progress=progress,
-    )
+    plan = plan or FrontierSettings(repeats=DEFAULT_REPEATS)
+    data = data or FrontierDatasets()
+    chosen = dict(entities) if entities is not None else dict(simulated_family(seed=plan.seed))
+    result = await privacy_frontier(data.load(plan.seed), chosen, plan, progress=progress)
     if python_command is None and entities is None:
-        python_command = (
-            "OPENBLAS_NUM_THREADS=1 .venv/bin/python -c \"import asyncio; from evaluation.frontier import run_privacy_frontier; "
-            f"asyncio.run(run_privacy_frontier({str(out)!r}, datasets={tuple(datasets)!r}, epsilons={tuple(float(e) for e in epsilons)!r}, "
-            f"mechanisms={tuple(mechanisms)!r}, seed={seed}, sensitivity={sensitivity!r}, max_students={max_students!r}, "
-            f"max_items={max_items!r}, n_simulated={n_simulated}, repeats={repeats}))\""
-        )
+        python_command = _python_command(out, plan, data)
     if command is None:
+        assist = "assist0910" in data.names  # the limits apply to it only, so only then are they part of the command
         command = frontier_command(
-            out=out, datasets=datasets, entities=list(chosen), epsilons=result.epsilons, mechanisms=mechanisms, seed=seed,
-            sensitivity=sensitivity, max_students=max_students if "assist0910" in datasets else None,
-            max_items=max_items if "assist0910" in datasets else None, n_simulated=n_simulated, repeats=repeats,
+            out, dataclasses.replace(plan, epsilons=result.epsilons),
+            dataclasses.replace(data, max_students=data.max_students if assist else None,
+                                max_items=data.max_items if assist else None),
+            list(chosen),
         )
     return result, write_frontier_report(result, out, command=command, python_command=python_command)
 
@@ -122,7 +130,7 @@ def progress_total(datasets: Sequence[Dataset | SimulatedStudents], *, n_epsilon
     total = 0
     settings = 1 + n_epsilons * n_mechanisms
     for item in datasets:
-        split = split_students(_unpack(item)[0].students, seed=seed)
+        split = split_students(dataset_and_simulation(item)[0].students, seed=seed)
         n_val, n_test = len(split.validation), len(split.test)
         total += n_val + (n_test + n_val + n_test) * repeats * settings
     return total

@@ -18,17 +18,17 @@ from qmatrix import QMatrix, Response
 # --------------------------------------------------------------------------------------------
 
 
-def _abs_errors(est: Sequence[Mastery], truths: Sequence[Mastery]) -> list[np.ndarray]:
+def abs_errors(est: Sequence[Mastery], truths: Sequence[Mastery]) -> list[np.ndarray]:
     """Per student, |estimate − truth| over the concepts both have (truth order)."""
     return [np.array([abs(e[c] - v) for c, v in t.items() if c in e], dtype=float) for e, t in zip(est, truths)]
 
 
-def _mae(errors: Sequence[np.ndarray]) -> tuple[float, int]:
+def mean_abs_error(errors: Sequence[np.ndarray]) -> tuple[float, int]:
     flat = np.concatenate([*errors, np.empty(0)])
     return (float(flat.mean()) if flat.size else float("nan")), int(flat.size)
 
 
-def _paired_mae_diff(a: Sequence[np.ndarray], b: Sequence[np.ndarray], n_units: int) -> tuple[float, float]:
+def paired_mae_diff(a: Sequence[np.ndarray], b: Sequence[np.ndarray], n_units: int) -> tuple[float, float]:
     """MAE(a) − MAE(b) over the same (row, concept) pairs, with its standard error over students.
 
     Row i belongs to student i mod ``n_units`` (rows are the test students repeated once per noise
@@ -62,7 +62,7 @@ def _item_scores(est: Sequence[Mastery], held: Sequence[Sequence[Response]], q: 
     return scores, outcomes
 
 
-class _HeldoutScores:
+class HeldoutScores:
     """Predicted P(correct) and outcomes of the test rows' held-out responses; row i is student i mod n_units."""
 
     def __init__(self, probs: Sequence[np.ndarray], outcomes: Sequence[np.ndarray], n_units: int) -> None:
@@ -83,17 +83,17 @@ class _HeldoutScores:
         return auc_score(self.p[idx], self.y[idx]) if idx.size else float("nan")
 
 
-def _heldout_scores(val_est: Sequence[Mastery], test_est: Sequence[Mastery], val_held, test_held, q: QMatrix, n_units: int) -> _HeldoutScores | None:  # type: ignore[no-untyped-def]
+def heldout_scores(val_est: Sequence[Mastery], test_est: Sequence[Mastery], val_held, test_held, q: QMatrix, n_units: int) -> HeldoutScores | None:  # type: ignore[no-untyped-def]
     vm, vy = _item_scores(val_est, val_held, q)
     tm, ty = _item_scores(test_est, test_held, q)
     m, y = np.concatenate([np.empty(0), *vm]), np.concatenate([np.empty(0), *vy])
     if m.size == 0 or sum(t.size for t in tm) == 0:
         return None
     link = fit_link(m, y)
-    return _HeldoutScores([link(t) for t in tm], ty, n_units)
+    return HeldoutScores([link(t) for t in tm], ty, n_units)
 
 
-def _paired_auc_diff(a: _HeldoutScores, b: _HeldoutScores, rng: np.random.Generator) -> tuple[float, float]:
+def paired_auc_diff(a: HeldoutScores, b: HeldoutScores, rng: np.random.Generator) -> tuple[float, float]:
     """AUC(a) − AUC(b), with a paired bootstrap standard error over test students."""
     diff = a.auc() - b.auc()
     boots = []
@@ -105,7 +105,7 @@ def _paired_auc_diff(a: _HeldoutScores, b: _HeldoutScores, rng: np.random.Genera
     return float(diff), (float(np.std(boots, ddof=1)) if len(boots) > 1 else float("nan"))
 
 
-def _constant(val_truths: Sequence[Mastery], concepts: Sequence[Sequence[str]]) -> list[Mastery]:
+def constant_predictions(val_truths: Sequence[Mastery], concepts: Sequence[Sequence[str]]) -> list[Mastery]:
     by: dict[str, list[float]] = {}
     for t in val_truths:
         for c, v in t.items():
@@ -115,7 +115,7 @@ def _constant(val_truths: Sequence[Mastery], concepts: Sequence[Sequence[str]]) 
     return [{c: means.get(c, overall) for c in cs} for cs in concepts]
 
 
-def _dina_heldout_oracle(q: QMatrix, observed: Sequence[Sequence[Response]], held: Sequence[Sequence[Response]]) -> list[np.ndarray]:
+def dina_heldout_oracle(q: QMatrix, observed: Sequence[Sequence[Response]], held: Sequence[Sequence[Response]]) -> list[np.ndarray]:
     """P(correct) of each held-out response under the true DINA parameters given the observed ones."""
     import itertools
 

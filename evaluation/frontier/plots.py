@@ -14,7 +14,7 @@ COLOURS = {"laplace": "tab:blue", "secure_laplace": "tab:cyan", "gaussian": "tab
 STYLES = {"mean": "-", "posterior": "--", "posterior-uniform": ":"}
 
 
-def _plot(result: FrontierResult, metric: str, folder: Path, *, only_simulated: bool = False) -> Path | None:
+def plot_metric(result: FrontierResult, metric: str, folder: Path, *, only_simulated: bool = False) -> Path | None:
     import matplotlib
 
     matplotlib.use("Agg")

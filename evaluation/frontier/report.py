@@ -5,23 +5,24 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Sequence
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from evaluation.frontier.plots import _plot
+from evaluation.frontier.plots import plot_metric
 from evaluation.frontier.recommend import postprocessing_verdicts, recommend_default
 from evaluation.frontier.results import FrontierResult
 from evaluation.frontier.sections import (
-    _dataset_notes,
-    _eps,
-    _f,
-    _failure_text,
-    _metric_table,
-    _references_lines,
-    _summary_lines,
-    _verdict_lines,
+    dataset_notes,
+    format_epsilon,
+    format_value,
+    failure_text,
+    metric_table,
+    references_lines,
+    summary_lines,
+    verdict_lines,
 )
 
 # --------------------------------------------------------------------------------------------
@@ -68,11 +69,11 @@ def _markdown(result: FrontierResult, command: str, python_command: str | None, 
          "why, is listed per dataset below."),
         "- MAE (paper protocol) of the plain mean → the posterior:",
         "",
-        *_summary_lines(result),
+        *summary_lines(result),
         "",
         "## Recommended default",
         "",
-        f"**{rec.mechanism}, ε = {_eps(rec.epsilon)} per entity answer**, with Bayes post-processing "
+        f"**{rec.mechanism}, ε = {format_epsilon(rec.epsilon)} per entity answer**, with Bayes post-processing "
         f"(`aggregation=posterior`; {n_entities}·ε = {n_entities * rec.epsilon:g} per diagnosis with {n_entities} entities).",
         "",
         f"Rule: {rec.rule}.",
@@ -84,9 +85,9 @@ def _markdown(result: FrontierResult, command: str, python_command: str | None, 
     ]
     for n, v in rec.per_dataset.items():
         r = v["recovered"]
-        out.append(f"| {n} | {_f(v['posterior_mae'])} | {_f(v['mean_mae'])} | {_f(v['constant_mae'])} | {_f(v['noiseless_posterior_mae'])} | "
-                   f"{'—' if r is None or math.isnan(r) else f'{r:.0%}'} | {_f(v['posterior_auc'])} | {_f(v['mean_auc'])} | "
-                   f"{_f(v['constant_auc'])} | {_f(v['noiseless_posterior_auc'])} |")
+        out.append(f"| {n} | {format_value(v['posterior_mae'])} | {format_value(v['mean_mae'])} | {format_value(v['constant_mae'])} | {format_value(v['noiseless_posterior_mae'])} | "
+                   f"{'—' if r is None or math.isnan(r) else f'{r:.0%}'} | {format_value(v['posterior_auc'])} | {format_value(v['mean_auc'])} | "
+                   f"{format_value(v['constant_auc'])} | {format_value(v['noiseless_posterior_auc'])} |")
     out += [
         "",
         "## How to read this",
@@ -124,29 +125,29 @@ def _markdown(result: FrontierResult, command: str, python_command: str | None, 
             "",
             "### Does post-processing beat the plain mean?",
             "",
-            *_failure_text(result, d, verdicts),
-            *_dataset_notes(result, d),
+            *failure_text(result, d, verdicts),
+            *dataset_notes(result, d),
             "",
             "Posterior − plain mean, MAE (negative = posterior better), ± 1 SE paired over test students; "
             "✓ better by > 2 SE, ≈ within 2 SE, ✗ worse by > 2 SE:",
             "",
-            *_verdict_lines(result, d, verdicts),
+            *verdict_lines(result, d, verdicts),
             "",
             "### References",
             "",
-            *_references_lines(result, d),
+            *references_lines(result, d),
             "",
             "### MAE (paper protocol)",
             "",
-            *_metric_table(result, d, "mae"),
+            *metric_table(result, d, "mae"),
             "",
             "### Held-out AUC",
             "",
-            *_metric_table(result, d, "auc"),
+            *metric_table(result, d, "auc"),
             "",
         ]
         if d.simulated_data and any(p.true_mae is not None for p in d.points):
-            out += ["### MAE against the true (simulated) mastery", "", *_metric_table(result, d, "true_mae"), ""]
+            out += ["### MAE against the true (simulated) mastery", "", *metric_table(result, d, "true_mae"), ""]
         for note in d.notes:
             out.append(f"> {note}")
         out.append("")
@@ -167,6 +168,15 @@ def _finite(value: Any) -> Any:
     return value
 
 
+def frontier_json(result: FrontierResult) -> dict[str, Any]:
+    """What ``frontier.json`` holds before the command lines: the run's data, then its analysis."""
+    return {
+        **result.to_json(),
+        "verdicts": postprocessing_verdicts(result),
+        "recommendation": asdict(recommend_default(result)),
+    }
+
+
 def write_frontier_report(result: FrontierResult, out_dir: str | Path, *, command: str, python_command: str | None = None,
                           analysis: str | None = None) -> list[Path]:
     """Write ``frontier.json`` (every point), ``report.md`` (tables per dataset, verdicts, the default) and the
@@ -175,12 +185,12 @@ def write_frontier_report(result: FrontierResult, out_dir: str | Path, *, comman
     recommendation (e.g. why the default was chosen, for the README)."""
     folder = Path(out_dir)
     folder.mkdir(parents=True, exist_ok=True)
-    data = result.to_json()
+    data = frontier_json(result)
     data["command"] = command
     if python_command:
         data["python_command"] = python_command
     (folder / "frontier.json").write_text(json.dumps(_finite(data), indent=2, allow_nan=False) + "\n", encoding="utf-8")
-    plots = [p for p in (_plot(result, "mae", folder), _plot(result, "auc", folder), _plot(result, "true_mae", folder, only_simulated=True)) if p]
+    plots = [p for p in (plot_metric(result, "mae", folder), plot_metric(result, "auc", folder), plot_metric(result, "true_mae", folder, only_simulated=True)) if p]
     text = _markdown(result, command, python_command, plots)
     if analysis:
         text = text.replace("## Recommended default\n", "## Recommended default\n\n" + analysis.strip() + "\n", 1)

@@ -110,11 +110,9 @@ class FrontierResult:
         return next(d for d in self.datasets if d.name == name)
 
     def to_json(self) -> dict[str, Any]:
-        from evaluation.frontier.recommend import (  # imports this module
-            postprocessing_verdicts,
-            recommend_default,
-        )
-
+        """The run's own data. The analysis of it (verdicts, the recommended default) is
+        ``evaluation.frontier.recommend``'s, which imports this module: the report adds it
+        (``evaluation.frontier.report.frontier_json``), so imports run one way."""
         return {
             "epsilons": self.epsilons,
             "mechanisms": self.mechanisms,
@@ -127,6 +125,4 @@ class FrontierResult:
             "repeats": self.repeats,
             "seconds": round(self.seconds, 1),
             "datasets": [d.to_json() for d in self.datasets],
-            "verdicts": postprocessing_verdicts(self),
-            "recommendation": asdict(recommend_default(self)),
         }

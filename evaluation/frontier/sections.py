@@ -11,16 +11,16 @@ from evaluation.frontier.results import POSTPROCESSING, DatasetFrontier, Frontie
 from privacy import PAPER_MECHANISM, mechanism_for_request
 
 
-def _f(v: float | None, digits: int = 3) -> str:
+def format_value(v: float | None, digits: int = 3) -> str:
     return "—" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.{digits}f}"
 
 
-def _eps(e: float | None) -> str:
+def format_epsilon(e: float | None) -> str:
     return "∞" if e is None else f"{e:g}"
 
 
-def _metric_table(result: FrontierResult, d: DatasetFrontier, metric: str) -> list[str]:
-    header = "| mechanism | aggregation | " + " | ".join(f"ε={_eps(e)}" for e in result.epsilons) + " |"
+def metric_table(result: FrontierResult, d: DatasetFrontier, metric: str) -> list[str]:
+    header = "| mechanism | aggregation | " + " | ".join(f"ε={format_epsilon(e)}" for e in result.epsilons) + " |"
     lines = [header, "|---|---|" + "---|" * len(result.epsilons)]
     best = {}
     for e in result.epsilons:
@@ -32,34 +32,34 @@ def _metric_table(result: FrontierResult, d: DatasetFrontier, metric: str) -> li
         for k in POSTPROCESSING:
             cells = []
             for e in result.epsilons:
-                v = _f(getattr(result.point(d.name, m, e, k), metric))
+                v = format_value(getattr(result.point(d.name, m, e, k), metric))
                 cells.append(f"**{v}**" if best.get(e) == (m, k) else v)
             lines.append(f"| {m} | {k} | " + " | ".join(cells) + " |")
     return lines
 
 
-def _references_lines(result: FrontierResult, d: DatasetFrontier) -> list[str]:
+def references_lines(result: FrontierResult, d: DatasetFrontier) -> list[str]:
     lines = ["| reference | MAE (paper) | held-out AUC |" + (" MAE vs true mastery |" if d.simulated_data else ""),
              "|---|---|---|" + ("---|" if d.simulated_data else "")]
     for k in POSTPROCESSING:
         p = result.point(d.name, "none", None, k)
-        lines.append(f"| noiseless federation (ε = ∞), {k} | {_f(p.mae)} | {_f(p.auc)} |" + (f" {_f(p.true_mae)} |" if d.simulated_data else ""))
+        lines.append(f"| noiseless federation (ε = ∞), {k} | {format_value(p.mae)} | {format_value(p.auc)} |" + (f" {format_value(p.true_mae)} |" if d.simulated_data else ""))
     labels = {"constant": "constant predictor (per-concept validation mean)", "oracle": "oracle (true DINA parameters)",
               "prior_mean": "fitted prior's mean (the posterior's ε → 0 limit)"}
     for key, ref in d.references.items():
-        lines.append(f"| {labels.get(key, key)} | {_f(ref.get('mae'))} | {_f(ref.get('auc'))} |" + (f" {_f(ref.get('true_mae'))} |" if d.simulated_data else ""))
+        lines.append(f"| {labels.get(key, key)} | {format_value(ref.get('mae'))} | {format_value(ref.get('auc'))} |" + (f" {format_value(ref.get('true_mae'))} |" if d.simulated_data else ""))
     return lines
 
 
-def _verdict_lines(result: FrontierResult, d: DatasetFrontier, verdicts: Sequence[Mapping[str, Any]]) -> list[str]:
+def verdict_lines(result: FrontierResult, d: DatasetFrontier, verdicts: Sequence[Mapping[str, Any]]) -> list[str]:
     rows = [v for v in verdicts if v["dataset"] == d.name and v["epsilon"] is not None]
-    out = ["| mechanism | " + " | ".join(f"ε={_eps(e)}" for e in result.epsilons) + " |", "|---|" + "---|" * len(result.epsilons)]
+    out = ["| mechanism | " + " | ".join(f"ε={format_epsilon(e)}" for e in result.epsilons) + " |", "|---|" + "---|" * len(result.epsilons)]
     for m in result.mechanisms:
         cells = []
         for e in result.epsilons:
             v = next(r for r in rows if r["mechanism"] == m and r["epsilon"] == e)
             mark = {"better": "✓", "tie": "≈", "worse": "✗", "n/a": "?"}[v["mae_verdict"]]
-            cells.append(f"{mark} {_f(v['mae_diff'])} ± {_f(v['mae_diff_se'])}")
+            cells.append(f"{mark} {format_value(v['mae_diff'])} ± {format_value(v['mae_diff_se'])}")
         out.append(f"| {m} | " + " | ".join(cells) + " |")
     return out
 
@@ -74,7 +74,7 @@ def _report_noise_sd(result: FrontierResult, d: DatasetFrontier, mechanism: str,
 
 def _why(result: FrontierResult, d: DatasetFrontier, v: Mapping[str, Any]) -> str:
     if v["mae_verdict"] == "tie":
-        return f"within sampling noise ({_f(v['mae_diff'])} ± {_f(v['mae_diff_se'])})"
+        return f"within sampling noise ({format_value(v['mae_diff'])} ± {format_value(v['mae_diff_se'])})"
     noise = _report_noise_sd(result, d, v["mechanism"], v["epsilon"])
     taus = d.posterior_fit["paper"]["entity_error_sd"]
     if noise < max(taus.values()):
@@ -84,7 +84,7 @@ def _why(result: FrontierResult, d: DatasetFrontier, v: Mapping[str, Any]) -> st
     return f"the mechanism's noise (sd ≈ {noise:.2f} per report) dominates; see the tables"
 
 
-def _failure_text(result: FrontierResult, d: DatasetFrontier, verdicts: Sequence[Mapping[str, Any]]) -> list[str]:
+def failure_text(result: FrontierResult, d: DatasetFrontier, verdicts: Sequence[Mapping[str, Any]]) -> list[str]:
     rows = [v for v in verdicts if v["dataset"] == d.name and v["epsilon"] is not None]
     lost = [v for v in rows if not v["mae_wins"]]
     worse = [v for v in rows if v["mae_verdict"] == "worse"]
@@ -92,22 +92,22 @@ def _failure_text(result: FrontierResult, d: DatasetFrontier, verdicts: Sequence
     lap = [v for v in rows if v["mechanism"] == PAPER_MECHANISM]
     out = []
     if not lost:
-        lap_text = ", ".join(f"ε={_eps(v['epsilon'])} {_f(v['mae_posterior'])} vs {_f(v['mae_mean'])}" for v in lap)
+        lap_text = ", ".join(f"ε={format_epsilon(v['epsilon'])} {format_value(v['mae_posterior'])} vs {format_value(v['mae_mean'])}" for v in lap)
         out.append(f"- **MAE: the posterior beats the plain mean at every ε for every mechanism** "
                    f"({len(rows)} of {len(rows)} settings; {sum(1 for v in rows if v['mae_verdict'] == 'better')} by more than 2 SE). "
                    f"Laplace, posterior vs plain mean: {lap_text}.")
     else:
         out.append(f"- **MAE: the posterior does not beat the plain mean at {len(lost)} of {len(rows)} settings:**")
         for v in lost:
-            out.append(f"  - {v['mechanism']} ε = {_eps(v['epsilon'])}: {_f(v['mae_posterior'])} vs {_f(v['mae_mean'])} — why: {_why(result, d, v)}.")
+            out.append(f"  - {v['mechanism']} ε = {format_epsilon(v['epsilon'])}: {format_value(v['mae_posterior'])} vs {format_value(v['mae_mean'])} — why: {_why(result, d, v)}.")
         out.append(f"  Everywhere else ({len(rows) - len(lost)} settings) it is lower"
                    + (f"; significantly worse (> 2 SE) at {len(worse)} setting(s)." if worse else "; nowhere is it worse by more than 2 SE."))
     noiseless = next(v for v in verdicts if v["dataset"] == d.name and v["epsilon"] is None)
-    out.append(f"- Noiseless (ε = ∞): posterior {_f(noiseless['mae_posterior'])} vs plain mean {_f(noiseless['mae_mean'])} "
+    out.append(f"- Noiseless (ε = ∞): posterior {format_value(noiseless['mae_posterior'])} vs plain mean {format_value(noiseless['mae_mean'])} "
                f"({noiseless['mae_verdict']}).")
     if auc_lost:
         out.append("- Held-out AUC: the posterior is significantly (> 2 SE) below the plain mean at "
-                   + ", ".join(f"{v['mechanism']} ε={_eps(v['epsilon'])} ({_f(v['auc_posterior'])} vs {_f(v['auc_mean'])})" for v in auc_lost) + ".")
+                   + ", ".join(f"{v['mechanism']} ε={format_epsilon(v['epsilon'])} ({format_value(v['auc_posterior'])} vs {format_value(v['auc_mean'])})" for v in auc_lost) + ".")
     else:
         n_auc = sum(1 for v in rows if v["auc_wins"])
         out.append(f"- Held-out AUC: the posterior is never significantly (> 2 SE) below the plain mean (higher at {n_auc} of {len(rows)} settings).")
@@ -118,14 +118,14 @@ def _failure_text(result: FrontierResult, d: DatasetFrontier, verdicts: Sequence
     auc_informative = [e for e in result.epsilons
                        if any((result.point(d.name, m, e, "posterior").auc or 0) > (const["auc"] or 1) + 0.01 for m in result.mechanisms)]
     out.append("- Information: the best posterior MAE is more than 0.01 below the constant predictor's "
-               f"({_f(const['mae'])}) from ε = {_eps(informative[0]) if informative else 'never (within this grid)'}; "
-               f"the best posterior AUC exceeds the constant predictor's ({_f(const['auc'])}) by more than 0.01 from ε = "
-               f"{_eps(auc_informative[0]) if auc_informative else 'never (within this grid)'}. Below that the reports carry "
+               f"({format_value(const['mae'])}) from ε = {format_epsilon(informative[0]) if informative else 'never (within this grid)'}; "
+               f"the best posterior AUC exceeds the constant predictor's ({format_value(const['auc'])}) by more than 0.01 from ε = "
+               f"{format_epsilon(auc_informative[0]) if auc_informative else 'never (within this grid)'}. Below that the reports carry "
                "(almost) nothing the population prior does not, and the posterior returns (nearly) the prior mean.")
     if prior.get("mae") is not None and const.get("mae") is not None and prior["mae"] > const["mae"] + 0.01:
         fit = d.posterior_fit["paper"]
-        out.append(f"- **The posterior's ε → 0 limit (its prior's mean, MAE {_f(prior['mae'])}) is worse than the constant predictor "
-                   f"({_f(const['mae'])})**: of {fit['n_concepts_with_prior']} concepts with a fitted prior, "
+        out.append(f"- **The posterior's ε → 0 limit (its prior's mean, MAE {format_value(prior['mae'])}) is worse than the constant predictor "
+                   f"({format_value(const['mae'])})**: of {fit['n_concepts_with_prior']} concepts with a fitted prior, "
                    f"{fit['n_priors_u_shaped_floor']} are the U-shaped floor Beta(0.5, 0.5) (`fit_beta_prior` gives it when the "
                    "validation truth's variance reaches m(1 − m), e.g. proportion correct from a single item, which is 0 or 1), "
                    "whose mean is ½ whatever the concept's mean; concepts with fewer than two validation values get the uniform "
@@ -134,7 +134,7 @@ def _failure_text(result: FrontierResult, d: DatasetFrontier, verdicts: Sequence
     return out
 
 
-def _dataset_notes(result: FrontierResult, d: DatasetFrontier) -> list[str]:
+def dataset_notes(result: FrontierResult, d: DatasetFrontier) -> list[str]:
     """Automatic observations that need explaining: the posterior above the constant predictor, AUC limits."""
     out = []
     const = d.references["constant"]
@@ -146,9 +146,9 @@ def _dataset_notes(result: FrontierResult, d: DatasetFrontier) -> list[str]:
         if above and small_ok:
             worst = max(((result.point(d.name, m, e, "posterior").mae or 0, m, e) for m in result.mechanisms for e in above))
             out.append(
-                f"- **The posterior is above the constant predictor ({_f(const['mae'])}) at ε ∈ {{{', '.join(f'{e:g}' for e in above)}}}** "
-                f"(worst: {worst[1]} ε = {worst[2]:g}, {_f(worst[0])}), although it is below it at small ε and at ε = ∞ "
-                f"({_f(noiseless.mae)}) and beats the plain mean everywhere. The posterior's entity model (unbiased error of sd τ; "
+                f"- **The posterior is above the constant predictor ({format_value(const['mae'])}) at ε ∈ {{{', '.join(f'{e:g}' for e in above)}}}** "
+                f"(worst: {worst[1]} ε = {worst[2]:g}, {format_value(worst[0])}), although it is below it at small ε and at ε = ∞ "
+                f"({format_value(noiseless.mae)}) and beats the plain mean everywhere. The posterior's entity model (unbiased error of sd τ; "
                 f"τ = {d.posterior_fit['paper']['entity_error_sd']} fitted as an RMS error, so bias is counted as noise) is "
                 "misspecified for entities whose error is bias"
                 + (" — the SIMULATED `sim:confident` answers 0.7–0.9 whatever the student" if "sim:confident" in result.entities else "")
@@ -163,23 +163,23 @@ def _dataset_notes(result: FrontierResult, d: DatasetFrontier) -> list[str]:
             "posterior stays at its prior throughout the grid. Sensitivity `assessed` (Δ = the assessed concepts) is the lever here.")
     if const["auc"] is not None and noiseless.auc is not None and noiseless.auc < const["auc"]:
         out.append(
-            f"- **Even the noiseless federation's held-out AUC ({_f(noiseless.auc)}) is below the constant predictor's "
-            f"({_f(const['auc'])})**: on these data the entities' per-student answers carry less about the hidden responses "
+            f"- **Even the noiseless federation's held-out AUC ({format_value(noiseless.auc)}) is below the constant predictor's "
+            f"({format_value(const['auc'])})**: on these data the entities' per-student answers carry less about the hidden responses "
             "than the item-to-concept structure the per-concept means already encode (the link sees only the mean mastery of "
             "an item's concepts), so no ε can help the held-out AUC here"
-            + (f"; the oracle reaches {_f(d.references['oracle']['auc'])}." if d.references.get("oracle", {}).get("auc") else "."))
+            + (f"; the oracle reaches {format_value(d.references['oracle']['auc'])}." if d.references.get("oracle", {}).get("auc") else "."))
     return out
 
 
-def _summary_lines(result: FrontierResult) -> list[str]:
+def summary_lines(result: FrontierResult) -> list[str]:
     focus = [e for e in (0.5, 2.0, 8.0, 32.0) if e in result.epsilons] or result.epsilons
     mech = PAPER_MECHANISM if PAPER_MECHANISM in result.mechanisms else result.mechanisms[0]
     header = "| dataset | " + " | ".join(f"{mech} ε={e:g}: mean → posterior" for e in focus) + " | ε = ∞: mean → posterior | constant |"
     lines = [header, "|---|" + "---|" * (len(focus) + 2)]
     for d in result.datasets:
-        cells = [f"{_f(result.point(d.name, mech, e, 'mean').mae)} → {_f(result.point(d.name, mech, e, 'posterior').mae)}" for e in focus]
-        clean = f"{_f(result.point(d.name, 'none', None, 'mean').mae)} → {_f(result.point(d.name, 'none', None, 'posterior').mae)}"
-        lines.append(f"| {d.name} | " + " | ".join(cells) + f" | {clean} | {_f(d.references['constant']['mae'])} |")
+        cells = [f"{format_value(result.point(d.name, mech, e, 'mean').mae)} → {format_value(result.point(d.name, mech, e, 'posterior').mae)}" for e in focus]
+        clean = f"{format_value(result.point(d.name, 'none', None, 'mean').mae)} → {format_value(result.point(d.name, 'none', None, 'posterior').mae)}"
+        lines.append(f"| {d.name} | " + " | ".join(cells) + f" | {clean} | {format_value(d.references['constant']['mae'])} |")
     starts = []
     for d in result.datasets:
         const = d.references["constant"]["mae"]

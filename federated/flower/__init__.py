@@ -27,7 +27,7 @@
 
 from federated.flower.client import CDClient, make_client_app, secagg_if_configured
 from federated.flower.config import AGGREGATIONS, Aggregation, FlowerConfig
-from federated.flower.coordinator import FederationResult, coordinate
+from federated.flower.coordinator import CoordinatorLink, FederationResult, coordinate
 from federated.flower.credentials import Credentials, make_credentials, make_node_key
 from federated.flower.deployment import LinkTLS, LocalFederation, SuperLink, supernode_command, write_app
 from federated.flower.engine import LocalGrid, run_grid, run_inprocess
@@ -41,7 +41,7 @@ from federated.flower.files import (
     write_run,
     write_server_run,
 )
-from federated.flower.node import Node, NodeClient, NodeData, check_run, load_node_data, make_node_client_app
+from federated.flower.node import Node, NodeClient, NodeData, NodeLink, check_run, load_node_data, make_node_client_app
 from federated.flower.processes import ProcessTree, flower_env, free_port
 from federated.flower.runs import follow_run, read_result
 from federated.flower.server import FlowerRoundRecord, read_history, serve
@@ -53,7 +53,7 @@ from federated.flower.strategy import (
     StrategyWrapper,
     build_strategy,
 )
-from federated.flower.train import plan_config, train_flower
+from federated.flower.train import FlowerDeployment, FlowerTraining, plan_config, train_flower
 
 __all__ = [
     "AGGREGATIONS",
@@ -63,6 +63,7 @@ __all__ = [
     "ClientSettings",
     "ClientUpdates",
     "Credentials",
+    "CoordinatorLink",
     "FederationResult",
     "FlowerConfig",
     "FlowerRoundRecord",
@@ -72,6 +73,7 @@ __all__ = [
     "Node",
     "NodeClient",
     "NodeData",
+    "NodeLink",
     "PoissonSampling",
     "ProcessTree",
     "RoundLog",
@@ -92,6 +94,8 @@ __all__ = [
     "make_credentials",
     "make_node_client_app",
     "make_node_key",
+    "FlowerDeployment",
+    "FlowerTraining",
     "plan_config",
     "read_history",
     "read_result",

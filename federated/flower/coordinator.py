@@ -39,7 +39,7 @@ from federated.inprocess import FedResult
 from federated.models import DEFAULT_KIND, new_model
 from qmatrix import QMatrix, StudentResponses, qmatrix_fingerprint
 
-__all__ = ["FederationResult", "coordinate"]
+__all__ = ["CoordinatorLink", "FederationResult", "coordinate"]
 
 
 @dataclass(frozen=True)
@@ -51,15 +51,28 @@ class FederationResult:
     seconds: float
 
 
-def coordinate(*, qmatrix: QMatrix, heldout: Sequence[StudentResponses], node_keys: Sequence[Path], tls: LinkTLS,
-               config: FlowerConfig, work_dir: Path, host: str = "127.0.0.1", port: int = 9092,
-               min_nodes: int | None = None, seed: int = 0, progress: Progress | None = None,
-               on_event: Callable[[str], None] | None = None, timeout_s: float = 3600.0) -> FederationResult:
-    """Run one federated training over the nodes whose public keys are ``node_keys`` (module docstring).
+@dataclass(frozen=True, kw_only=True)
+class CoordinatorLink:
+    """The coordinator's SuperLink: where it listens, its TLS, the nodes it admits (their public keys), how many
+    must join (``min_nodes``; None: all of them) and how long the whole run may take."""
+
+    tls: LinkTLS
+    node_keys: Sequence[Path]
+    host: str = "127.0.0.1"
+    port: int = 9092
+    min_nodes: int | None = None
+    timeout_s: float = 3600.0
+
+
+def coordinate(*, qmatrix: QMatrix, heldout: Sequence[StudentResponses], link: CoordinatorLink, config: FlowerConfig,
+               work_dir: Path, seed: int = 0, progress: Progress | None = None,
+               on_event: Callable[[str], None] | None = None) -> FederationResult:
+    """Run one federated training over the nodes whose public keys are ``link.node_keys`` (module docstring).
 
     ``work_dir`` receives ``data/`` (the run folder), ``app/``, ``logs/`` (SuperLink, run) and the
     ServerApp's outputs (``history.json``, ``model.pt``, ``accountant.json``).
     """
+    node_keys, tls, min_nodes = link.node_keys, link.tls, link.min_nodes
     if not node_keys:
         raise ValueError("register at least one node's public key")
     if config.fed.dp != "student":
@@ -77,15 +90,16 @@ def coordinate(*, qmatrix: QMatrix, heldout: Sequence[StudentResponses], node_ke
     home = work_dir / "flwr-home"
     processes = ProcessTree(flower_env(home), work_dir / "logs")
     try:
-        link = SuperLink(processes, home=home, tls=tls, host=host, port=port).start()
-        say(f"SuperLink listening on {host}:{link.port} (TLS, {'only registered nodes' if tls.authenticate_nodes else 'any node'})")
+        superlink = SuperLink(processes, home=home, tls=tls, host=link.host, port=link.port).start()
+        say(f"SuperLink listening on {link.host}:{superlink.port} "
+            f"(TLS, {'only registered nodes' if tls.authenticate_nodes else 'any node'})")
         registered = {}
         for key in node_keys:
-            registered[str(key)] = link.register(Path(key))
+            registered[str(key)] = superlink.register(Path(key))
             say(f"registered node {registered[str(key)]} ({Path(key).name})")
         say(f"waiting for {min_nodes or len(node_keys)}-{len(node_keys)} nodes (up to {config.node_wait_s:.0f} s), "
             f"then {config.fed.rounds} rounds")
-        run_id, _ = follow_run(link, app_dir, work_dir, progress=progress, timeout_s=timeout_s)
+        run_id, _ = follow_run(superlink, app_dir, work_dir, progress=progress, timeout_s=link.timeout_s)
     finally:
         processes.close()
         shutil.rmtree(home, ignore_errors=True)

@@ -58,7 +58,7 @@ from federated.flower.processes import ProcessTree, flower_env, free_port
 from federated.local import LocalResult
 from qmatrix import QMatrix, StudentResponses, load_qmatrix, qmatrix_fingerprint, read_responses_csv
 
-__all__ = ["DEFAULT_MAX_WAIT_S", "Node", "NodeClient", "NodeData", "check_run", "load_node_data",
+__all__ = ["DEFAULT_MAX_WAIT_S", "Node", "NodeClient", "NodeLink", "NodeData", "check_run", "load_node_data",
            "make_node_client_app"]
 
 # How long a node keeps trying to reach its SuperLink (before its first connection, or once the coordinator has
@@ -143,6 +143,19 @@ def make_node_client_app() -> ClientApp:
     return ClientApp(client_fn=_node_client_fn, mods=[secagg_if_configured])
 
 
+@dataclass(frozen=True, kw_only=True)
+class NodeLink:
+    """How a node reaches the coordinator's SuperLink: its address, the CA certificate that signs the link's TLS
+    certificate, the node's private key (registered with the coordinator), the local port of its runtime API
+    (None: a free one), and how long to keep trying to reach the link (None: Flower's own default)."""
+
+    superlink: str
+    root_cert: Path
+    auth_key: Path
+    runtime_port: int | None = None
+    max_wait_s: float | None = DEFAULT_MAX_WAIT_S
+
+
 class Node:
     """``flower-supernode`` for one institution, as a child process tree (a context manager).
 
@@ -150,12 +163,11 @@ class Node:
     ``wait`` follows the SuperNode's output until it exits and returns its exit code.
     """
 
-    def __init__(self, *, superlink: str, root_cert: Path, auth_key: Path, data: Path, qmatrix: Path,
-                 max_epsilon: float | None = None, log_dir: Path | None = None, runtime_port: int | None = None,
-                 max_wait_s: float | None = DEFAULT_MAX_WAIT_S) -> None:
-        self.superlink, self.root_cert, self.auth_key = superlink, Path(root_cert), Path(auth_key)
+    def __init__(self, *, link: NodeLink, data: Path, qmatrix: Path, max_epsilon: float | None = None,
+                 log_dir: Path | None = None) -> None:
+        self.superlink, self.root_cert, self.auth_key = link.superlink, Path(link.root_cert), Path(link.auth_key)
         self.data, self.qmatrix, self.max_epsilon = Path(data).resolve(), Path(qmatrix).resolve(), max_epsilon
-        self.runtime_port, self.max_wait_s = runtime_port, max_wait_s
+        self.runtime_port, self.max_wait_s = link.runtime_port, link.max_wait_s
         self.link_gone = False  # set by wait(): connected, then the SuperLink stayed unreachable for max_wait_s
         self._home = Path(tempfile.mkdtemp(prefix="fedcd-node-"))
         self.log_dir = Path(log_dir) if log_dir is not None else self._home / "logs"

@@ -21,13 +21,14 @@ import dataclasses
 import shutil
 import tempfile
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
 import numpy as np
 
 from federated.accountant import noise_multiplier_for
-from federated.data import dirichlet_partition, encode_dataset, iid_partition, split_students
+from federated.data import dirichlet_partition, encode_dataset, iid_partition, split_student_indices
 from federated.flower.config import Aggregation, FlowerConfig
 from federated.flower.deployment import LocalFederation, write_app
 from federated.flower.engine import run_inprocess
@@ -39,7 +40,7 @@ from federated.local import StudentDP
 from federated.models import DEFAULT_KIND, new_model
 from qmatrix import Dataset
 
-__all__ = ["plan_config", "train_flower"]
+__all__ = ["FlowerDeployment", "FlowerTraining", "plan_config", "train_flower"]
 
 Progress = Callable[[FlowerRoundRecord], None]
 
@@ -84,55 +85,73 @@ def _deploy(out_dir: Path, n_clients: int, progress: Progress | None, timeout_s:
     return read_result(out_dir, out_dir / "data")
 
 
+@dataclass(frozen=True, kw_only=True)
+class FlowerTraining:
+    """What one Flower training run is: ``clients`` institutions split from the dataset (IID, or ability-skewed
+    Dirichlet with ``alpha``) after ``test_fraction`` of the students are held out, ``rounds`` rounds, DP and its
+    budget, secure aggregation and the aggregation rule. These override the base :class:`FlowerConfig`'s fields."""
+
+    clients: int
+    rounds: int
+    dp: DPMode = "none"
+    epsilon: float | None = None
+    delta: float = 1e-5
+    secagg: bool = False
+    aggregation: Aggregation = "fedavg"
+    seed: int = 0
+    partition: Literal["iid", "dirichlet"] = "iid"
+    alpha: float = 0.5
+    test_fraction: float = 0.2
+
+
+@dataclass(frozen=True, kw_only=True)
+class FlowerDeployment:
+    """Run on a local SuperLink with one SuperNode per client instead of in this process. ``flower_home`` is the
+    ``FLWR_HOME`` of every Flower process (None: a temporary folder, removed afterwards); a run that has not ended
+    after ``timeout_s`` is stopped."""
+
+    timeout_s: float = 3600.0
+    flower_home: Path | str | None = None
+
+
 def train_flower(
     *,
     dataset: Dataset,
-    clients: int,
-    rounds: int,
-    dp: DPMode = "none",
-    epsilon: float | None = None,
-    delta: float = 1e-5,
-    secagg: bool = False,
-    aggregation: Aggregation = "fedavg",
+    plan: FlowerTraining,
     out_dir: Path | str,
-    seed: int = 0,
-    deployment: bool = False,
-    progress: Progress | None = None,
     config: FlowerConfig | None = None,
-    partition: Literal["iid", "dirichlet"] = "iid",
-    alpha: float = 0.5,
-    test_fraction: float = 0.2,
-    timeout_s: float = 3600.0,
-    flower_home: Path | str | None = None,
+    deployment: FlowerDeployment | None = None,
+    progress: Progress | None = None,
 ) -> FedResult:
-    """Train a :class:`~federated.model.CDModel` on ``dataset`` over ``clients`` Flower clients.
+    """Train a :class:`~federated.model.CDModel` on ``dataset`` as ``plan`` says, over Flower clients.
 
     ``config`` supplies everything else (local training, q, clip norm, secagg and trimming
-    parameters); the keyword arguments here override its fields. ``progress`` is called with
+    parameters); ``plan`` overrides its fields. ``progress`` is called with
     each round's record as it completes (in deployment, as the ServerApp reports it).
-    In deployment, ``flower_home`` is the ``FLWR_HOME`` of every Flower process (default: a
-    temporary folder, removed afterwards) and ``run-status.json`` in ``out_dir`` keeps what
+    In deployment, ``run-status.json`` in ``out_dir`` keeps what
     ``flwr ls`` reported for the run; a run that did not end ``finished:completed`` raises
     ``RuntimeError`` with the tail of its log.
     Raises ``ValueError`` for refused combinations (e.g. ``secagg`` with a robust
     aggregation) before anything runs.
     """
-    flower_config = plan_config(config, rounds=rounds, dp=dp, epsilon=epsilon, delta=delta, secagg=secagg,
-                            aggregation=aggregation)
+    flower_config = plan_config(config, rounds=plan.rounds, dp=plan.dp, epsilon=plan.epsilon, delta=plan.delta,
+                                secagg=plan.secagg, aggregation=plan.aggregation)
     out_dir = Path(out_dir)
-    model = new_model(DEFAULT_KIND, dataset.qmatrix, seed=seed)
+    model = new_model(DEFAULT_KIND, dataset.qmatrix, seed=plan.seed)
     data = encode_dataset(dataset, table=model.item_table(dataset.qmatrix))
-    rng = np.random.default_rng(seed)
-    split = split_students(len(data), rng=rng, validation=0.0, test=test_fraction)
+    rng = np.random.default_rng(plan.seed)
+    split = split_student_indices(len(data), rng=rng, validation=0.0, test=plan.test_fraction)
     train, evaluation = data.subset(split.train), data.subset(split.test)
-    if partition == "iid":
-        parts = iid_partition(len(train), n_clients=clients, rng=rng)
-    elif partition == "dirichlet":
-        parts = dirichlet_partition(train.proportion_correct(), n_clients=clients, alpha=alpha, rng=rng, min_size=2)
+    if plan.partition == "iid":
+        parts = iid_partition(len(train), n_clients=plan.clients, rng=rng)
+    elif plan.partition == "dirichlet":
+        parts = dirichlet_partition(train.proportion_correct(), n_clients=plan.clients, alpha=plan.alpha, rng=rng,
+                                    min_size=2)
     else:
-        raise ValueError(f"partition must be 'iid' or 'dirichlet', got {partition!r}")
+        raise ValueError(f"partition must be 'iid' or 'dirichlet', got {plan.partition!r}")
     write_run(out_dir / "data", config=flower_config, model=model, clients=[train.subset(p) for p in parts],
-              evaluation=evaluation, seed=seed)
-    if deployment:
-        return _deploy(out_dir, clients, progress, timeout_s, None if flower_home is None else Path(flower_home))
+              evaluation=evaluation, seed=plan.seed)
+    if deployment is not None:
+        home = None if deployment.flower_home is None else Path(deployment.flower_home)
+        return _deploy(out_dir, plan.clients, progress, deployment.timeout_s, home)
     return run_inprocess(out_dir / "data", out_dir, on_round=progress)

@@ -26,81 +26,38 @@ Rules the caller relies on:
 * **Concurrent identical requests.** The first one's charge row doubles as a reservation: an
   identical request arriving while its answer is still being computed gets that charge back
   with ``repeat=True`` and ``answer_json=None`` (``Charge.pending``), is not charged, and waits
-  for the answer with :meth:`PrivacyLedger.await_answer`.
+  for the answer (:meth:`privacy.ledger.aio.AsyncLedger.await_answer`).
 * **Refunds.** ``refund`` returns a charge only while it has no stored answer; ``store_answer``
   may settle a charge at fewer releases than charged (entities that released nothing). Once an
   answer is stored the spend is final.
 
 The ledger keeps its own tables (``privacy_students``, ``privacy_charges``) and may share the
-application's database; it opens its own engines on it and never imports ``app``.
+application's database; it opens its own engines on it and never imports ``app``. This is the synchronous
+engine; :class:`~privacy.ledger.aio.AsyncLedger` is its async face (each call in a worker thread), and
+:class:`~privacy.ledger.release.Release` its charge → settle-or-refund sequence. The accountant arithmetic over
+a student's rows is :mod:`privacy.ledger.books`.
 """
 
 from __future__ import annotations
 
-import asyncio
-import json
 import time
 import uuid
-from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import replace
 from typing import Any
 
-from sqlalchemy import Connection, func, insert, select, update
+from sqlalchemy import Connection, select, update
 
-from privacy.accountants import Accountant, make_accountant
+from privacy.accountants import make_accountant
+from privacy.ledger.books import Books, fits
+from privacy.ledger.charge import Charge, charge_from_row
 from privacy.ledger.engines import LedgerEngines, ledger_url
 from privacy.ledger.errors import BudgetExceeded, ChargeStateError, UnknownCharge
-from privacy.ledger.statements import INSERT_CHARGE, RELEASE, REPEAT, STUDENT, WINDOW
-from privacy.ledger.tables import CHARGED, REFUNDED, RELEASED, charges, students
+from privacy.ledger.statements import INSERT_CHARGE, RELEASE, REPEAT
+from privacy.ledger.tables import CHARGED, REFUNDED, RELEASED, charges
 from privacy.periods import BudgetRule, Lifetime, Rolling, iso_utc
 
 __all__ = ["Charge", "PrivacyLedger"]
-
-_REL_TOL = 1e-9  # float slack on the cap: 5 × 0.1 must fit a cap of 0.5
-
-
-@dataclass(frozen=True, kw_only=True)
-class Charge:
-    """One charged query, with the student's totals after it.
-
-    ``repeat``: an earlier identical charge, reused (nothing spent now). ``spent_*`` and
-    ``remaining_epsilon`` are for the current period; ``lifetime_*`` for all time.
-    """
-
-    id: str
-    tenant: str
-    student_id: str
-    epsilon: float
-    delta: float
-    mechanism: str
-    releases: int
-    fingerprint: str | None
-    created_at: float
-    status: str  # charged | released | refunded
-    answer_json: str | None
-    repeat: bool
-    spent_epsilon: float
-    spent_delta: float
-    remaining_epsilon: float
-    cap_epsilon: float
-    period: str
-    renews_at: float | None
-    lifetime_epsilon: float
-    lifetime_delta: float
-
-    @property
-    def pending(self) -> bool:
-        """A repeat whose first request has not stored its answer yet."""
-        return self.repeat and self.answer_json is None and self.status == CHARGED
-
-
-@dataclass(frozen=True)
-class _Spend:
-    """What counts now: the window's accountant (lifetime's for a lifetime cap) and the counted charges."""
-
-    accountant: Accountant
-    counted: list[Mapping[str, Any]]  # oldest first; empty for a lifetime cap (not needed there)
-    renews_at: float | None
 
 
 class PrivacyLedger:
@@ -127,7 +84,7 @@ class PrivacyLedger:
         """
         if not (repeat_window_s >= 0 and pending_ttl_s >= 0):
             raise ValueError("repeat_window_s and pending_ttl_s must be >= 0")
-        make_accountant(accountant)  # an unknown name fails here
+        make_accountant(accountant)  # an unknown name fails here, before any engine is opened
         self.rule = rule or BudgetRule(cap_epsilon=cap_epsilon, cap_delta=cap_delta, period=Lifetime())
         self.accountant = accountant
         self.repeat_window_s, self.pending_ttl_s = float(repeat_window_s), float(pending_ttl_s)
@@ -135,7 +92,7 @@ class PrivacyLedger:
         # Charges are stamped with their owner so pending ones of a dead process can be settled (settle_orphans).
         self.owner = owner or uuid.uuid4().hex
         self._db = LedgerEngines(ledger_url(database), busy_timeout_s=busy_timeout_s)
-        self._empty_state = json.dumps(make_accountant(accountant).state_dict())
+        self._books = Books(accountant, self._db)  # the accountant arithmetic over the student's rows
 
     @property
     def engines(self) -> LedgerEngines:
@@ -183,21 +140,21 @@ class PrivacyLedger:
         make_accountant(self.accountant).step(**step)  # validates before taking any lock
         now = float(self._clock())
         with self._db.write() as conn:
-            self._db.lock_student(conn, tenant, student_id, now, self._empty_state)
+            self._db.lock_student(conn, tenant, student_id, now, self._books.empty_state)
             if request_fingerprint is not None:
                 earlier = self._find_repeat(conn, tenant, student_id, request_fingerprint, now)
                 if earlier is not None:
-                    return self._charge_of(conn, earlier, rule, now, repeat=True)
-            lifetime, queries = self._load(conn, tenant, student_id, verify=False)  # the hot path trusts its own state
-            spend = self._spend(conn, tenant, student_id, rule, now, lifetime)
+                    return self._books.charge_of(conn, earlier, rule, now, repeat=True)
+            lifetime, queries = self._books.load(conn, tenant, student_id, verify=False)  # the hot path trusts its own state
+            spend = self._books.spend(conn, tenant, student_id, rule, now, lifetime)
             spent_epsilon, spent_delta = spend.accountant.spent(rule.cap_delta)
             for _ in range(releases):
                 spend.accountant.step(**step)
-            if not self._fits(rule, *spend.accountant.spent(rule.cap_delta)):
+            if not fits(rule, *spend.accountant.spent(rule.cap_delta)):
                 raise BudgetExceeded(
                     tenant, student_id, spent_epsilon, rule.cap_epsilon, releases * float(epsilon),
                     spent_delta=spent_delta, cap_delta=rule.cap_delta, requested_delta=releases * float(delta),
-                    period=rule.period.label, renews_at=self._renewal(spend, rule, step, releases),
+                    period=rule.period.label, renews_at=self._books.renewal(spend, rule, step, releases),
                 )
             row = {
                 "id": uuid.uuid4().hex, "tenant": tenant, "student_id": student_id,
@@ -209,10 +166,10 @@ class PrivacyLedger:
             conn.execute(INSERT_CHARGE, row)
             for _ in range(releases):
                 lifetime.step(**step)
-            self._save(conn, tenant, student_id, lifetime, queries + 1, now)
+            self._books.save(conn, tenant, student_id, lifetime, queries + 1, now)
             # The window after this charge is the one just composed (spend.accountant took the new releases).
             renews_at = spend.renews_at if spend.counted or not isinstance(rule.period, Rolling) else now + rule.period.window_s
-            return self._charge(row, rule, spend.accountant, lifetime, renews_at, repeat=False)
+            return charge_from_row(row, rule, spend.accountant, lifetime, renews_at, repeat=False)
 
     def store_answer(
         self, charge_id: str, answer_json: str, *, releases: int | None = None, rule: BudgetRule | None = None
@@ -229,9 +186,9 @@ class PrivacyLedger:
         now = float(self._clock())
         with self._db.write() as conn:
             row = self._get(conn, charge_id)
-            self._db.lock_student(conn, row["tenant"], row["student_id"], now, self._empty_state)
+            self._db.lock_student(conn, row["tenant"], row["student_id"], now, self._books.empty_state)
             if row["status"] == RELEASED and row["answer_json"] == answer_json:
-                return self._charge_of(conn, row, rule, now, repeat=False)
+                return self._books.charge_of(conn, row, rule, now, repeat=False)
             if row["status"] != CHARGED:
                 raise ChargeStateError(f"charge {charge_id} is {row['status']}; its answer cannot be stored")
             if releases is not None and not (isinstance(releases, int) and 1 <= releases <= row["releases"]):
@@ -242,8 +199,8 @@ class PrivacyLedger:
             conn.execute(update(charges).where(charges.c.id == charge_id).values(**settled))
             row.update(settled)
             if "releases" in settled:
-                self._save(conn, row["tenant"], row["student_id"], *self._rebuild(conn, row["tenant"], row["student_id"]), now)
-            return self._charge_of(conn, row, rule, now, repeat=False)
+                self._books.recount(conn, row["tenant"], row["student_id"], now)
+            return self._books.charge_of(conn, row, rule, now, repeat=False)
 
     def release(self, charge: Charge, answer_json: str) -> Charge:
         """Keep the answer of a charge that released everything it charged for — the common case — in one
@@ -264,7 +221,7 @@ class PrivacyLedger:
         now = float(self._clock())
         with self._db.write() as conn:
             row = self._get(conn, charge_id)
-            self._db.lock_student(conn, row["tenant"], row["student_id"], now, self._empty_state)
+            self._db.lock_student(conn, row["tenant"], row["student_id"], now, self._books.empty_state)
             row = self._get(conn, charge_id)  # re-read under the student's lock
             if row["status"] == REFUNDED:
                 return
@@ -276,7 +233,7 @@ class PrivacyLedger:
             )
             if refunded.rowcount != 1:
                 raise ChargeStateError(f"charge {charge_id} released an answer; its privacy spend is final")
-            self._save(conn, row["tenant"], row["student_id"], *self._rebuild(conn, row["tenant"], row["student_id"]), now)
+            self._books.recount(conn, row["tenant"], row["student_id"], now)
 
     def settle_orphans(self, *, live_owners: Collection[str]) -> int:
         """Refund every pending charge (no answer stored) whose owner is not live; returns how many.
@@ -334,15 +291,15 @@ class PrivacyLedger:
     def get_charge(self, charge_id: str, *, rule: BudgetRule | None = None) -> Charge:
         now = float(self._clock())
         with self._db.read() as conn:
-            return self._charge_of(conn, self._get(conn, charge_id), rule or self.rule, now, repeat=False)
+            return self._books.charge_of(conn, self._get(conn, charge_id), rule or self.rule, now, repeat=False)
 
     def status(self, tenant: str, student_id: str, *, rule: BudgetRule | None = None) -> dict[str, Any]:
         """The student's budget now: the period's spend and allowance, when it renews, and the lifetime total."""
         rule = rule or self.rule
         now = float(self._clock())
         with self._db.read() as conn:
-            lifetime, queries = self._load(conn, tenant, student_id)
-            spend = self._spend(conn, tenant, student_id, rule, now, lifetime)
+            lifetime, queries = self._books.load(conn, tenant, student_id)
+            spend = self._books.spend(conn, tenant, student_id, rule, now, lifetime)
         spent_epsilon, spent_delta = spend.accountant.spent(rule.cap_delta)
         lifetime_epsilon, lifetime_delta = lifetime.spent(rule.cap_delta)
         return {
@@ -362,47 +319,6 @@ class PrivacyLedger:
             "queries": queries,
         }
 
-    # -- async façade (each call runs in a worker thread, off the event loop) --------------------
-    async def acharge_all(self, **kwargs: Any) -> list[Charge]:
-        return await asyncio.to_thread(lambda: self.charge_all(**kwargs))
-
-    async def asettle_all(self, made: Sequence[Charge], *, released: str | None) -> None:
-        await asyncio.to_thread(lambda: self.settle_all(made, released=released))
-
-    async def acharge(self, **kwargs: Any) -> Charge:
-        return await asyncio.to_thread(lambda: self.charge(**kwargs))
-
-    async def astore_answer(self, charge_id: str, answer_json: str, **kwargs: Any) -> Charge:
-        return await asyncio.to_thread(lambda: self.store_answer(charge_id, answer_json, **kwargs))
-
-    async def arelease(self, charge: Charge, answer_json: str) -> Charge:
-        return await asyncio.to_thread(self.release, charge, answer_json)
-
-    async def arefund(self, charge_id: str) -> None:
-        await asyncio.to_thread(self.refund, charge_id)
-
-    async def alookup_repeat(self, **kwargs: Any) -> str | None:
-        return await asyncio.to_thread(lambda: self.lookup_repeat(**kwargs))
-
-    async def astatus(self, tenant: str, student_id: str, *, rule: BudgetRule | None = None) -> dict[str, Any]:
-        return await asyncio.to_thread(lambda: self.status(tenant, student_id, rule=rule))
-
-    async def await_answer(self, charge_id: str, *, timeout_s: float = 30.0, poll_s: float = 0.05) -> str | None:
-        """Wait for a pending charge's answer; ``None`` if it was refunded (then charge anew).
-
-        Raises ``TimeoutError`` if it is still pending after ``timeout_s``.
-        """
-        deadline = time.monotonic() + timeout_s
-        while True:
-            charge = await asyncio.to_thread(self.get_charge, charge_id)
-            if charge.status == RELEASED:
-                return charge.answer_json
-            if charge.status == REFUNDED:
-                return None
-            if time.monotonic() >= deadline:
-                raise TimeoutError(f"the answer of charge {charge_id} is still pending after {timeout_s}s")
-            await asyncio.sleep(poll_s)
-
     def close(self) -> None:
         self._db.dispose()
 
@@ -413,55 +329,6 @@ class PrivacyLedger:
         self.close()
 
     # -- internals ------------------------------------------------------------------------------
-    @staticmethod
-    def _fits(rule: BudgetRule, epsilon: float, delta: float) -> bool:
-        return epsilon <= rule.cap_epsilon * (1 + _REL_TOL) and delta <= rule.cap_delta * (1 + _REL_TOL)
-
-    def _step(self, accountant: Accountant, row: Mapping[str, Any]) -> None:
-        for _ in range(row["releases"]):
-            accountant.step(
-                epsilon=row["epsilon"], delta=row["delta"], mechanism=row["mechanism"],
-                sigma_over_sensitivity=row["sigma_over_sensitivity"],
-            )
-
-    def _spend(
-        self, conn: Connection, tenant: str, student_id: str, rule: BudgetRule, now: float, lifetime: Accountant
-    ) -> _Spend:
-        """The charges that count against the cap now, composed (a fresh accountant over the window)."""
-        window = rule.period.window(now)
-        if window.start is None:
-            return _Spend(self._clone(lifetime), [], window.renews_at)
-        counted = list(conn.execute(
-            WINDOW, {"tenant": tenant, "student_id": student_id, "since": window.start}
-        ).mappings())
-        accountant = make_accountant(self.accountant)
-        for row in counted:
-            self._step(accountant, row)
-        renews_at = window.renews_at
-        if isinstance(rule.period, Rolling) and counted:
-            renews_at = counted[0]["created_at"] + rule.period.window_s  # the oldest counted charge drops out
-        return _Spend(accountant, counted, renews_at)
-
-    def _clone(self, accountant: Accountant) -> Accountant:
-        clone = make_accountant(self.accountant)
-        clone.load_state_dict(accountant.state_dict())
-        return clone
-
-    def _renewal(self, spend: _Spend, rule: BudgetRule, step: dict[str, Any], releases: int) -> float | None:
-        """When the refused request would fit: the next period for a calendar cap; for a rolling window, once
-        enough of the oldest counted charges have dropped out (``None``: never, e.g. it exceeds the cap alone)."""
-        if not isinstance(rule.period, Rolling):
-            return spend.renews_at
-        for k in range(len(spend.counted) + 1):
-            remaining = make_accountant(self.accountant)
-            for row in spend.counted[k:]:
-                self._step(remaining, row)
-            for _ in range(releases):
-                remaining.step(**step)
-            if self._fits(rule, *remaining.spent(rule.cap_delta)):
-                return spend.counted[k - 1]["created_at"] + rule.period.window_s if k else None
-        return None
-
     def _find_repeat(self, conn: Connection, tenant: str, student_id: str, fingerprint: str, now: float) -> dict | None:
         if self.repeat_window_s <= 0:
             return None
@@ -477,77 +344,3 @@ class PrivacyLedger:
         if row is None:
             raise UnknownCharge(f"no privacy charge with id {charge_id!r}")
         return dict(row)
-
-    def _load(self, conn: Connection, tenant: str, student_id: str, *, verify: bool = True) -> tuple[Accountant, int]:
-        """The student's lifetime accountant from its saved state, checked against the charges table
-        (``verify``; the charge path skips that aggregate: the state is written in the same transactions)."""
-        row = conn.execute(STUDENT, {"tenant": tenant, "student_id": student_id}).mappings().first()
-        if row is None:
-            return make_accountant(self.accountant), 0
-        try:
-            state = json.loads(row["accountant_json"])
-        except ValueError as exc:
-            raise ChargeStateError("a student's ledger state is not JSON") from exc
-        if not isinstance(state, dict) or state.get("accountant") != self.accountant:
-            return self._rebuild(conn, tenant, student_id)  # saved by another accountant: replay the charges
-        accountant = make_accountant(self.accountant)
-        try:
-            accountant.load_state_dict(state)
-        except ValueError as exc:
-            raise ChargeStateError(f"a student's ledger state is corrupt: {exc}") from exc
-        if not verify:
-            return accountant, row["queries"]
-        releases, queries = conn.execute(
-            select(func.coalesce(func.sum(charges.c.releases), 0), func.count())
-            .where(charges.c.tenant == tenant, charges.c.student_id == student_id, charges.c.status != REFUNDED)
-        ).one()
-        if (len(accountant), row["queries"]) != (releases, queries):
-            raise ChargeStateError(
-                "a student's ledger state disagrees with its charges: "
-                f"{len(accountant)} releases in {row['queries']} queries saved, {releases} in {queries} charged"
-            )
-        return accountant, queries
-
-    def _rebuild(self, conn: Connection, tenant: str, student_id: str) -> tuple[Accountant, int]:
-        accountant, queries = make_accountant(self.accountant), 0
-        rows = conn.execute(
-            select(charges)
-            .where(charges.c.tenant == tenant, charges.c.student_id == student_id, charges.c.status != REFUNDED)
-            .order_by(charges.c.seq)
-        ).mappings()
-        for row in rows:
-            queries += 1
-            self._step(accountant, row)
-        return accountant, queries
-
-    def _save(
-        self, conn: Connection, tenant: str, student_id: str, accountant: Accountant, queries: int, now: float
-    ) -> None:
-        values = {"accountant_json": json.dumps(accountant.state_dict()), "queries": queries, "updated_at": now}
-        self._db.upsert_student(conn, tenant, student_id, values)
-
-    def _charge_of(
-        self, conn: Connection, row: Mapping[str, Any], rule: BudgetRule, now: float, *, repeat: bool,
-        lifetime: Accountant | None = None,
-    ) -> Charge:
-        if lifetime is None:
-            lifetime = self._load(conn, row["tenant"], row["student_id"], verify=False)[0]
-        spend = self._spend(conn, row["tenant"], row["student_id"], rule, now, lifetime)
-        return self._charge(row, rule, spend.accountant, lifetime, spend.renews_at, repeat=repeat)
-
-    @staticmethod
-    def _charge(
-        row: Mapping[str, Any], rule: BudgetRule, window: Accountant, lifetime: Accountant, renews_at: float | None,
-        *, repeat: bool,
-    ) -> Charge:
-        spent_epsilon, spent_delta = window.spent(rule.cap_delta)
-        lifetime_epsilon, lifetime_delta = lifetime.spent(rule.cap_delta)
-        return Charge(
-            id=row["id"], tenant=row["tenant"], student_id=row["student_id"], epsilon=row["epsilon"],
-            delta=row["delta"], mechanism=row["mechanism"], releases=row["releases"],
-            fingerprint=row["fingerprint"], created_at=row["created_at"], status=row["status"],
-            answer_json=row["answer_json"], repeat=repeat, spent_epsilon=spent_epsilon, spent_delta=spent_delta,
-            remaining_epsilon=max(0.0, rule.cap_epsilon - spent_epsilon), cap_epsilon=rule.cap_epsilon,
-            period=rule.period.label, renews_at=renews_at, lifetime_epsilon=lifetime_epsilon,
-            lifetime_delta=lifetime_delta,
-        )

@@ -3,14 +3,15 @@
     LedgerError
     ├── BudgetExceeded      the query would exceed the student's cap for the period (the API answers 429)
     ├── UnknownCharge       no charge with that id
-    └── ChargeStateError    refund after release, answer for a refunded charge, corrupt state
+    ├── ChargeStateError    refund after release, answer for a refunded charge, corrupt state
+    └── AnswerPending       an identical request's answer is still being computed (try again shortly)
 """
 
 from __future__ import annotations
 
 from privacy.periods import iso_utc
 
-__all__ = ["BudgetExceeded", "ChargeStateError", "LedgerError", "UnknownCharge"]
+__all__ = ["AnswerPending", "BudgetExceeded", "ChargeStateError", "LedgerError", "UnknownCharge"]
 
 
 class LedgerError(Exception):
@@ -63,3 +64,7 @@ class UnknownCharge(LedgerError, LookupError):
 
 class ChargeStateError(LedgerError):
     """The charge is in the wrong state for the operation, or the stored state is corrupt."""
+
+
+class AnswerPending(LedgerError):
+    """An identical request of the student is still being answered: its answer will be served, but not yet."""

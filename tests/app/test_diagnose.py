@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from fastapi.testclient import TestClient
 
+from tests.conftest import make_client
 from tests.factories import FakeEntity
 
 BODY = {
@@ -173,3 +176,21 @@ def test_mechanism_is_chosen_per_request(client: TestClient, mechanism: str) -> 
 def test_unknown_mechanism_is_422(client: TestClient) -> None:
     r = client.post("/v1/diagnose", json={**BODY, "mechanism": "magic"})
     assert r.status_code == 422 and "mechanism" in r.text
+
+
+@pytest.mark.parametrize("epsilon", [2.0, "none"])
+def test_with_no_entity_to_ask_a_diagnosis_is_503_naming_why_and_charges_nothing(
+    tmp_path: Path, epsilon: float | str
+) -> None:
+    # Before: the ledger was asked to charge 0 releases (ValueError: a 500) when the request was noised.
+    with make_client(tmp_path, {}) as c:  # an empty federation: every entity dropped, none configured
+        single = c.post("/v1/diagnose", json={**BODY, "epsilon": epsilon})
+        batch = c.post("/v1/diagnose/batch", json={
+            "qmatrix_id": "example-prealgebra", "epsilon": epsilon,
+            "students": [{"student_id": "s1", "responses": BODY["responses"]}],
+        })
+        budget = c.get("/v1/privacy/students/s1").json()
+    for r in (single, batch):
+        assert r.status_code == 503, r.text
+        assert r.json()["detail"] == "no entity to ask: the federation has no entities; no diagnosis was made"
+    assert budget["queries"] == 0 and budget["spent_epsilon"] == 0.0

@@ -11,7 +11,7 @@ import pytest
 from fastapi.testclient import TestClient
 from typer.testing import CliRunner
 
-import app.settings as settings_module
+import app.settings.federation as settings_module  # the once-per-process warning lives there
 from app import Settings, create_app
 from app.cli import cli
 from tests.conftest import auth_headers

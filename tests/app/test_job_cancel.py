@@ -73,7 +73,7 @@ async def test_a_queued_job_is_cancelled_at_once_and_a_running_one_when_its_work
     assert await runner.cancel(queued, tenant="t") == ("cancelled", False)
     # ... the running one: cancelling, then stopped by its worker (woken at once, not at the next heartbeat)
     assert await runner.cancel(running, tenant="t") == ("cancelling", True)
-    await _until(lambda: _status(database, running)[0] == "cancelled")
+    await _until(lambda: _status(database, running)[0] == "cancelled" and len(finished) == 2)  # stored, then told
     assert stopped == [True]
     assert _status(database, running)[1] == ["queued", "running", "cancelling", "cancelled"]
     assert [(f["job_id"], f["status"]) for f in finished] == [(queued, "cancelled"), (running, "cancelled")]

@@ -9,7 +9,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from app import Settings, create_app
-from federated import ModelRegistry, default_model_if_missing, train_federated
+from federated import ModelRegistry, TrainingConfig, default_model_if_missing, train_federated
 from qmatrix import QMatrix, simulate_dina
 from tests.conftest import auth_headers
 
@@ -98,7 +98,8 @@ def test_a_model_published_while_serving_is_picked_up_and_described(tmp_path: Pa
         before = client.post("/v1/diagnose", json=_body(OTHER.id, ("o1", "o3"))).json()
 
         # Execute: publish a model for it from outside the gateway (as a coordinator would)
-        train_federated(dataset=simulate_dina(OTHER, n_students=120, seed=2), registry=folder, rounds=2, seed=2)
+        train_federated(dataset=simulate_dina(OTHER, n_students=120, seed=2), registry=folder,
+                        config=TrainingConfig(rounds=2, seed=2))
         after = client.post("/v1/diagnose", json=_body(OTHER.id, ("o1", "o3"), student="t")).json()  # no repeat
         several = client.get("/v1/local-model")
         described = client.get("/v1/local-model", params={"qmatrix_id": OTHER.id}).json()

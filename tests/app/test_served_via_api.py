@@ -11,7 +11,7 @@ from __future__ import annotations
 from app.served_api import ServedViaApi
 from app.settings import Settings
 from diagnosis import NoiseLevel
-from evaluation.protocols import evaluate
+from evaluation.protocols import EvaluationConfig, evaluate
 from evaluation.results import VIA_API_ROW
 from evaluation.served import LocalFedTraining, ServedConfig
 from providers import EntitySpec
@@ -34,8 +34,8 @@ async def test_the_row_served_through_the_api_is_scored_beside_the_in_process_se
                        progress=messages.append)
 
     # Execute
-    result = await evaluate(data, simulated_family(seed=3), protocol="heldout", epsilons=[], seed=3, served=served,
-                            served_via=via)
+    config = EvaluationConfig(protocol="heldout", epsilons=[], seed=3, served=served)
+    result = await evaluate(data, simulated_family(seed=3), config, served_via=via)
 
     # Assert: the row is there, on the same responses as every other row, at the served noise
     rows = {(r.name, r.epsilon): r for r in result.rows}

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import json
+import re
 from pathlib import Path
 
 import pytest
+from pydantic_settings import EnvSettingsSource
 
 from app import Settings
 from providers import default_entity_specs
@@ -83,3 +86,45 @@ def test_invalid_entity_declarations_are_refused() -> None:
         Settings(entities=[{"name": "x", "kind": "llamacpp"}])  # type: ignore[list-item]
     with pytest.raises(ValueError):
         Settings(default_epsilon=0)
+
+
+# Variables the README documents that are not gateway settings: the YAML file's name, the CLI's and the fuzz
+# tests' variables, the embedded model folder (read by providers), and prefixes quoted in prose.
+NOT_SETTINGS = {"FEDCD_CONFIG", "FEDCD_API_KEY", "FEDCD_MODEL_DIR", "FEDCD_FUZZ_KEY", "FEDCD_FUZZ_MAX_EXAMPLES",
+                "FEDCD_FUZZ_SEED", "FEDCD_", "FEDCD_DEFAULT_", "FEDCD_RETENTION_"}
+GROUP_VIEWS = ["server", "privacy", "federation", "calibration", "training", "student_data", "limits", "circuits",
+               "cache", "jobs", "observability"]
+
+
+def test_every_variable_the_readme_documents_reaches_its_setting(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Prepare: the README's variables; each set to its setting's default, as the environment would give it
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    documented = set(re.findall(r"FEDCD_[A-Z0-9_]*", readme)) - NOT_SETTINGS
+    defaults = Settings(state_dir=Path("/nonexistent")).model_dump(mode="json")
+    for variable in documented:
+        field = variable.removeprefix("FEDCD_").lower()
+        assert field in Settings.model_fields, f"README documents {variable}, which no setting reads"
+        value = defaults[field]
+        monkeypatch.setenv(variable, value if isinstance(value, str) else json.dumps(value))
+    # Execute: what the environment source hands the settings (before validation)
+    from_env = EnvSettingsSource(Settings, case_sensitive=False, env_prefix="FEDCD_", env_nested_delimiter="__",
+                                 env_parse_none_str="null")()
+    # Assert
+    assert {f"FEDCD_{name.upper()}" for name in from_env} >= documented
+
+
+def test_grouped_views_read_the_flat_fields(tmp_path: Path) -> None:
+    # Prepare
+    settings = Settings(state_dir=tmp_path, privacy_cap_epsilon=7.0, cache_ttl_s=5.0, max_batch_size=3)
+    # Execute / Assert: a view reads the field, with or without the group's prefix, and writes nothing
+    assert settings.privacy.cap_epsilon == settings.privacy.privacy_cap_epsilon == 7.0
+    assert settings.cache.ttl_s == 5.0 and settings.limits.batch_size == 3
+    assert settings.server.db_url == settings.db_url
+    with pytest.raises(AttributeError):
+        settings.privacy.cap_epsilon = 1.0
+    with pytest.raises(AttributeError):
+        settings.privacy.ttl_s  # noqa: B018 - a field of another group
+    # Every field belongs to exactly one group
+    owners = {field: [view for view in GROUP_VIEWS if field in getattr(settings, view)._fields]
+              for field in Settings.model_fields}
+    assert {field: views for field, views in owners.items() if len(views) != 1} == {}

@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from app.schemas_students import StoredDiagnosis
+from app.schemas.students import StoredDiagnosis
 from app.services.report import build_report
 from qmatrix import example_qmatrix
 from tests.conftest import auth_headers, make_client

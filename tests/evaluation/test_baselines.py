@@ -9,6 +9,7 @@ import pytest
 
 from evaluation.baselines import (
     DINA,
+    DINASettings,
     IRT2PL,
     NotFittedError,
     ProportionCorrect,
@@ -206,7 +207,7 @@ def test_mean_field_dina_recovers_30_attributes_well_above_chance() -> None:
 
 
 # --- applying to new students ------------------------------------------------------------
-MODELS = [ProportionCorrect, IRT2PL, DINA, lambda: DINA(method="mean-field")]
+MODELS = [ProportionCorrect, IRT2PL, DINA, lambda: DINA(DINASettings(method="mean-field"))]
 
 
 @pytest.mark.parametrize("make", MODELS, ids=["proportion", "irt", "dina", "dina-mean-field"])
@@ -246,9 +247,9 @@ def test_using_a_model_before_fit_raises(make) -> None:
     [
         lambda: IRT2PL(n_nodes=2),
         lambda: IRT2PL(slope_bounds=(0.0, 6.0)),
-        lambda: DINA(bounds=(1e-3, 0.6)),
-        lambda: DINA(method="joint"),
-        lambda: DINA(init_slip=0.7),
+        lambda: DINA(DINASettings(bounds=(1e-3, 0.6))),
+        lambda: DINA(DINASettings(method="joint")),
+        lambda: DINA(DINASettings(init_slip=0.7)),
         lambda: ProportionCorrect(fallback="half"),  # type: ignore[arg-type]
     ],
 )

@@ -10,36 +10,13 @@ import pytest
 from typer.testing import CliRunner
 
 from app.cli import cli
-from evaluation import holdout_responses, proportion_correct_truth, split_students
-from evaluation.datasets import load_dataset
+from qmatrix.catalog import load_dataset
 from evaluation.link import fit_link
-from evaluation.protocols import evaluate
+from evaluation.protocols import EvaluationConfig, evaluate
 from evaluation.simulation import dina_oracle
 from providers.simulated import simulated_family
-from qmatrix import Response, example_qmatrix
 
 FIXED_NAMES = {"simple-ensemble", "fed-nodp-rc", "fed-dp-norc", "gaussian-dp", "full", "irt", "dina", "proportion-correct"}
-
-
-def test_splits_are_disjoint_seeded_and_complete() -> None:
-    students = load_dataset("synthetic", synthetic_students=100, seed=0).students
-    a, b = split_students(students, seed=3), split_students(students, seed=3)
-    ids = lambda part: [s.student_id for s in part]  # noqa: E731
-    assert ids(a.train) == ids(b.train) and ids(a.test) == ids(b.test)
-    assert (len(a.train), len(a.validation), len(a.test)) == (60, 20, 20)
-    assert not set(ids(a.train)) & set(ids(a.validation)) and not set(ids(a.validation)) & set(ids(a.test))
-
-
-def test_holdout_keeps_at_least_one_response_each_side() -> None:
-    responses = [Response(item_id=f"q{i:02d}", correct=True) for i in range(1, 11)]
-    observed, held = holdout_responses(responses, fraction=0.2, rng=np.random.default_rng(0))
-    assert len(observed) == 8 and len(held) == 2 and not {r.item_id for r in observed} & {r.item_id for r in held}
-
-
-def test_paper_truth_is_proportion_correct_per_concept() -> None:
-    q = example_qmatrix()
-    truth = proportion_correct_truth(q, [Response(item_id="q01", correct=True), Response(item_id="q02", correct=False), Response(item_id="q11", correct=True)])
-    assert truth == {"Add and subtract fractions": pytest.approx(2 / 3), "Solve two-step linear equations": 1.0}
 
 
 def test_link_recovers_a_known_logistic_relation() -> None:
@@ -62,7 +39,8 @@ def test_dina_oracle_by_hand_on_one_item() -> None:
 @pytest.mark.parametrize("protocol", ["paper", "heldout", "simulated"])
 async def test_protocols_produce_the_fixed_rows(protocol: str) -> None:
     data = load_dataset("synthetic", synthetic_students=120, seed=1)
-    result = await evaluate(data, simulated_family(), protocol=protocol, epsilons=[1.0], seed=1, n_simulated=120)
+    config = EvaluationConfig(protocol=protocol, epsilons=[1.0], seed=1, n_simulated=120)
+    result = await evaluate(data, simulated_family(), config)
     names = {r.name for r in result.rows}
     assert FIXED_NAMES <= names
     assert {"single:sim:confident", "single:sim:conservative", "single:sim:specialist"} <= names
@@ -83,7 +61,7 @@ async def test_protocols_produce_the_fixed_rows(protocol: str) -> None:
 
 async def test_noise_hurts_on_average_and_calibration_helps_without_noise() -> None:
     data = load_dataset("synthetic", synthetic_students=300, seed=2)
-    result = await evaluate(data, simulated_family(), protocol="paper", epsilons=[0.5], seed=2)
+    result = await evaluate(data, simulated_family(), EvaluationConfig(protocol="paper", epsilons=[0.5], seed=2))
     row = {(r.name, r.epsilon): r for r in result.rows}
     assert row[("fed-dp-norc", 0.5)].mae > row[("simple-ensemble", None)].mae
     assert row[("fed-nodp-rc", None)].mae < row[("simple-ensemble", None)].mae

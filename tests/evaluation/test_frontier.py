@@ -11,10 +11,11 @@ import numpy as np
 import pytest
 
 from diagnosis.posterior import BetaPrior, posterior_aggregate
-from evaluation.datasets import load_dataset
+from qmatrix.catalog import load_dataset
 from evaluation.frontier import (
     POSTPROCESSING,
     FrontierResult,
+    FrontierSettings,
     posterior_means,
     postprocessing_verdicts,
     privacy_frontier,
@@ -37,9 +38,8 @@ def frontier() -> tuple[FrontierResult, int, int]:
     sim = simulate(synthetic.qmatrix, generator="dina", n_students=120, seed=1)  # with the oracle
     datasets = [synthetic, sim]
     calls: list[int] = []
-    result = asyncio.run(
-        privacy_frontier(datasets, simulated_family(0), epsilons=EPSILONS, mechanisms=MECHANISMS, seed=0, repeats=2, progress=calls.append)
-    )
+    plan = FrontierSettings(epsilons=EPSILONS, mechanisms=MECHANISMS, seed=0, repeats=2)
+    result = asyncio.run(privacy_frontier(datasets, simulated_family(0), plan, progress=calls.append))
     expected = progress_total(datasets, n_epsilons=len(EPSILONS), n_mechanisms=len(MECHANISMS), repeats=2, seed=0)
     return result, sum(calls), expected
 
@@ -151,13 +151,13 @@ def test_bad_arguments() -> None:
     data = [load_dataset("synthetic", synthetic_students=20, seed=0)]
     family = simulated_family(0)
     with pytest.raises(ValueError, match="unknown mechanisms"):
-        asyncio.run(privacy_frontier(data, family, mechanisms=("laplace", "magic")))
+        asyncio.run(privacy_frontier(data, family, FrontierSettings(mechanisms=("laplace", "magic"))))
     with pytest.raises(ValueError, match="epsilons"):
-        asyncio.run(privacy_frontier(data, family, epsilons=(0.0,)))
+        asyncio.run(privacy_frontier(data, family, FrontierSettings(epsilons=(0.0,))))
     with pytest.raises(ValueError, match="epsilons"):
-        asyncio.run(privacy_frontier(data, family, epsilons=(math.inf,)))
+        asyncio.run(privacy_frontier(data, family, FrontierSettings(epsilons=(math.inf,))))
     with pytest.raises(ValueError, match="repeats"):
-        asyncio.run(privacy_frontier(data, family, repeats=0))
+        asyncio.run(privacy_frontier(data, family, FrontierSettings(repeats=0)))
     with pytest.raises(ValueError, match="dataset"):
         asyncio.run(privacy_frontier([], family))
     with pytest.raises(ValueError, match="entity"):

@@ -10,7 +10,7 @@ from diagnosis import NoiseLevel
 from evaluation.baselines import NCDMSettings
 from evaluation.harness import fill_uncovered
 from evaluation.link import fit_link, item_easiness
-from evaluation.protocols import evaluate
+from evaluation.protocols import EvaluationConfig, evaluate
 from evaluation.served import LocalFedTraining, ServedConfig
 from evaluation.significance import paired_bootstrap_auc
 from providers.simulated import simulated_family
@@ -78,8 +78,8 @@ async def test_heldout_with_partial_credit_scores_every_row_on_the_same_response
     data = _partial_credit(150, seed=4)
     assert any(0 < r.score < 1 for s in data.students for r in s.responses)
     # Execute
-    result = await evaluate(data, simulated_family(), protocol="heldout", epsilons=[2.0], seed=4, served=SERVED,
-                            ncdm=FAST_NCDM)
+    config = EvaluationConfig(protocol="heldout", epsilons=[2.0], seed=4, served=SERVED, ncdm=FAST_NCDM)
+    result = await evaluate(data, simulated_family(), config)
     # Assert: the served rows, local-fed and NCDM are there; one n for every row; metrics in range.
     rows = {(r.name, r.epsilon, r.mechanism): r for r in result.rows}
     assert ("served", 32.0, "piecewise") in rows and ("served", None, "none") in rows

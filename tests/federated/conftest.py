@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from federated import CDModel, LocalConfig, ResponseTensors, encode_dataset, split_students, train_local
+from federated import CDModel, LocalConfig, ResponseTensors, encode_dataset, split_student_indices, train_local
 from qmatrix import Dataset, DatasetNotFound, example_qmatrix, load_frcsub, simulate_dina
 
 
@@ -31,7 +31,7 @@ class Prepared:
 
 def prepare(dataset: Dataset, *, seed: int = 0) -> Prepared:
     data = encode_dataset(dataset)
-    split = split_students(len(data), rng=np.random.default_rng(seed), validation=0.0, test=0.25)
+    split = split_student_indices(len(data), rng=np.random.default_rng(seed), validation=0.0, test=0.25)
     test = data.subset(split.test)
     return Prepared(dataset=dataset, train=data.subset(split.train), test=test, test_ids=test.student_ids)
 

@@ -13,7 +13,7 @@ from federated import (
     hidden_mask,
     iid_partition,
     item_features,
-    split_students,
+    split_student_indices,
 )
 from qmatrix import QMatrixError, Response, StudentResponses, example_qmatrix
 from tests.federated.conftest import Prepared
@@ -73,11 +73,11 @@ def test_hidden_mask_hides_about_a_fifth_and_leaves_context(sim: Prepared, seed:
 
 
 def test_student_split_is_disjoint_complete_and_seeded() -> None:
-    split = split_students(100, rng=np.random.default_rng(4), validation=0.1, test=0.2)
+    split = split_student_indices(100, rng=np.random.default_rng(4), validation=0.1, test=0.2)
     together = np.concatenate([split.train, split.validation, split.test])
     assert sorted(together.tolist()) == list(range(100))
     assert (len(split.train), len(split.validation), len(split.test)) == (70, 10, 20)
-    assert np.array_equal(split.test, split_students(100, rng=np.random.default_rng(4)).test)
+    assert np.array_equal(split.test, split_student_indices(100, rng=np.random.default_rng(4)).test)
 
 
 def test_iid_partition_deals_everyone_once_in_near_equal_shares() -> None:

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from federated import FedConfig, LocalConfig, StudentDP
-from federated.flower import FlowerConfig, train_flower
+from federated.flower import FlowerConfig, FlowerTraining, train_flower
 from tests.federated.conftest import Prepared
 
 
@@ -52,10 +52,11 @@ def test_config_round_trips_through_a_plain_dict() -> None:
 
 def test_train_flower_refuses_before_writing_anything(sim: Prepared, tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="secure aggregation"):
-        train_flower(dataset=sim.dataset, clients=3, rounds=1, secagg=True, aggregation="median", out_dir=tmp_path)
+        train_flower(dataset=sim.dataset, plan=FlowerTraining(clients=3, rounds=1, secagg=True, aggregation="median"),
+                     out_dir=tmp_path)
     assert list(tmp_path.iterdir()) == []
 
 
 def test_train_flower_refuses_an_epsilon_without_dp(sim: Prepared, tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="epsilon"):
-        train_flower(dataset=sim.dataset, clients=3, rounds=1, epsilon=1.0, out_dir=tmp_path)
+        train_flower(dataset=sim.dataset, plan=FlowerTraining(clients=3, rounds=1, epsilon=1.0), out_dir=tmp_path)

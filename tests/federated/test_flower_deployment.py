@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from federated.flower import FlowerRoundRecord, read_history, train_flower
+from federated.flower import FlowerDeployment, FlowerRoundRecord, FlowerTraining, read_history, train_flower
 from tests.federated.conftest import Prepared
 
 
@@ -36,8 +36,8 @@ def test_superlink_and_supernodes_train_three_rounds_and_leave_no_process(sim: P
     seen: list[FlowerRoundRecord] = []
 
     # Execute
-    result = train_flower(dataset=sim.dataset, clients=2, rounds=3, out_dir=out, seed=1, deployment=True,
-                          progress=seen.append, flower_home=home, timeout_s=480)
+    result = train_flower(dataset=sim.dataset, plan=FlowerTraining(clients=2, rounds=3, seed=1), out_dir=out,
+                          deployment=FlowerDeployment(flower_home=home, timeout_s=480), progress=seen.append)
 
     # Assert: the ServerApp's marker, flwr ls, the progress callback, and no survivors
     marker = read_history(out)

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from federated import FedConfig, LocalConfig, StudentDP, epsilon_for, get_parameters, run_fedavg
-from federated.flower import FlowerConfig, FlowerRoundRecord, read_history, run_inprocess, train_flower
+from federated.flower import FlowerConfig, FlowerRoundRecord, FlowerTraining, read_history, run_inprocess, train_flower
 from tests.federated.conftest import Prepared
 from tests.federated.flower_apps.runs import institutions, new_model, write
 
@@ -112,8 +112,8 @@ def test_train_flower_calibrates_noise_so_the_planned_rounds_fit_the_budget(sim:
     base = FlowerConfig(fed=FedConfig(client_sample_rate=0.5, clip_norm=0.1))
 
     # Execute
-    result = train_flower(dataset=sim.dataset, clients=4, rounds=3, dp="client", epsilon=2.0, out_dir=tmp_path,
-                          config=base, partition="dirichlet", alpha=1.0)
+    plan = FlowerTraining(clients=4, rounds=3, dp="client", epsilon=2.0, partition="dirichlet", alpha=1.0)
+    result = train_flower(dataset=sim.dataset, plan=plan, out_dir=tmp_path, config=base)
 
     # Assert
     assert len(result.history) == 3 and result.stop_reason is None

@@ -15,7 +15,8 @@ from federated.inprocess import average_rows
 from federated.metrics import evaluate_masked
 from federated.model import CDModel
 from federated.models import build_model, new_model
-from federated.train import train_federated
+from federated.publish import PublishOptions
+from federated.train import TrainingConfig, train_federated
 from qmatrix import Dataset, Item, QMatrix, QMatrixError, StudentResponses, example_qmatrix, simulate_dina
 from qmatrix.responses import Response
 
@@ -145,7 +146,8 @@ def test_training_learns_what_the_untrained_model_cannot(tmp_path: Path) -> None
     train = Dataset(name="bank-train", qmatrix=q, students=dataset.students[:300], simulated=True)
 
     # Execute
-    result = train_federated(dataset=train, registry=tmp_path, clients=3, rounds=5, seed=0, threads=1)
+    result = train_federated(dataset=train, registry=tmp_path,
+                             config=TrainingConfig(clients=3, rounds=5, seed=0, threads=1))
 
     # Assert: per-item difficulties make the trained model's predictions clearly better
     before, after = evaluate_masked(untrained, test, hidden).auc, evaluate_masked(result.model, test, hidden).auc
@@ -156,8 +158,10 @@ def test_training_learns_what_the_untrained_model_cannot(tmp_path: Path) -> None
 def test_v1_and_v2_models_load_from_their_configs(tmp_path: Path) -> None:
     dataset = simulate_dina(Q, n_students=60, seed=1)
     registry = ModelRegistry(tmp_path)
-    v1 = train_federated(dataset=dataset, registry=registry, rounds=1, seed=0, model_kind="evidence-encoder")
-    v2 = train_federated(dataset=dataset, registry=registry, rounds=1, seed=0, force=True)
+    v1 = train_federated(dataset=dataset, registry=registry,
+                         config=TrainingConfig(rounds=1, seed=0, model_kind="evidence-encoder"))
+    v2 = train_federated(dataset=dataset, registry=registry, config=TrainingConfig(rounds=1, seed=0),
+                         publish=PublishOptions(force=True))
 
     assert isinstance(registry.load(v1.version).model, CDModel)
     loaded = registry.load(v2.version).model

@@ -10,11 +10,13 @@ import pytest
 import torch
 
 from federated import CDModel, FedConfig, LocalConfig, RoundRecord, encode_dataset, iid_partition, run_fedavg
-from federated import split_students
+from federated import split_student_indices
 from federated.gate import GatePolicy
 from federated.models import DEFAULT_KIND, new_model
 from federated.registry import ModelRegistry
-from federated.train import coordinate_median, default_model_if_missing, train_federated, trimmed_mean, warm_start
+from federated.publish import PublishOptions
+from federated.train import (TrainingConfig, coordinate_median, default_model_if_missing, train_federated, trimmed_mean,
+                             warm_start)
 from qmatrix import Dataset, example_qmatrix, simulate_dina
 
 
@@ -39,7 +41,8 @@ def test_publishes_a_signed_version_with_history(small: Dataset, tmp_path: Path)
     seen: list[RoundRecord] = []
 
     # Execute
-    result = train_federated(dataset=small, registry=tmp_path, clients=3, rounds=3, seed=1, progress=seen.append)
+    result = train_federated(dataset=small, registry=tmp_path, config=TrainingConfig(clients=3, rounds=3, seed=1),
+                             progress=seen.append)
 
     # Assert
     assert result.published and result.version == "v0001" and result.decision.accepted
@@ -62,7 +65,7 @@ def test_rounds_match_one_run_fedavg_call(small: Dataset, tmp_path: Path) -> Non
     rng = np.random.default_rng(4)
     model = new_model(DEFAULT_KIND, small.qmatrix, seed=4)
     data = encode_dataset(small, table=model.item_table(small.qmatrix))
-    split = split_students(len(data), rng=rng, validation=0.0, test=0.2)
+    split = split_student_indices(len(data), rng=rng, validation=0.0, test=0.2)
     train, evaluation = data.subset(split.train), data.subset(split.test)
     shards = [train.subset(p) for p in iid_partition(len(train), n_clients=3, rng=rng)]
     warm_start(model, shards, table=data.features.numpy())  # round 0 without DP, as train_federated runs it
@@ -70,7 +73,7 @@ def test_rounds_match_one_run_fedavg_call(small: Dataset, tmp_path: Path) -> Non
 
     # Execute
     reference = run_fedavg(model, shards, evaluation, config=config, rng=rng)
-    result = train_federated(dataset=small, registry=tmp_path, rounds=3, seed=4)
+    result = train_federated(dataset=small, registry=tmp_path, config=TrainingConfig(rounds=3, seed=4))
 
     # Assert
     assert [r.auc for r in result.history] == [r.auc for r in reference.history]
@@ -78,7 +81,8 @@ def test_rounds_match_one_run_fedavg_call(small: Dataset, tmp_path: Path) -> Non
 
 
 def test_client_dp_spends_at_most_the_budget(small: Dataset, tmp_path: Path) -> None:
-    result = train_federated(dataset=small, registry=tmp_path, rounds=3, dp="client", epsilon=4.0, seed=2)
+    result = train_federated(dataset=small, registry=tmp_path,
+                             config=TrainingConfig(rounds=3, dp="client", epsilon=4.0, seed=2))
     epsilons = [r.epsilon for r in result.history]
     assert len(epsilons) == 3 and epsilons == sorted(epsilons) and 0 < epsilons[-1] <= 4.0
     manifest = result.manifest
@@ -87,8 +91,9 @@ def test_client_dp_spends_at_most_the_budget(small: Dataset, tmp_path: Path) -> 
 
 
 def test_student_dp_is_calibrated_to_the_budget(small: Dataset, tmp_path: Path) -> None:
-    result = train_federated(dataset=small, registry=tmp_path, rounds=2, dp="student", epsilon=6.0, seed=2,
-                             local_epochs=1, student_sample_rate=0.25)
+    result = train_federated(dataset=small, registry=tmp_path,
+                             config=TrainingConfig(rounds=2, dp="student", epsilon=6.0, seed=2, local_epochs=1,
+                                                   student_sample_rate=0.25))
     assert result.published and 0 < result.history[-1].epsilon <= 6.0
     assert result.manifest["config"]["training"]["steps_per_round"] == 4
     assert result.history[-1].student_norm_median is not None
@@ -96,8 +101,8 @@ def test_student_dp_is_calibrated_to_the_budget(small: Dataset, tmp_path: Path) 
 
 def test_hard_epsilon_stop_works_through_train_federated(small: Dataset, tmp_path: Path) -> None:
     # Execute: a fixed noise multiplier far too small for 10 rounds within epsilon 3 (about 4 fit).
-    result = train_federated(dataset=small, registry=tmp_path, rounds=10, dp="client", epsilon=3.0,
-                             noise_multiplier=3.0, seed=3)
+    result = train_federated(dataset=small, registry=tmp_path,
+                             config=TrainingConfig(rounds=10, dp="client", epsilon=3.0, noise_multiplier=3.0, seed=3))
 
     # Assert
     assert 0 < len(result.history) < 10 and result.stop_reason.startswith(f"round {len(result.history) + 1} would")
@@ -106,20 +111,22 @@ def test_hard_epsilon_stop_works_through_train_federated(small: Dataset, tmp_pat
 
 
 def test_nothing_is_published_when_no_round_fits_the_budget(small: Dataset, tmp_path: Path) -> None:
-    result = train_federated(dataset=small, registry=tmp_path, rounds=3, dp="client", epsilon=0.01,
-                             noise_multiplier=0.5, seed=3)
+    result = train_federated(dataset=small, registry=tmp_path,
+                             config=TrainingConfig(rounds=3, dp="client", epsilon=0.01, noise_multiplier=0.5, seed=3))
     assert not result.published and not result.history and "no round ran" in result.decision.reasons[0]
     assert ModelRegistry(tmp_path).versions() == []
 
 
 def test_gate_refusal_keeps_the_active_model_and_force_publishes(small: Dataset, tmp_path: Path) -> None:
     # Prepare
-    first = train_federated(dataset=small, registry=tmp_path, rounds=2, seed=0)
+    first = train_federated(dataset=small, registry=tmp_path, config=TrainingConfig(rounds=2, seed=0))
     strict = GatePolicy(max_canary_shift=0.0)
 
     # Execute
-    refused = train_federated(dataset=small, registry=tmp_path, rounds=2, seed=1, gate=strict)
-    forced = train_federated(dataset=small, registry=tmp_path, rounds=2, seed=1, gate=strict, force=True)
+    refused = train_federated(dataset=small, registry=tmp_path, config=TrainingConfig(rounds=2, seed=1),
+                              publish=PublishOptions(gate=strict))
+    forced = train_federated(dataset=small, registry=tmp_path, config=TrainingConfig(rounds=2, seed=1),
+                             publish=PublishOptions(gate=strict, force=True))
 
     # Assert
     assert not refused.published and refused.manifest is None and "canary" in refused.decision.reasons[0]
@@ -129,21 +136,23 @@ def test_gate_refusal_keeps_the_active_model_and_force_publishes(small: Dataset,
 
 @pytest.mark.parametrize("aggregation", ["median", "trimmed_mean", "fedprox"])
 def test_other_aggregations_train(small: Dataset, tmp_path: Path, aggregation: str) -> None:
-    result = train_federated(dataset=small, registry=tmp_path, clients=4, rounds=2, aggregation=aggregation,
-                             partition="dirichlet", alpha=1.0, seed=0)
+    result = train_federated(dataset=small, registry=tmp_path,
+                             config=TrainingConfig(clients=4, rounds=2, aggregation=aggregation,  # type: ignore[arg-type]
+                                                   partition="dirichlet", alpha=1.0, seed=0))
     assert result.published and result.history[-1].auc > 0.6
     assert result.manifest["config"]["training"]["aggregation"] == aggregation
 
 
 def test_invalid_combinations_are_refused(small: Dataset, tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="client-level DP"):
-        train_federated(dataset=small, registry=tmp_path, dp="client", epsilon=1.0, aggregation="median")
+        train_federated(dataset=small, registry=tmp_path,
+                        config=TrainingConfig(dp="client", epsilon=1.0, aggregation="median"))
     with pytest.raises(ValueError, match="needs an epsilon"):
-        train_federated(dataset=small, registry=tmp_path, dp="student")
+        train_federated(dataset=small, registry=tmp_path, config=TrainingConfig(dp="student"))
     with pytest.raises(ValueError, match="aggregation must be one of"):
-        train_federated(dataset=small, registry=tmp_path, aggregation="krum")  # type: ignore[arg-type]
+        train_federated(dataset=small, registry=tmp_path, config=TrainingConfig(aggregation="krum"))  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="partition"):
-        train_federated(dataset=small, registry=tmp_path, partition="by-school")  # type: ignore[arg-type]
+        train_federated(dataset=small, registry=tmp_path, config=TrainingConfig(partition="by-school"))  # type: ignore[arg-type]
 
 
 def test_default_model_is_trained_once(tmp_path: Path) -> None:

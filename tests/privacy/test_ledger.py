@@ -19,7 +19,7 @@ from dp_accounting.rdp import RdpAccountant
 from sqlalchemy import create_engine, text
 
 from privacy.gaussian import analytic_gaussian_sigma
-from privacy.ledger import BudgetExceeded, ChargeStateError, PrivacyLedger, UnknownCharge
+from privacy.ledger import AsyncLedger, BudgetExceeded, ChargeStateError, PrivacyLedger, UnknownCharge
 from privacy.ledger.engines import ledger_url
 
 WORKER = Path(__file__).with_name("ledger_crash_worker.py")
@@ -138,10 +138,11 @@ async def test_a_thousand_concurrent_charges_serve_exactly_the_five_the_cap_allo
     # Prepare: many worker threads, so that the calls really overlap.
     asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(max_workers=64))
     ledger = PrivacyLedger(db, cap_epsilon=5 * 0.1)
+    threaded = AsyncLedger(ledger)
 
     async def attempt(i: int) -> bool:
         try:
-            await ledger.acharge(tenant=T, student_id=S, epsilon=0.1, mechanism="laplace", request_fingerprint=f"q{i}")
+            await threaded.charge(tenant=T, student_id=S, epsilon=0.1, mechanism="laplace", request_fingerprint=f"q{i}")
             return True
         except BudgetExceeded:
             return False
@@ -157,19 +158,19 @@ async def test_a_thousand_concurrent_charges_serve_exactly_the_five_the_cap_allo
 
 async def test_concurrent_identical_requests_are_charged_once_and_share_one_answer(db: Path | str) -> None:
     asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(max_workers=32))
-    ledger = PrivacyLedger(db, cap_epsilon=10.0)
+    ledger = AsyncLedger(PrivacyLedger(db, cap_epsilon=10.0))
 
     charges = await asyncio.gather(
-        *(ledger.acharge(tenant=T, student_id=S, epsilon=0.5, mechanism="laplace", request_fingerprint="same")
+        *(ledger.charge(tenant=T, student_id=S, epsilon=0.5, mechanism="laplace", request_fingerprint="same")
           for _ in range(200))
     )
 
     first = [c for c in charges if not c.repeat]
     assert len(first) == 1 and all(c.id == first[0].id and c.pending for c in charges if c.repeat)
     waiting = asyncio.create_task(ledger.await_answer(first[0].id, timeout_s=5.0, poll_s=0.01))
-    await ledger.astore_answer(first[0].id, '{"mastery": 0.42}')
+    await ledger.store_answer(first[0].id, '{"mastery": 0.42}')
     assert await waiting == '{"mastery": 0.42}'
-    assert (await ledger.astatus(T, S))["spent_epsilon"] == 0.5
+    assert (await ledger.status(T, S))["spent_epsilon"] == 0.5
 
 
 def test_processes_sharing_the_file_serve_exactly_the_cap_in_total(db: Path | str) -> None:
@@ -379,17 +380,17 @@ def test_no_refund_after_release_and_no_answer_after_refund(db: Path | str) -> N
 
 
 async def test_a_waiter_learns_that_the_first_request_was_refunded(db: Path | str) -> None:
-    ledger = PrivacyLedger(db, cap_epsilon=2.0)
-    first = await ledger.acharge(tenant=T, student_id=S, epsilon=0.5, mechanism="laplace", request_fingerprint="fp")
-    second = await ledger.acharge(tenant=T, student_id=S, epsilon=0.5, mechanism="laplace", request_fingerprint="fp")
+    ledger = AsyncLedger(PrivacyLedger(db, cap_epsilon=2.0))
+    first = await ledger.charge(tenant=T, student_id=S, epsilon=0.5, mechanism="laplace", request_fingerprint="fp")
+    second = await ledger.charge(tenant=T, student_id=S, epsilon=0.5, mechanism="laplace", request_fingerprint="fp")
     assert second.pending
 
-    await ledger.arefund(first.id)
+    await ledger.refund(first.id)
 
     assert await ledger.await_answer(second.id, timeout_s=1.0, poll_s=0.01) is None
     with pytest.raises(TimeoutError):
         await ledger.await_answer(
-            (await ledger.acharge(tenant=T, student_id=S, epsilon=0.5, mechanism="laplace")).id, timeout_s=0.05
+            (await ledger.charge(tenant=T, student_id=S, epsilon=0.5, mechanism="laplace")).id, timeout_s=0.05
         )
 
 

@@ -1,7 +1,8 @@
 """Seeded splits: students into train / validation / test, and responses into observed / held out.
 
 The same functions serve the evaluation harness and ``/v1/calibrate`` dataset references,
-so a calibration fitted on "validation" never sees a "test" student.
+so a calibration fitted on "validation" never sees a "test" student. They live in the bottom layer
+so the gateway splits a dataset without importing the evaluation package.
 """
 
 from __future__ import annotations
@@ -13,9 +14,9 @@ import zlib
 
 import numpy as np
 
-from qmatrix import QMatrix, Response, StudentResponses
+from qmatrix.responses import Response, StudentResponses
 
-__all__ = ["HOLDOUT_FRACTION", "StudentSplit", "holdout_responses", "proportion_correct_truth", "split_holdout", "split_students"]
+__all__ = ["HOLDOUT_FRACTION", "StudentSplit", "holdout_responses", "split_holdout", "split_students"]
 
 HOLDOUT_FRACTION = 0.2
 
@@ -73,16 +74,3 @@ def split_holdout(
         observed.append(o)
         held.append(h)
     return observed, held
-
-
-def proportion_correct_truth(qmatrix: QMatrix, responses: Sequence[Response]) -> dict[str, float]:
-    """The paper's rule: y_k = mean score on the student's answered items requiring concept k.
-
-    It is computed from the very responses the entities are shown, so under the paper
-    protocol the "truth" is a function of the prompt's inputs.
-    """
-    scores: dict[str, list[float]] = {}
-    for r in responses:
-        for concept in qmatrix.item(r.item_id).concepts:
-            scores.setdefault(concept, []).append(r.score)
-    return {c: float(np.mean(scores[c])) for c in qmatrix.concepts if c in scores}

@@ -1,4 +1,5 @@
-"""Resolve a dataset name or folder for evaluation and calibration jobs.
+"""Resolve a dataset name or folder for evaluation and calibration jobs (here, beneath both: the gateway loads a
+dataset for ``/v1/calibrate`` without importing the evaluation package).
 
 ``frcsub`` and ``assist0910`` are the real public datasets (``qmatrix.datasets``);
 ``uci`` is UCI Student Performance (Portuguese course) mapped to the paper's five attribute
@@ -13,18 +14,13 @@ from pathlib import Path
 
 import numpy as np
 
-from qmatrix import (
-    Dataset,
-    QMatrix,
-    StudentResponses,
-    example_qmatrix,
-    load_assist0910,
-    load_frcsub,
-    load_qmatrix,
-    load_responses_csv,
-    load_uci,
-    simulate_dina,
-)
+from qmatrix.datasets import Dataset, load_assist0910, load_frcsub
+from qmatrix.example import example_qmatrix
+from qmatrix.io import load_qmatrix
+from qmatrix.model import QMatrix
+from qmatrix.responses import StudentResponses, load_responses_csv
+from qmatrix.simulate import simulate_dina
+from qmatrix.uci import load_uci
 
 __all__ = ["DATASET_NAMES", "load_dataset", "subsample", "truncate_responses"]
 

@@ -6,7 +6,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from app.schemas import StudentBudget, Usage
+from app.schemas.privacy import StudentBudget
+from app.schemas.usage import Usage
 
 __all__ = [
     "ChargeRecord",

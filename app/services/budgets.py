@@ -1,0 +1,54 @@
+"""Students' privacy budgets and the tenant's privacy policy: what ``/v1/privacy`` and
+``/v1/admin/privacy-policy`` read and write.
+
+A budget is looked up under the student's keyed hash (the ledger never holds the id: ``app.pseudonyms``) and the
+tenant's policy in force (the policy a diagnosis would use, from the per-tenant configuration cache); the response
+names the student as the caller did.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from app.errors import InputError
+from app.pseudonyms import Pseudonyms
+from app.schemas import PrivacyPolicy, PrivacyPolicyPublic, StudentBudget
+from app.storage import TenantConfigCache, budget_rule
+from privacy import AsyncLedger, BudgetRule
+
+__all__ = ["BudgetService"]
+
+
+class BudgetService:
+    """``ledger`` None: the ledger is off (a budget lookup is 404)."""
+
+    def __init__(self, *, ledger: AsyncLedger | None, config: TenantConfigCache, pseudonyms: Pseudonyms) -> None:
+        self.ledger, self.config, self.pseudonyms = ledger, config, pseudonyms
+
+    async def policy(self, tenant: str) -> PrivacyPolicyPublic:
+        """The tenant's privacy policy in force, as diagnoses read it (a change applies to the next request)."""
+        return await asyncio.to_thread(lambda: self.config.current(tenant).policy())
+
+    async def rule(self, tenant: str) -> BudgetRule:
+        return budget_rule(await self.policy(tenant))
+
+    async def student(self, tenant: str, student_id: str) -> StudentBudget:
+        """The student's budget under the tenant's policy: the period's spend, what remains, when it renews."""
+        if self.ledger is None:
+            raise InputError(("path", "student_id"), ["the privacy ledger is off on this server"], status_code=404)
+        status = await self.ledger.status(tenant, self.pseudonyms.key(tenant, student_id), rule=await self.rule(tenant))
+        return StudentBudget(**{**status, "student_id": student_id})  # the ledger holds the keyed hash
+
+    # -- the policy, for the tenant's admins ----------------------------------------------------------
+    async def current_policy(self, tenant: str) -> PrivacyPolicyPublic:
+        """The policy in force, read from the store (version 0: the server default, never changed)."""
+        return await asyncio.to_thread(self.config.policies.current, tenant)
+
+    async def set_policy(self, tenant: str, policy: PrivacyPolicy, *, created_by: str) -> PrivacyPolicyPublic:
+        """A new version, from the next request on; 422 for one the server's settings forbid."""
+        self.config.policies.check(policy)
+        return await asyncio.to_thread(lambda: self.config.policies.put(tenant, policy, created_by=created_by))
+
+    async def policy_history(self, tenant: str) -> list[PrivacyPolicyPublic]:
+        """Every version the tenant's admins set, oldest first."""
+        return await asyncio.to_thread(self.config.policies.history, tenant)
