@@ -90,8 +90,10 @@ def test_invalid_entity_declarations_are_refused() -> None:
 
 # Variables the README documents that are not gateway settings: the YAML file's name, the CLI's and the fuzz
 # tests' variables, the embedded model folder (read by providers), and prefixes quoted in prose.
+# Variables the README names that are not server settings: the CLI's and the tests' own (FEDCD_SCREENSHOTS: where the
+# browser tests write their screenshots), and prefixes written as such.
 NOT_SETTINGS = {"FEDCD_CONFIG", "FEDCD_API_KEY", "FEDCD_MODEL_DIR", "FEDCD_FUZZ_KEY", "FEDCD_FUZZ_MAX_EXAMPLES",
-                "FEDCD_FUZZ_SEED", "FEDCD_", "FEDCD_DEFAULT_", "FEDCD_RETENTION_"}
+                "FEDCD_FUZZ_SEED", "FEDCD_SCREENSHOTS", "FEDCD_", "FEDCD_DEFAULT_", "FEDCD_RETENTION_"}
 GROUP_VIEWS = ["server", "privacy", "federation", "calibration", "training", "student_data", "limits", "circuits",
                "cache", "jobs", "observability"]
 
