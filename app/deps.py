@@ -29,9 +29,9 @@ from app.services.cohort import CohortService
 from app.services.training import TrainingService
 from app.services.diagnosis import DiagnosisService
 from app.services.qmatrices import QMatrixService
-from app.services.jobs import JobRunner
+from app.services.job_queries import JobQueries
 from app.settings import Settings
-from app.storage import CalibrationStore, UsageStore
+from app.storage import UsageStore
 from privacy import PrivacyLedger
 
 __all__ = [
@@ -41,10 +41,9 @@ __all__ = [
     "CalibrationServiceDep",
     "CohortServiceDep",
     "TrainingServiceDep",
-    "CalibrationStoreDep",
     "DiagnosisServiceDep",
     "FederationDep",
-    "JobRunnerDep",
+    "JobQueriesDep",
     "KeyStoreDep",
     "LedgerDep",
     "MetricsAccessDep",
@@ -64,14 +63,6 @@ async def _settings(request: Request) -> Settings:
 
 async def _federation(request: Request) -> Federation:
     return request.app.state.federation
-
-
-async def _calibrations(request: Request) -> CalibrationStore:
-    return request.app.state.calibrations
-
-
-async def _jobs(request: Request) -> JobRunner:
-    return request.app.state.jobs
 
 
 async def _keys(request: Request) -> KeyStore:
@@ -108,6 +99,10 @@ async def _budgets(request: Request) -> BudgetService:
 
 async def _qmatrix_service(request: Request) -> QMatrixService:
     return request.app.state.gateway.qmatrix_service
+
+
+async def _job_queries(request: Request) -> JobQueries:
+    return request.app.state.gateway.job_queries
 
 
 def _unauthorized(message: str) -> HTTPException:
@@ -177,8 +172,7 @@ async def reject_unknown_query(request: Request) -> None:
 
 SettingsDep = Annotated[Settings, Depends(_settings)]
 FederationDep = Annotated[Federation, Depends(_federation)]
-CalibrationStoreDep = Annotated[CalibrationStore, Depends(_calibrations)]
-JobRunnerDep = Annotated[JobRunner, Depends(_jobs)]
+JobQueriesDep = Annotated[JobQueries, Depends(_job_queries)]
 KeyStoreDep = Annotated[KeyStore, Depends(_keys)]
 LedgerDep = Annotated[PrivacyLedger | None, Depends(_ledger)]
 UsageStoreDep = Annotated[UsageStore, Depends(_usage)]

@@ -22,13 +22,16 @@ from app.locks import database_lock
 from app.pseudonyms import Pseudonyms
 from app.services.budgets import BudgetService
 from app.services.calibration import CalibrationService, start_default_calibration
+from app.services.calibration_job import CalibrationJobHandler
 from app.services.cohort import CohortLimits, CohortService
 from app.services.diagnosis import BatchLimits, DiagnosisService
 from app.services.planning import Planner
 from app.services.qmatrices import QMatrixService
-from app.services.jobs import JobRunner
+from app.services.job_queries import JobQueries
+from app.services.jobs import JobRunner, JobTiming
 from app.services.retention import RetentionPurger
 from app.services.students import StudentDataService
+from app.services.validation import ValidationLoader
 from app.services.training import TrainingService
 from app.settings import Settings
 from app.storage import (
@@ -88,10 +91,12 @@ class Gateway:
         self.budgets = BudgetService(ledger=self.async_ledger, config=self.tenant_config, pseudonyms=self.pseudonyms)
         self.webhooks = WebhookSender.from_settings(settings)
         self.jobs = JobRunner(
-            sessions, worker_id=self.workers.id, live_workers=self.workers.live_ids, stale_s=settings.worker_stale_s,
-            heartbeat_s=settings.worker_heartbeat_s, control_sessions=self.database.control_sessions,
+            sessions, worker_id=self.workers.id, live_workers=self.workers.live_ids,
+            timing=JobTiming(stale_s=settings.worker_stale_s, heartbeat_s=settings.worker_heartbeat_s),
+            control_sessions=self.database.control_sessions,
             on_finish=self.webhooks.job_finished if self.webhooks.enabled else None,
         )
+        self.job_queries = JobQueries(self.jobs)
         self.rate_limiter = RateLimiter(
             parse_rate(settings.rate_limit),
             RedisBuckets(settings.redis_url.get_secret_value(), prefix=settings.rate_limit_key_prefix)
@@ -135,9 +140,13 @@ class Gateway:
         self.students.cache = self.federation.cache.store if self.federation.cache is not None else None
         self.calibration = CalibrationService(
             federation=self.federation, qmatrices=self.qmatrices, calibrations=self.calibrations, jobs=self.jobs,
-            policies=self.policies, settings=settings, ledger=self.async_ledger, usage=self.usage,
-            pseudonyms=self.pseudonyms,
+            settings=settings, usage=self.usage, pseudonyms=self.pseudonyms,
         )
+        self.jobs.register("calibrate", CalibrationJobHandler(
+            federation=self.federation, validation=ValidationLoader(qmatrices=self.qmatrices, settings=settings),
+            calibrations=self.calibrations, policies=self.policies, settings=settings, usage=self.usage,
+            ledger=self.async_ledger,
+        ).run)
         self.training = TrainingService(
             qmatrices=self.qmatrices, jobs=self.jobs, calibration=self.calibration, settings=settings
         )

@@ -8,7 +8,7 @@ The mapping is deterministic, so the same student always lands on the same ledge
 erasure from resetting a budget: a new diagnosis of an erased id hashes to the key its charges are kept under.
 
 The server secret is ``FEDCD_SECRET_KEY`` when set; otherwise ``<state_dir>/server-secret`` (created once,
-mode 0600; the log redaction of ``app.redaction`` has always used this file). Several hosts sharing one database
+mode 0600). Several hosts sharing one database
 must set ``FEDCD_SECRET_KEY`` to the same value: each host's own file would give the same student different keys.
 Losing or changing the secret orphans every stored key (budgets would restart): back it up with the database.
 """
@@ -19,18 +19,42 @@ import functools
 import hashlib
 import hmac
 import logging
+import os
+import secrets
+import time
 from pathlib import Path
 
-from app.redaction import load_or_create_secret
 from app.settings import Settings
 
-__all__ = ["SECRET_FILE", "Pseudonyms", "cache_tag", "existing_server_secret", "server_secret"]
+__all__ = [
+    "SECRET_FILE", "Pseudonyms", "cache_tag", "existing_server_secret", "load_or_create_secret", "server_secret",
+]
 
 log = logging.getLogger("fedcd.pseudonyms")
 
 SECRET_FILE = "server-secret"
 _KEY_CONTEXT = b"student-id:"
 _logged: set[Path] = set()  # state dirs whose secret source was logged by this process
+
+
+def load_or_create_secret(path: Path) -> bytes:
+    """The secret at ``path``; created atomically (O_EXCL, 0600) by whichever process comes first."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+    except FileExistsError:
+        for _ in range(100):  # another process is writing it: wait for the bytes
+            data = path.read_bytes()
+            if len(data) >= 32:
+                return data
+            time.sleep(0.01)
+        raise RuntimeError(f"{path} exists but holds no secret") from None
+    secret = secrets.token_bytes(32)
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(secret)
+        fh.flush()
+        os.fsync(fh.fileno())
+    return secret
 
 
 def server_secret(settings: Settings) -> bytes:

@@ -12,7 +12,13 @@ from calibration.calibrators import (
     validation_mae,
 )
 from calibration.exclusion import DEFAULT_MIN_ANSWERS, TooFewAnswers, entities_to_exclude
-from calibration.fitting import ValidationAnswer, answer_validation_student, calibration_record, validation_set
+from calibration.fitting import (
+    ValidationAnswer,
+    ValidationStudent,
+    answer_validation_student,
+    calibration_record,
+    validation_set,
+)
 from calibration.methods import CALIBRATORS, make_calibrator
 from calibration.params import (
     PARAMS_BY_METHOD,
@@ -49,6 +55,7 @@ __all__ = [
     "ValidationAnswer",
     "ValidationSet",
     "aggregator_for",
+    "ValidationStudent",
     "answer_validation_student",
     "calibration_record",
     "entities_to_exclude",

@@ -30,7 +30,19 @@ from diagnosis import (
 from privacy import Mechanism, mechanism_from_description
 from qmatrix import QMatrix, Response
 
-__all__ = ["ValidationAnswer", "answer_validation_student", "calibration_record", "validation_set"]
+__all__ = [
+    "ValidationAnswer", "ValidationStudent", "answer_validation_student", "calibration_record", "validation_set",
+]
+
+
+@dataclass(frozen=True)
+class ValidationStudent:
+    """One validation student: who (the id the pipeline and its cache see), what they answered, and the mastery
+    the calibration is fitted towards (given, simulated, or the proportion-correct rule)."""
+
+    student_id: str
+    responses: Sequence[Response]
+    truth: Mapping[str, float]
 
 
 @dataclass
@@ -66,22 +78,20 @@ async def _answers(pipeline: DiagnosisPipeline, request: DiagnosisRequest) -> li
 
 async def answer_validation_student(
     pipeline: DiagnosisPipeline,
+    student: ValidationStudent,
     *,
     qmatrix: QMatrix,
-    student_id: str,
-    responses: Sequence[Response],
-    truth: Mapping[str, float],
     noise: NoiseLevel,
     keep_clean: bool,
     entities: Sequence[str] | None = None,
     cache_scope: str | None = None,
 ) -> ValidationAnswer:
     """The entities' answers for one validation student at ``noise`` (and clean, with ``keep_clean``);
-    ``truth`` is kept for the concepts the responses assess."""
+    the student's truth is kept for the concepts their responses assess."""
 
     def request(level: NoiseLevel) -> DiagnosisRequest:
         return DiagnosisRequest(
-            student_id=student_id, qmatrix=qmatrix, responses=responses, epsilon=level.epsilon,
+            student_id=student.student_id, qmatrix=qmatrix, responses=student.responses, epsilon=level.epsilon,
             mechanism=level.mechanism, sensitivity=level.sensitivity,  # type: ignore[arg-type]
             delta=level.delta, entities=entities, cache_scope=cache_scope,
         )
@@ -92,11 +102,11 @@ async def answer_validation_student(
     if keep_clean:
         clean_outcomes = outcomes if noise.noiseless else await _answers(pipeline, request(NoiseLevel(sensitivity=noise.sensitivity)))
         clean = {o.name: o.mastery for o in clean_outcomes if o.mastery is not None}
-    assessed = set(qmatrix.concepts_for([r.item_id for r in responses]))
+    assessed = set(qmatrix.concepts_for([r.item_id for r in student.responses]))
     return ValidationAnswer(
         answers={o.name: o.mastery for o in outcomes if o.mastery is not None},
         mechanism=pipeline.mechanism_for(served),
-        truth={c: float(v) for c, v in truth.items() if c in assessed},
+        truth={c: float(v) for c, v in student.truth.items() if c in assessed},
         clean=clean,
         failed=[o.name for o in outcomes if o.status == "failed"],
         outcomes=outcomes if clean_outcomes is outcomes else [*outcomes, *clean_outcomes],

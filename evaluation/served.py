@@ -24,7 +24,15 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from calibration import AggregationMode, CalibrationRecord, aggregator_for, answer_validation_student, calibration_record, make_calibrator
+from calibration import (
+    AggregationMode,
+    CalibrationRecord,
+    ValidationStudent,
+    aggregator_for,
+    answer_validation_student,
+    calibration_record,
+    make_calibrator,
+)
 from calibration.fitting import validation_set
 from diagnosis import NO_NOISE_LEVEL, Aggregator, AllEntitiesFailed, DiagnosisPipeline, DiagnosisRequest, NoiseLevel
 from evaluation.rows import Estimates
@@ -217,7 +225,7 @@ async def served_calibration(
     async def answer(i: int, responses: Sequence[Response], truth: Mastery):  # type: ignore[no-untyped-def]
         async with gate:
             return await answer_validation_student(
-                pipeline, qmatrix=q, student_id=f"validation-{i}", responses=responses, truth=truth, noise=level,
+                pipeline, ValidationStudent(f"validation-{i}", responses, truth), qmatrix=q, noise=level,
                 keep_clean=calibrator.fits_clean_answers,
             )
 

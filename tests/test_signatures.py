@@ -24,17 +24,17 @@ WIDE_ALLOWED = {
     "diagnosis/posterior/aggregate.py:posterior_aggregate": "the functional form of PosteriorAggregator, whose fields "
     "are its keyword parameters: the aggregator is its config object",
     "calibration/fitting.py:calibration_record": "builds a CalibrationRecord: its parameters are the record's fields",
-    "calibration/fitting.py:answer_validation_student": "called by app/services/calibration.py, rewritten by another "
-    "part of issue 23 at the same time: give it a ValidationStudent (student id, responses, truth) with that change",
-    # Constructors of services and the privacy ledger: their parameters are collaborators and tunables injected
-    # once at start-up. app/services and privacy/ledger are reworked by another part of issue 23 at the same time.
-    "privacy/ledger/core.py:__init__": "the ledger's database and its default budget rule (being reworked)",
-    "privacy/ledger/core.py:charge": "one charge's fields (being reworked: privacy.ledger.charge)",
-    "privacy/ledger/errors.py:__init__": "the exception's fields, what a 429 reports",
-    "privacy/ledger/release.py:__init__": "one release's fields (being reworked)",
-    "app/services/calibration.py:__init__": "the service's collaborators (stores, ledger, jobs, settings)",
-    "app/services/jobs.py:__init__": "the job runner's sessions and its timing tunables",
-    "app/services/students.py:__init__": "the service's collaborators (stores, ledger, settings)",
+    "privacy/ledger/errors.py:__init__": "BudgetExceeded's fields: what a 429 reports (spent, cap, period, renewal)",
+    # The ledger engine's primitives. Callers go through privacy.Release (ledger.releasing), which takes a
+    # ReleaseCost; the engine keeps one flat keyword form that its accountants, crash tests and CLI share.
+    "privacy/ledger/core.py:__init__": "the ledger's database, its default budget (a cap or a BudgetRule), accountant, "
+    "and the repeat window, pending TTL, clock and busy timeout its tests set",
+    "privacy/ledger/core.py:charge": "one charge row's fields (ε, δ, mechanism, σ/Δ, releases, fingerprint, rule, "
+    "source): privacy.Release is the one caller in the service",
+    "privacy/ledger/release.py:__init__": "one release: for one student (with fingerprint and releases) or a group; "
+    "built by AsyncLedger.releasing, never by hand",
+    "app/services/students.py:__init__": "export and erasure reach every store that holds a student's data (ledger, "
+    "policies, retention, usage, uploads, cache): the one service that must",
 }
 
 

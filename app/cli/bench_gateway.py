@@ -21,6 +21,8 @@ def bench_gateway(
     requests: Annotated[int, typer.Option(min=10, help="requests per concurrency-1 scenario")] = 200,
     requests_concurrent: Annotated[int, typer.Option(min=10, help="requests in the concurrent scenario")] = 1000,
     concurrency: Annotated[int, typer.Option(min=2)] = 50,
+    repeats: Annotated[int, typer.Option(min=10, help="identical requests in the repeat-path scenario")] = 200,
+    batches: Annotated[int, typer.Option(min=1, help="batch requests in the batch scenario")] = 20,
     max_seconds: Annotated[float, typer.Option(min=1, help="time bound per scenario")] = 120.0,
     compare_litellm: Annotated[bool, typer.Option("--compare-litellm", help="also LiteLLM's proxy (if installed)")] = False,
     litellm_command: Annotated[Optional[str], typer.Option(help="the `litellm` executable")] = None,
@@ -36,6 +38,7 @@ def bench_gateway(
     config = GatewayBenchConfig(
         entities=entities, stub_latency_ms=stub_latency_ms, workers=workers, ledger=ledger, database_url=database_url,
         requests_c1=requests, requests_cmax=requests_concurrent, concurrency=concurrency, max_seconds=max_seconds,
+        repeats=repeats, batches=batches,
         compare_litellm=compare_litellm, litellm_command=litellm_command, profile=profile, baseline=baseline,
     )
     try:
@@ -45,7 +48,10 @@ def bench_gateway(
         raise typer.Exit(2) from None
     args = ["bench", "gateway", "--entities", str(entities), "--stub-latency-ms", f"{stub_latency_ms:g}", "--workers",
             str(workers), "--ledger" if ledger else "--no-ledger", "--requests", str(requests),
-            "--requests-concurrent", str(requests_concurrent), "--concurrency", str(concurrency), "--out", str(out)]
+            "--requests-concurrent", str(requests_concurrent), "--concurrency", str(concurrency)]
+    if repeats != 200 or batches != 20:
+        args += ["--repeats", str(repeats), "--batches", str(batches)]
+    args += ["--out", str(out)]
     if compare_litellm:
         args.append("--compare-litellm")
         if litellm_command:

@@ -27,6 +27,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable, Collection
 from concurrent.futures import Executor, ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from sqlalchemy import func, or_, select, update
@@ -35,10 +36,24 @@ from sqlalchemy.orm import sessionmaker
 from app.db import JobEventRow, JobItemRow, JobRow
 from providers.scheduling import background_priority
 
-__all__ = ["JobCancelled", "JobContext", "JobRunner"]
+__all__ = ["JobCancelled", "JobContext", "JobRunner", "JobTiming"]
 
 log = logging.getLogger("fedcd.jobs")
 T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class JobTiming:
+    """How often a worker looks for work and shows it is alive, and when another worker may take its job over.
+
+    ``stale_s``: a job whose heartbeat is older is claimable by any worker (its worker died);
+    ``heartbeat_s``: how often a running job's heartbeat is renewed (well under ``stale_s``);
+    ``poll_s``: how often an idle worker looks for a claimable job (a submit in this worker wakes it at once).
+    """
+
+    stale_s: float = 30.0
+    heartbeat_s: float = 5.0
+    poll_s: float = 2.0
 
 
 class JobCancelled(Exception):
@@ -105,9 +120,7 @@ class JobRunner:
         *,
         worker_id: str = "local",
         live_workers: Callable[[], set[str]] | None = None,
-        stale_s: float = 30.0,
-        heartbeat_s: float = 5.0,
-        poll_s: float = 2.0,
+        timing: JobTiming = JobTiming(),
         concurrency: int = 2,
         control_sessions: sessionmaker | None = None,
         on_finish: Callable[[dict[str, Any]], object] | None = None,
@@ -119,7 +132,7 @@ class JobRunner:
         self._control_sessions = control_sessions or sessions
         self._control: Executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"jobs-control-{worker_id}")
         self._live_workers = live_workers or (lambda: {worker_id})
-        self.stale_s, self.heartbeat_s, self.poll_s, self.concurrency = stale_s, heartbeat_s, poll_s, concurrency
+        self.timing, self.concurrency = timing, concurrency
         self.handlers: dict[str, JobHandler] = {}
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._wake = asyncio.Event()
@@ -249,7 +262,7 @@ class JobRunner:
                 log.exception("job heartbeat: will retry")
             self._beat_now.clear()
             try:
-                await asyncio.wait_for(self._beat_now.wait(), timeout=self.heartbeat_s)
+                await asyncio.wait_for(self._beat_now.wait(), timeout=self.timing.heartbeat_s)
             except TimeoutError:
                 pass
 
@@ -274,7 +287,7 @@ class JobRunner:
                 log.exception("job claim loop: will retry")
             self._wake.clear()
             try:
-                await asyncio.wait_for(self._wake.wait(), timeout=self.poll_s)
+                await asyncio.wait_for(self._wake.wait(), timeout=self.timing.poll_s)
             except TimeoutError:
                 pass
 
@@ -288,7 +301,7 @@ class JobRunner:
         claimable = or_(
             JobRow.status == "queued",
             (JobRow.status == "running")
-            & or_(JobRow.claimed_by.is_(None), JobRow.claimed_by.not_in(live), JobRow.heartbeat_at < now - self.stale_s),
+            & or_(JobRow.claimed_by.is_(None), JobRow.claimed_by.not_in(live), JobRow.heartbeat_at < now - self.timing.stale_s),
         )
         if running_here:
             claimable = claimable & JobRow.id.not_in(sorted(running_here))
@@ -339,7 +352,7 @@ class JobRunner:
                 update(JobRow)
                 .where(JobRow.status == "cancelling",
                        or_(JobRow.claimed_by.is_(None), JobRow.claimed_by.not_in(sorted(self._live_workers())),
-                           JobRow.heartbeat_at < now - self.stale_s))
+                           JobRow.heartbeat_at < now - self.timing.stale_s))
                 .values(status="cancelled", claimed_by=None)
                 .returning(JobRow.id).execution_options(synchronize_session=False)
             ).scalars().all()

@@ -15,7 +15,7 @@ from fastapi.testclient import TestClient
 
 from app import Settings, create_app
 from app.db import Database, JobEventRow, JobRow
-from app.services.jobs import JobCancelled, JobContext, JobRunner
+from app.services.jobs import JobCancelled, JobContext, JobRunner, JobTiming
 from qmatrix import qmatrix_from_json, simulate_dina
 from qmatrix.responses import write_responses_csv
 from tests.app.test_upload_and_train import BANK
@@ -46,7 +46,7 @@ async def test_a_queued_job_is_cancelled_at_once_and_a_running_one_when_its_work
     # Prepare: one job runs (its handler waits forever, as a long calibration would), one waits in the queue
     database = _database(tmp_path)
     finished: list[dict[str, Any]] = []
-    runner = JobRunner(database.sessions, worker_id="w1", concurrency=1, poll_s=0.01, heartbeat_s=3600.0,
+    runner = JobRunner(database.sessions, worker_id="w1", concurrency=1, timing=JobTiming(poll_s=0.01, heartbeat_s=3600.0),
                        control_sessions=database.control_sessions, on_finish=finished.append)
     started, stopped = asyncio.Event(), []
 

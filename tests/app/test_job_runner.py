@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from app.db import Database, JobEventRow, JobRow
-from app.services.jobs import JobContext, JobRunner
+from app.services.jobs import JobContext, JobRunner, JobTiming
 from providers.scheduling import call_priority
 
 
@@ -27,7 +27,7 @@ async def test_a_worker_whose_heartbeat_stalls_never_takes_over_its_own_job(tmp_
     # Prepare: the heartbeat stalls (as when it waited behind model calls in a shared thread pool) while the
     # claim loop polls on and on; the job's heartbeat is stale after 0.01 s.
     database = _database(tmp_path)
-    runner = JobRunner(database.sessions, worker_id="w1", stale_s=0.01, heartbeat_s=3600.0, poll_s=0.01,
+    runner = JobRunner(database.sessions, worker_id="w1", timing=JobTiming(stale_s=0.01, heartbeat_s=3600.0, poll_s=0.01),
                        control_sessions=database.control_sessions)
     release, runs, claims = asyncio.Event(), [], []
     original_claim = runner._claim_one
@@ -72,8 +72,8 @@ def test_another_worker_takes_over_a_job_whose_worker_stopped_heartbeating(tmp_p
     # Prepare: worker w1 claimed a job and went silent (stale heartbeat); both workers look live
     database = _database(tmp_path)
     live = lambda: {"w1", "w2"}  # noqa: E731
-    w1 = JobRunner(database.sessions, worker_id="w1", stale_s=0.0, live_workers=live)
-    w2 = JobRunner(database.sessions, worker_id="w2", stale_s=0.0, live_workers=live)
+    w1 = JobRunner(database.sessions, worker_id="w1", timing=JobTiming(stale_s=0.0), live_workers=live)
+    w2 = JobRunner(database.sessions, worker_id="w2", timing=JobTiming(stale_s=0.0), live_workers=live)
     for runner in (w1, w2):
         runner.register("long", lambda request, context: asyncio.sleep(0))  # type: ignore[arg-type,return-value]
     job_id = w1.submit("long", {}, tenant="t")

@@ -10,6 +10,7 @@ from calibration import (
     PosteriorCalibrator,
     StackingCalibrator,
     ValidationSet,
+    ValidationStudent,
     answer_validation_student,
     calibration_record,
     validation_set,
@@ -32,10 +33,10 @@ async def test_a_student_is_answered_once_released_at_the_served_noise_and_kept_
     truth = {c: 0.5 for c in q.concepts}
     # Execute
     answer = await answer_validation_student(
-        pipeline, qmatrix=q, student_id="v", responses=responses, truth=truth, noise=SERVED, keep_clean=True
+        pipeline, ValidationStudent("v", responses, truth), qmatrix=q, noise=SERVED, keep_clean=True
     )
     lean = await answer_validation_student(
-        pipeline, qmatrix=q, student_id="v", responses=responses, truth=truth, noise=SERVED, keep_clean=False
+        pipeline, ValidationStudent("v", responses, truth), qmatrix=q, noise=SERVED, keep_clean=False
     )
     # Assert: one real call; released through piecewise; the clean copy is the entity's own answer.
     assert len(fake.contexts) == 1
@@ -59,8 +60,8 @@ async def test_a_posterior_calibration_fits_tau_on_clean_answers_and_scores_the_
     pipeline = DiagnosisPipeline({n: Cached(e) for n, e in entities.items()}, seed=2)
     answers = [
         await answer_validation_student(
-            pipeline, qmatrix=q, student_id=s.student_id, responses=s.responses,
-            truth=data.true_mastery[s.student_id], noise=SERVED, keep_clean=True,
+            pipeline, ValidationStudent(s.student_id, s.responses, data.true_mastery[s.student_id]), qmatrix=q,
+            noise=SERVED, keep_clean=True,
         )
         for s in data.students
     ]

@@ -1,0 +1,172 @@
+"""The ``calibrate`` job: run the diagnosis pipeline over a validation split, then fit a calibrator.
+
+The validation students (``app.services.validation``) go through the same pipeline as a diagnosis, at the noise
+level diagnoses use (mechanism, ε, sensitivity: the request's, else the tenant's defaults), so the calibration is
+fitted on the kind of answers it will correct, and the record stores that level (``calibration.fitting``: the
+evaluation's ``served`` row fits through the same functions). Entity answers are cached within the job (beneath the
+privacy wrapper, so each reuse is privatized afresh). Each finished student is stored at once; a job cut off by a
+restart resumes where it stopped. Entities with fewer than ``FEDCD_CALIBRATION_MIN_ANSWERS`` successful validation
+answers are left out of the fit (``calibration.exclusion``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import uuid
+from typing import Any
+
+from app.federation import Federation
+from app.metrics import count_charge
+from app.pseudonyms import cache_tag
+from app.schemas import CalibrateRequest, PrivacyPolicy
+from app.services.jobs import JobContext
+from app.services.usage import account_usage
+from app.services.validation import ValidationCohort, ValidationLoader
+from app.settings import Settings
+from app.storage import CalibrationStore, PolicyStore, UsageStore, budget_rule
+from calibration import (
+    TooFewAnswers,
+    ValidationAnswer,
+    answer_validation_student,
+    calibration_record,
+    make_calibrator,
+    validation_set,
+)
+from diagnosis import DiagnosisPipeline, NoiseLevel
+from privacy import AsyncLedger, ReleaseCost, make_rng
+from providers.cache import tagged_as
+from providers.wrappers import Cached
+
+__all__ = ["CalibrationJobHandler"]
+
+log = logging.getLogger("fedcd.calibration")
+
+
+class CalibrationJobHandler:
+    """Runs ``calibrate`` jobs (register :meth:`run` with the job runner)."""
+
+    def __init__(
+        self,
+        *,
+        federation: Federation,
+        validation: ValidationLoader,
+        calibrations: CalibrationStore,
+        policies: PolicyStore,
+        settings: Settings,
+        usage: UsageStore,
+        ledger: AsyncLedger | None = None,
+    ) -> None:
+        self.federation, self.validation, self.calibrations, self.policies = federation, validation, calibrations, policies
+        self.settings, self.usage, self.ledger = settings, usage, ledger
+
+    def _release_epsilon(self, request: CalibrateRequest, simulated: bool) -> float | None:
+        """ε the fitted parameters are released with: the request's; omitted, none for SIMULATED students (there is
+        nobody to protect, and noise would only blur a fit on few students), else the server default."""
+        if request.release_epsilon == "none":
+            return None
+        if request.release_epsilon is not None:
+            return float(request.release_epsilon)
+        return None if simulated else self.settings.calibration_release_epsilon
+
+    @staticmethod
+    def _noise(request: CalibrateRequest, policy: PrivacyPolicy) -> NoiseLevel:
+        """The noise the validation answers are privatized at: the request's, else what the tenant's diagnoses use."""
+        epsilon = None if request.epsilon == "none" else (
+            float(request.epsilon) if request.epsilon is not None else policy.default_epsilon
+        )
+        return NoiseLevel(
+            mechanism=request.mechanism or policy.default_mechanism, epsilon=epsilon,
+            sensitivity=request.sensitivity or policy.sensitivity, delta=request.delta,
+        )
+
+    async def run(self, raw_request: dict[str, Any], job: JobContext) -> dict[str, Any]:
+        start = time.perf_counter()
+        tenant = job.tenant
+        request = CalibrateRequest.model_validate(raw_request)
+        cohort = await asyncio.to_thread(self.validation.load, request, tenant)
+        job.set_total(len(cohort.students))
+        policy = await asyncio.to_thread(self.policies.current, tenant)
+        noise = self._noise(request, policy)
+        calibrator = make_calibrator(
+            request.method or self.settings.default_calibration_method, **({"isotonic": True} if request.isotonic else {})
+        )
+        selected = self.federation.pipeline.select(request.entities)
+        # Cached beneath Privatized: repeated identical prompts are answered once per job.
+        pipeline = DiagnosisPipeline(
+            {n: Cached(e) for n, e in selected.items()}, seed=self.settings.noise_seed,
+            prices=self.federation.pipeline.prices,
+        )
+        # Items stored in another form (by an earlier version) are answered again rather than misread.
+        finished = {i: v for i, v in job.finished_items().items() if "answers" in v}
+        failures: dict[str, int] = {}
+        for item in finished.values():
+            for name in item.get("failed", []):
+                failures[name] = failures.get(name, 0) + 1
+        gate = asyncio.Semaphore(self.settings.batch_concurrency)
+        q = cohort.stored.qmatrix
+
+        async def one(idx: int) -> None:
+            student = cohort.students[idx]
+            async with gate:
+                # A tenant's own students (records: keyed already) tag the cached answers made from their responses.
+                with tagged_as(cache_tag(tenant, student.student_id) if request.records is not None else None):
+                    answer = await answer_validation_student(
+                        pipeline, student, qmatrix=q, noise=noise, keep_clean=calibrator.fits_clean_answers,
+                        cache_scope=tenant,
+                    )
+                await account_usage(self.usage, tenant, "calibration", answer.outcomes, job_id=job.job_id)
+                for name in answer.failed:
+                    failures[name] = failures.get(name, 0) + 1
+                job.record_item(idx, answer.to_json(), failed_entities=failures)
+                finished[idx] = answer.to_json()
+
+        await asyncio.gather(*(one(i) for i in range(len(cohort.students)) if i not in finished))
+        try:
+            data = validation_set(
+                [ValidationAnswer.from_json(finished[i]) for i in sorted(finished)], keep_clean=calibrator.fits_clean_answers
+            )
+        except ValueError as exc:
+            raise RuntimeError(f"{exc} (failures: {failures})") from exc
+        release = self._release_epsilon(request, cohort.simulated)
+        paid = None
+        if release is not None and request.records is not None and self.ledger is not None:
+            # Every validation student pays the release ε before anything is released, or nobody does
+            # (privacy.ledger.release: refunded unless the record is saved and released).
+            paid = self.ledger.releasing(
+                tenant=tenant, students=[r.student_id for r in request.records], source="calibration",
+                cost=ReleaseCost(epsilon=release, delta=0.0, mechanism="laplace"), rule=budget_rule(policy),
+            )
+        async with paid or contextlib.nullcontext():
+            try:
+                fitted = calibrator.fit(data, release_epsilon=release, rng=make_rng(self.settings.noise_seed),
+                                        min_answers=self.settings.calibration_min_answers)
+            except TooFewAnswers as exc:
+                raise TooFewAnswers(f"{exc} (FEDCD_CALIBRATION_MIN_ANSWERS = {self.settings.calibration_min_answers}; "
+                                    f"failures: {failures})") from exc
+            record = calibration_record(
+                fitted, record_id=f"cal-{uuid.uuid4().hex[:12]}", qmatrix_id=q.id, entities=selected, noise=noise,
+                truth_source=cohort.truth_source, n_students=len(data),
+                version=self.calibrations.next_version(tenant, q.id), notes=self._notes(request, cohort, release),
+                metrics=cohort.metrics,
+            )
+            self.calibrations.save(record, tenant=tenant, qmatrix_version=cohort.stored.version)
+            if paid is not None:
+                await paid.settle(f"calibration {record.id}")
+        if paid is not None:
+            count_charge(tenant, "calibration", release * len(paid.charges))  # type: ignore[operator]  # set with paid
+        seconds = time.perf_counter() - start
+        log.info("calibration %s (%s, %d students) fitted in %.1f s", record.id, record.method, len(data), seconds)
+        return {"calibration_id": record.id, "metrics": {**record.metrics, "seconds": seconds}, "notes": record.notes}
+
+    @staticmethod
+    def _notes(request: CalibrateRequest, cohort: ValidationCohort, release: float | None) -> list[str]:
+        """What the record says about its validation students beyond the fit's own notes."""
+        notes = list(cohort.notes)
+        if cohort.truth_source == "proportion-correct":
+            notes.append("truth: the paper's rule, per-concept proportion correct over each record's responses")
+        if release is None and cohort.simulated and request.release_epsilon is None:
+            notes.append("released without noise by default: the validation students are SIMULATED, nobody to protect")
+        return notes
