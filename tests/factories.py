@@ -9,7 +9,7 @@ from collections.abc import Callable
 from hypothesis import strategies as st
 
 from diagnosis import DiagnosisRequest
-from providers import EntityError, EntityPrediction, PromptContext
+from providers import EntityPrediction, PromptContext
 from qmatrix import Response, example_qmatrix
 
 

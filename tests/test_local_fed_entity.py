@@ -12,7 +12,7 @@ import torch
 from federated.registry import ModelRegistry
 from federated.publish import PublishOptions
 from federated.train import TrainingConfig, default_model_if_missing, train_federated
-from providers.errors import EntityRejected, EntitySkipped
+from providers.errors import EntityRejected
 from providers.local_fed import LocalFedEntity, MicroBatcher
 from providers.types import Entity, PromptContext, PromptItem
 from qmatrix import example_qmatrix, simulate_dina

@@ -9,7 +9,7 @@ from diagnosis import build_context
 from providers import EntitySpec, build_adapter
 from providers.simulated import SimulatedEntity, simulated_family
 from providers.wrappers import Cached
-from qmatrix import Response, example_qmatrix, simulate_dina
+from qmatrix import example_qmatrix, simulate_dina
 
 Q = example_qmatrix()
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import pytest
@@ -12,6 +11,7 @@ from app.db import Database, JobRow
 from providers import EntityUnavailable, PromptContext
 from providers.simulated import observed_proportions
 from tests.app.conftest import make_client
+from tests.app.waiting import wait_for_job, wait_until
 from tests.factories import FakeEntity
 
 Q_ID = "example-prealgebra"
@@ -38,14 +38,8 @@ def _records(n: int) -> list[dict]:
     ]
 
 
-def _wait(client: TestClient, job_id: str, timeout_s: float = 20.0) -> dict:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        body = client.get(f"/v1/calibrate/{job_id}").json()
-        if body["status"] in ("succeeded", "failed"):
-            return body
-        time.sleep(0.02)
-    raise AssertionError(f"job {job_id} did not finish: {body}")
+def _wait(client: TestClient, job_id: str) -> dict:
+    return wait_for_job(client, job_id, path="/v1/calibrate/{job_id}")
 
 
 def test_calibrate_then_diagnose_uses_the_calibration(tmp_path: Path) -> None:
@@ -138,9 +132,8 @@ def test_a_job_cut_off_by_a_restart_resumes_where_it_stopped(tmp_path: Path) -> 
     # Prepare: start a 40-student job and shut the app down while it runs.
     with make_client(tmp_path, {"slow": slow}, batch_concurrency=2) as client:
         job_id = client.post("/v1/calibrate", json={"qmatrix_id": Q_ID, "records": _records(40), "epsilon": "none"}).json()["job_id"]
-        deadline = time.monotonic() + 10
-        while client.get(f"/v1/calibrate/{job_id}").json()["progress"]["done"] < 6 and time.monotonic() < deadline:
-            time.sleep(0.01)
+        wait_until(lambda: client.get(f"/v1/calibrate/{job_id}").json()["progress"]["done"], lambda done: done >= 6,
+                   what="six students answered", poll_s=0.01)
     sessions = Database(f"sqlite:///{tmp_path / 'fedcd.db'}").sessions
     with sessions() as session:
         row = session.get(JobRow, job_id)
@@ -163,27 +156,23 @@ def test_a_job_that_cannot_resume_is_failed_with_a_reason(tmp_path: Path, fakes:
     with sessions.begin() as session:
         session.add(JobRow(id="old", tenant="default", kind="retired-kind", status="running", request_json="{}"))
     with make_client(tmp_path, fakes) as client:
-        deadline = time.monotonic() + 10
-        while (row := client.app.state.jobs.get("old", tenant="default")).status == "running":  # type: ignore[attr-defined]
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
+        row = wait_until(lambda: client.app.state.jobs.get("old", tenant="default"),  # type: ignore[attr-defined]
+                         lambda job: job.status != "running", what="the retired job failed")
     assert row.status == "failed" and "restart" in row.error
 
 
 def test_first_start_fits_a_default_calibration_and_later_starts_reuse_it(tmp_path: Path) -> None:
     entities = {"good": FakeEntity("good", biased(0.0)), "flat": FakeEntity("flat", 0.5)}
     with make_client(tmp_path, entities, default_calibration=True, default_calibration_students=40) as client:
-        listing = {}
-        deadline = time.monotonic() + 20
-        while not listing.get("count") and time.monotonic() < deadline:
-            time.sleep(0.05)
-            listing = client.get(f"/v1/calibrations?qmatrix_id={Q_ID}").json()
+        listing = wait_until(lambda: client.get(f"/v1/calibrations?qmatrix_id={Q_ID}").json(),
+                             lambda page: page.get("count"), what="the default calibration")
         record = listing["data"][0]
         assert record["method"] == "stacking" and record["truth_source"] == "simulated-true-mastery"
         assert record["params"]["pooled_weights"]["good"] > record["params"]["pooled_weights"]["flat"]
         assert record["n_students"] == 8 and record["mechanism"] == "piecewise" and record["epsilon"] == 32.0
     with make_client(tmp_path, entities, default_calibration=True, default_calibration_students=40) as client:
-        time.sleep(0.2)
+        # The first-start job is submitted before the server answers: none queued or running means none started.
+        assert not client.app.state.jobs.has_active("calibrate")  # type: ignore[attr-defined]
         assert client.get(f"/v1/calibrations?qmatrix_id={Q_ID}").json()["count"] == 1
 
 

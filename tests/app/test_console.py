@@ -18,6 +18,7 @@ from providers import EntityUnavailable, PromptContext
 from providers.simulated import observed_proportions
 from tests.app.conftest import make_client
 from tests.factories import FakeEntity
+from tests.app.waiting import wait_for_job
 
 Q_ID = "example-prealgebra"
 PAGES = ["", "/entities", "/qmatrices", f"/qmatrices/{Q_ID}", "/jobs", "/students", "/keys", "/policy"]
@@ -64,16 +65,6 @@ def _diagnose(client: TestClient, key: str, student: str = "s1") -> None:
     r = client.post("/v1/diagnose", headers={"Authorization": f"Bearer {key}"}, json={
         "student_id": student, "qmatrix_id": Q_ID, "epsilon": 2.0, "include_entities": True, "responses": RESPONSES})
     assert r.status_code == 200, r.text
-
-
-def _wait_job(client: TestClient, job_id: str, timeout_s: float = 60.0) -> dict:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        progress = client.get(f"/console/jobs/{job_id}/progress.json").json()
-        if progress["status"] not in ("queued", "running"):
-            return progress
-        time.sleep(0.05)
-    raise AssertionError(f"job {job_id} did not finish: {progress}")
 
 
 # -- signing in ------------------------------------------------------------------------------------------
@@ -279,7 +270,7 @@ def test_a_calibration_job_runs_from_the_console_with_its_progress_and_reliabili
                     data={"csrf": csrf(client), "method": "stacking", "max_students": "100"}, follow_redirects=False)
     assert r.status_code == 303
     job_id = r.headers["location"].rsplit("/", 1)[1]
-    progress = _wait_job(client, job_id)
+    progress = wait_for_job(client, job_id, path="/console/jobs/{job_id}/progress.json")
     assert progress["status"] == "succeeded" and progress["done"] == progress["total"] == 20, progress
     page = client.get(f"/console/jobs/{job_id}").text
     assert progress["calibration_id"] in page and 'id="history"' in page and "Cancel this job" not in page

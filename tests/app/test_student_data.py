@@ -24,6 +24,7 @@ from app.services.training import _split
 from qmatrix import StudentResponses, qmatrix_from_json, simulate_dina
 from qmatrix.responses import write_responses_csv
 from tests.conftest import auth_headers
+from tests.app.waiting import wait_for_job
 
 STUDENT = "kid-Zq7Xw-4411"  # distinctive: a byte scan cannot find it by accident
 NEEDLE = STUDENT.encode()
@@ -57,15 +58,6 @@ def platform(tmp_path: Path, both_engines: str) -> Iterator[tuple[TestClient, di
         admin, other = auth_headers(client.app, tenant="platform"), auth_headers(client.app, tenant="other")
         assert client.post("/v1/qmatrices", json=BANK, headers=admin).status_code == 201
         yield client, admin, other, client.app.state.settings.db_url
-
-
-def wait(client: TestClient, headers: dict[str, str], job_id: str) -> dict:
-    for _ in range(3000):  # bounded polls
-        body = client.get(f"/v1/jobs/{job_id}", headers=headers).json()
-        if body["status"] in ("succeeded", "failed"):
-            return body
-        time.sleep(0.05)
-    raise AssertionError(f"job {job_id} did not finish: {body}")
 
 
 def diagnose(client: TestClient, headers: dict[str, str], student: str = STUDENT) -> dict:
@@ -136,13 +128,13 @@ def test_erasure_leaves_no_trace_of_the_id_keeps_the_spend_and_export_lists_each
     r = client.post("/v1/calibrate", headers=admin, json={"qmatrix_id": "geometry", "records": records})
     assert r.status_code == 202, r.text
     calibration_job = r.json()["job_id"]
-    assert wait(client, admin, calibration_job)["status"] == "succeeded"
+    assert wait_for_job(client, calibration_job, headers=admin)["status"] == "succeeded"
     r = client.post("/v1/qmatrices/geometry/train", headers=admin,
                     files={"responses": ("history.csv", upload_with_student(tmp_path), "text/csv")})
     assert r.status_code == 202, r.text
-    train = wait(client, admin, r.json()["job_id"])
+    train = wait_for_job(client, r.json()["job_id"], headers=admin)
     assert train["status"] == "succeeded", train
-    assert wait(client, admin, train["metrics"]["calibration_job_id"])["status"] == "succeeded"
+    assert wait_for_job(client, train["metrics"]["calibration_job_id"], headers=admin)["status"] == "succeeded"
 
     # Nothing stored names the student: not a table, not a file, not the cache
     assert scan_database(url, NEEDLE) == []

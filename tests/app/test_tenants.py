@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import pytest
@@ -10,6 +9,7 @@ from fastapi.testclient import TestClient
 
 from tests.conftest import bearer, make_client
 from tests.factories import FakeEntity
+from tests.app.waiting import wait_for_job
 
 # Every test here runs on both engines (SQLite and PostgreSQL).
 pytestmark = pytest.mark.usefixtures("both_engines")
@@ -18,16 +18,6 @@ QA = {"id": "algebra", "concepts": ["A", "B"], "items": [
     {"id": "i1", "text": "x+1=2", "concepts": ["A"]}, {"id": "i2", "text": "2x=4", "concepts": ["B"]},
 ]}
 RESPONSES = [{"item_id": "i1", "correct": True}, {"item_id": "i2", "correct": False}]
-
-
-def _wait(client: TestClient, job_id: str, headers: dict[str, str]) -> dict:
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        job = client.get(f"/v1/calibrate/{job_id}", headers=headers).json()
-        if job["status"] in ("succeeded", "failed"):
-            return job
-        time.sleep(0.02)
-    raise AssertionError("job did not finish")
 
 
 @pytest.fixture
@@ -86,7 +76,7 @@ def test_calibrations_apply_to_their_tenant_and_qmatrix_version_only(two: tuple[
     client, keys = two
     body = {"qmatrix_id": "algebra", "records": _records(12), "epsilon": "none", "method": "bias"}
     job_id = client.post("/v1/calibrate", json=body, headers=keys["a_admin"]).json()["job_id"]
-    job = _wait(client, job_id, keys["a_admin"])
+    job = wait_for_job(client, job_id, headers=keys["a_admin"], path="/v1/calibrate/{job_id}")
     assert job["status"] == "succeeded", job
     cal = job["calibration_id"]
     # The job and the record are A's: 404 for B, in both roles.

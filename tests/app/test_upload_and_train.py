@@ -7,7 +7,6 @@ never sees either. Bad uploads are 422s before any job exists. Waits are bounded
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import pytest
@@ -18,6 +17,7 @@ from app import Settings, create_app
 from qmatrix import QMatrix, qmatrix_from_json, simulate_dina
 from qmatrix.responses import write_responses_csv
 from tests.conftest import auth_headers
+from tests.app.waiting import wait_for_job
 
 BANK = {
     "id": "geometry", "concepts": ["area", "pythagoras", "angles"],
@@ -47,15 +47,6 @@ def app_and_admin(tmp_path: Path):  # type: ignore[no-untyped-def]
         yield client, auth_headers(app, tenant="platform"), auth_headers(app, tenant="other")
 
 
-def _wait(client: TestClient, headers: dict[str, str], job_id: str) -> dict:
-    for _ in range(3000):  # bounded polls
-        body = client.get(f"/v1/jobs/{job_id}", headers=headers).json()
-        if body["status"] in ("succeeded", "failed"):
-            return body
-        time.sleep(0.05)
-    raise AssertionError(f"job {job_id} did not finish: {body}")
-
-
 def _diagnose(client: TestClient, headers: dict[str, str], student: str) -> dict:
     r = client.post("/v1/diagnose", headers=headers, json={
         "student_id": student, "qmatrix_id": "geometry", "include_entities": True,
@@ -76,7 +67,7 @@ def test_register_diagnose_upload_train_then_its_own_model_answers(app_and_admin
     upload = _csv(qmatrix_from_json(BANK), 150, tmp_path)
     r = client.post("/v1/qmatrices/geometry/train", headers=admin, files={"responses": ("history.csv", upload, "text/csv")})
     assert r.status_code == 202, r.text
-    job = _wait(client, admin, r.json()["job_id"])
+    job = wait_for_job(client, r.json()["job_id"], headers=admin)
 
     # Assert: trained, gated, published as this tenant's, then a calibration job on the validation part
     assert job["status"] == "succeeded" and job["kind"] == "train", job
@@ -86,7 +77,7 @@ def test_register_diagnose_upload_train_then_its_own_model_answers(app_and_admin
     messages = [e["message"] for e in job["history"]]
     assert any(m.startswith("round 3/3") for m in messages) and any("published v0001" in m for m in messages)
     assert list(tmp_path.joinpath("state", "uploads").iterdir()) == []  # the upload is gone with the job
-    calibration = _wait(client, admin, metrics["calibration_job_id"])
+    calibration = wait_for_job(client, metrics["calibration_job_id"], headers=admin)
     assert calibration["status"] == "succeeded" and calibration["kind"] == "calibrate", calibration
 
     after = _diagnose(client, admin, "s-after")

@@ -7,9 +7,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 
-from federated import CDModel, FedConfig, LocalConfig, RoundRecord, encode_dataset, iid_partition, run_fedavg
+from federated import FedConfig, LocalConfig, RoundRecord, encode_dataset, iid_partition, run_fedavg
 from federated import split_student_indices
 from federated.gate import GatePolicy
 from federated.models import DEFAULT_KIND, new_model
