@@ -30,7 +30,7 @@ import psutil
 
 from bench.processes import ROOT, Processes, free_port, wait_http
 from bench.profiling import BenchSetupError, Profile, py_spy_command, start_profile
-from bench.provenance import checkout
+from bench.provenance import checkout, loadavg, revision
 from bench.stats import percentile
 
 __all__ = ["GatewayBenchConfig", "ScenarioResult", "run_gateway_bench"]
@@ -321,6 +321,7 @@ def run_gateway_bench(config: GatewayBenchConfig, *, progress: Callable[[str], N
         raise BenchSetupError("--profile needs py-spy: pip install -e '.[bench]'")
     work = Path(tempfile.mkdtemp(prefix="fedcd-bench-"))
     procs = Processes(work)
+    load_before = loadavg()
     results: list[ScenarioResult] = []
     profile_text = None
     try:
@@ -354,7 +355,9 @@ def run_gateway_bench(config: GatewayBenchConfig, *, progress: Callable[[str], N
         procs.stop_all()
     return {
         "config": asdict(config),
-        "machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0]},
+        "machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0], "loadavg_before": load_before,
+                    "loadavg_after": loadavg()},
+        "revision": revision(),
         "results": [asdict(r) for r in results],
         "median_cpu_ms": statistics.median(r.cpu_ms_per_request for r in results if r.target == "fedcd")
         if results else None,

@@ -30,8 +30,10 @@ def write_gateway_report(data: dict[str, Any], out: Path, *, command: str, extra
         f"- gateway: `fedcd serve --workers {config['workers']}`, ledger {'on' if config['ledger'] else 'off'}, "
         f"database {'PostgreSQL' if config['database_url'] else 'SQLite'}; a new student per request; 3–6 responses "
         "each; CPU = the gateway process tree's user+system time over the scenario, per request",
-        f"- machine: {data['machine']['cpus']} CPUs, Python {data['machine']['python']}; every number is from one "
-        "run on a shared machine: compare rows of the same run (ratios), not runs",
+        f"- machine: {data['machine']['cpus']} CPUs, Python {data['machine']['python']}"
+        f"{_load(data['machine'])}; every number is from one run on a shared machine: compare rows of the same run "
+        "(ratios), not runs",
+        *([f"- this checkout: {data['revision']}"] if data.get("revision") else []),
         "",
         "| target | scenario | ok/sent | p50 ms | p90 ms | p99 ms | added p50 ms | req/s | CPU ms |",
         "|---|---|---|---|---|---|---|---|---|",
@@ -145,3 +147,9 @@ def _plot(data: dict[str, Any], path: Path) -> Path:
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+def _load(machine: dict[str, Any]) -> str:
+    """The 1-minute load average before and after the run, where it was recorded."""
+    before, after = machine.get("loadavg_before"), machine.get("loadavg_after")
+    return f"; load {before[0]:g} before, {after[0]:g} after" if before and after else ""
