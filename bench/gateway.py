@@ -5,11 +5,14 @@ Real processes on loopback: N stub OpenAI-compatible servers (``bench.stub``, fi
 process, bounded in count and time). Measured per scenario: latency percentiles, latency added over the
 stub's, throughput, and the gateway's CPU per diagnosis (the process tree's user+system time, from psutil).
 Optionally LiteLLM's proxy runs against the same stub, measured the same way, per single pass-through call.
+
+With ``baseline`` (a git revision), that revision's gateway runs beside this checkout's, and every scenario is
+split into ``rounds`` chunks that the two take turns on, in A B B A order: a shared machine that speeds up or slows
+down during the run (measured: up to 50% between runs) weighs on both alike, so their ratio holds.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import random
@@ -19,19 +22,17 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
-import psutil
 
+from bench.load import Measured, RequestMaker, ScenarioResult, Target, measure, scenario_result
 from bench.processes import ROOT, Processes, free_port, wait_http
 from bench.profiling import BenchSetupError, Profile, py_spy_command, start_profile
 from bench.provenance import checkout, loadavg, revision
-from bench.stats import percentile
 
 __all__ = ["GatewayBenchConfig", "ScenarioResult", "run_gateway_bench"]
 
@@ -58,105 +59,18 @@ class GatewayBenchConfig:
     litellm_command: str | None = None  # default: `litellm` on PATH
     profile: bool = False  # py-spy (if installed) samples the gateway during the concurrency-1 scenario
     baseline: str | None = None  # a git revision: its gateway runs the same scenarios in the same run, for ratios
+    rounds: int = 4  # with a baseline: turns each scenario is split into, the two gateways alternating (A B B A …)
     seed: int = 0
 
 
-@dataclass
-class ScenarioResult:
-    name: str
-    target: str  # fedcd | litellm | sdk
-    requests: int
-    concurrency: int
-    seconds: float
-    ok: int
-    errors: int
-    p50_ms: float
-    p90_ms: float
-    p99_ms: float
-    added_p50_ms: float  # over the stub's latency (each entity call overlaps: one stub latency per request)
-    throughput_rps: float
-    cpu_ms_per_request: float
-    per: str = "diagnosis"  # what one request is: diagnosis | batch of N | call
-    notes: list[str] = field(default_factory=list)
-
-
-def _cpu_seconds(pid: int) -> float:
-    """User + system CPU of a process and all its children (uvicorn workers)."""
-    proc = psutil.Process(pid)
-    total = 0.0
-    for p in [proc, *proc.children(recursive=True)]:
-        try:
-            t = p.cpu_times()
-            total += t.user + t.system
-        except psutil.NoSuchProcess:
-            continue
-    return total
-
-
-async def _load(
-    make: Callable[[int], tuple[str, dict[str, Any]]], *, n: int, concurrency: int, headers: dict[str, str],
-    max_seconds: float,
-) -> tuple[list[float], int, int, float]:
-    """Send ``n`` requests (``make(k)`` → (url, json)), at most ``concurrency`` at once and for at most
-    ``max_seconds``: (latencies of successes, ok, errors, wall seconds)."""
-    latencies: list[float] = []
-    counts = {"ok": 0, "errors": 0}
-    next_index = iter(range(n))
-    stop_at = time.monotonic() + max_seconds
-    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
-    async with httpx.AsyncClient(headers=headers, timeout=60.0, limits=limits) as client:
-        async def worker() -> None:
-            for k in next_index:
-                if time.monotonic() > stop_at:
-                    return
-                url, body = make(k)
-                start = time.perf_counter()
-                try:
-                    r = await client.post(url, json=body)
-                    ok = r.status_code == 200
-                except httpx.HTTPError:
-                    ok = False
-                if ok:
-                    latencies.append(time.perf_counter() - start)
-                    counts["ok"] += 1
-                else:
-                    counts["errors"] += 1
-
-        start = time.perf_counter()
-        await asyncio.gather(*(worker() for _ in range(concurrency)))
-        wall = time.perf_counter() - start
-    return latencies, counts["ok"], counts["errors"], wall
-
-
-@dataclass(frozen=True)
-class _Target:
-    """The server a scenario loads: its label in the report, the process whose CPU is measured, the headers every
-    request carries, and the bench's configuration (time limit, stub latency)."""
-
-    label: str
-    pid: int
-    headers: dict[str, str]
-    config: GatewayBenchConfig
-
-
 def _scenario(
-    target: _Target, name: str, make: Callable[[int], tuple[str, dict[str, Any]]], *, n: int, concurrency: int,
-    per: str = "diagnosis", per_request_units: int = 1, notes: list[str] | None = None,
+    target: Target, name: str, make: RequestMaker, *, n: int, concurrency: int, config: GatewayBenchConfig,
+    per: str = "diagnosis",
 ) -> ScenarioResult:
-    config = target.config
-    before = _cpu_seconds(target.pid)
-    latencies, ok, errors, wall = asyncio.run(
-        _load(make, n=n, concurrency=concurrency, headers=target.headers, max_seconds=config.max_seconds)
-    )
-    cpu = _cpu_seconds(target.pid) - before
-    stub = config.stub_latency_ms
-    p50 = percentile(latencies, 0.5) * 1000
-    return ScenarioResult(
-        name=name, target=target.label, requests=ok + errors, concurrency=concurrency, seconds=wall, ok=ok, errors=errors,
-        p50_ms=p50, p90_ms=percentile(latencies, 0.9) * 1000, p99_ms=percentile(latencies, 0.99) * 1000,
-        added_p50_ms=p50 - stub, throughput_rps=ok / wall if wall > 0 else 0.0,
-        cpu_ms_per_request=cpu * 1000 / max(1, ok * per_request_units), per=per, notes=notes or [],
-    )
+    """One scenario on one server, in one go (LiteLLM's proxy)."""
+    measured = measure(target, make, n=n, concurrency=concurrency, max_seconds=config.max_seconds)
+    return scenario_result(target, name, measured, concurrency=concurrency, stub_latency_ms=config.stub_latency_ms,
+                           per=per)
 
 
 def _responses(rng: random.Random, items: Sequence[str]) -> list[dict[str, Any]]:
@@ -230,28 +144,34 @@ def _litellm(config: GatewayBenchConfig, stub_url: str, procs: Processes, work: 
             "response_format": {"type": "json_schema", "json_schema": {"name": "mastery", "schema": schema}}}
     url = f"http://127.0.0.1:{port}/v1/chat/completions"
     results = []
-    litellm = _Target("litellm", proc.pid, {"Authorization": f"Bearer {master_key}"}, config)
+    litellm = Target("litellm", proc.pid, {"Authorization": f"Bearer {master_key}"})
     for concurrency, n in ((1, config.requests_c1), (config.concurrency, config.requests_cmax)):
         results.append(_scenario(
             litellm, f"one pass-through call, c={concurrency}", lambda k: (url, body), n=n, concurrency=concurrency,
-            per="call",
+            config=config, per="call",
         ))
     return results
 
 
 @dataclass
-class _CheckoutRun:
-    results: list[ScenarioResult]
-    profile: str | None
+class _Gateway:
+    """One checkout's gateway, started and warmed up: its target (label, pid, key) and its base URL."""
+
+    target: Target
+    base: str
+    process: subprocess.Popen[bytes]
+
+    def stop(self) -> None:
+        self.process.terminate()
+        self.process.wait(timeout=30)
 
 
-def _fedcd_scenarios(
+def _start_gateway(
     root: Path, label: str, config: GatewayBenchConfig, stub_urls: Sequence[str], procs: Processes, work: Path,
-    rng: random.Random, progress: Callable[[str], None],
-) -> _CheckoutRun:
-    """Start the gateway of the checkout at ``root`` and run every fedcd scenario against it; stop it after."""
-    results: list[ScenarioResult] = []
-    profile_text = None
+    progress: Callable[[str], None],
+) -> _Gateway:
+    """Start the gateway of the checkout at ``root`` with its own state, upload the big Q-matrix, warm it up (not
+    measured: imports, connection pools, caches) and store the repeat path's first answer."""
     env = _fedcd_env(config, work / f"state-{label}", stub_urls, root)
     key = json.loads(subprocess.run(
         [sys.executable, "-m", "app.cli", "keys", "create", "--tenant", "bench", "--role", "admin", "--json"],
@@ -259,57 +179,106 @@ def _fedcd_scenarios(
     ).stdout)["api_key"]
     headers = {"Authorization": f"Bearer {key}"}
     port = free_port()
-    gateway = procs.start(f"gateway-{label}", [sys.executable, "-m", "app.cli", "serve", "--port", str(port),
+    process = procs.start(f"gateway-{label}", [sys.executable, "-m", "app.cli", "serve", "--port", str(port),
                                                "--workers", str(config.workers)], env, cwd=root)
     base = f"http://127.0.0.1:{port}"
-    wait_http(f"{base}/healthz", gateway)
+    wait_http(f"{base}/healthz", process)
     progress(f"{label}: gateway up ({config.workers} worker(s), ledger {'on' if config.ledger else 'off'})")
     r = httpx.post(f"{base}/v1/qmatrices?id=bank", content=_big_qmatrix_csv(config.big_items),
                    headers={**headers, "content-type": "text/csv"}, timeout=120)
     r.raise_for_status()
+    gateway = _Gateway(Target(label, process.pid, headers), base, process)
+    warm_up = random.Random(config.seed + 1)
+    measure(gateway.target, _singles(gateway, "example-prealgebra", EXAMPLE_ITEMS, warm_up), n=30, concurrency=4,
+            max_seconds=config.max_seconds)
+    httpx.post(f"{base}/v1/diagnose", json=_REPEAT_BODY, headers=headers, timeout=60).raise_for_status()
+    return gateway
+
+
+# The repeat path's request: stored once per gateway at start, then asked again and again.
+_REPEAT_BODY = {"student_id": "repeat-student", "qmatrix_id": "example-prealgebra",
+                "responses": _responses(random.Random(7), EXAMPLE_ITEMS)}
+
+
+def _singles(gateway: _Gateway, qid: str, items: Sequence[str], rng: random.Random) -> RequestMaker:
+    """One new student per request (a repeat of another's student would measure the repeat path)."""
+    def make(k: int) -> tuple[str, dict[str, Any]]:
+        return f"{gateway.base}/v1/diagnose", {"student_id": f"s{k}-{rng.random():.9f}", "qmatrix_id": qid,
+                                                "responses": _responses(rng, items)}
+    return make
+
+
+@dataclass(frozen=True)
+class _Spec:
+    """One fedcd scenario: how to make its requests for a gateway, how many, how many at once, and per what."""
+
+    name: str
+    requests: Callable[[_Gateway], RequestMaker]
+    n: int
+    concurrency: int
+    per: str = "diagnosis"
+    units: int = 1  # diagnoses per request (a batch's students)
+    notes: tuple[str, ...] = ()
+
+
+def _specs(config: GatewayBenchConfig, rng: random.Random) -> list[_Spec]:
     bank_items = [f"b{i:05d}" for i in range(config.big_items)]
 
-    def single(qid: str, items: Sequence[str]) -> Callable[[int], tuple[str, dict[str, Any]]]:
+    def batch(gateway: _Gateway) -> RequestMaker:
         def make(k: int) -> tuple[str, dict[str, Any]]:
-            return f"{base}/v1/diagnose", {"student_id": f"s{k}-{rng.random():.9f}", "qmatrix_id": qid,
-                                            "responses": _responses(rng, items)}
+            students = [{"student_id": f"b{k}-{j}-{rng.random():.9f}", "responses": _responses(rng, EXAMPLE_ITEMS)}
+                        for j in range(config.batch_size)]
+            return f"{gateway.base}/v1/diagnose/batch", {"qmatrix_id": "example-prealgebra", "students": students}
         return make
 
-    # Warm-up (imports, connection pools, caches), not measured.
-    target = _Target(label, gateway.pid, headers, config)
-    _scenario(target, "warm-up", single("example-prealgebra", EXAMPLE_ITEMS), n=30, concurrency=4)
-    profile: Profile | None = start_profile(gateway.pid, work, procs.start) if config.profile else None
-    for name, qid, items, n, concurrency in (
-        ("diagnosis, 12-item Q-matrix, c=1", "example-prealgebra", EXAMPLE_ITEMS, config.requests_c1, 1),
-        (f"diagnosis, 12-item Q-matrix, c={config.concurrency}", "example-prealgebra", EXAMPLE_ITEMS,
-         config.requests_cmax, config.concurrency),
-        (f"diagnosis, {config.big_items}-item Q-matrix, c=1", "bank", bank_items, config.requests_c1, 1),
-    ):
-        progress(f"{label}: {name}")
-        results.append(_scenario(target, name, single(qid, items), n=n, concurrency=concurrency))
-        if profile is not None:
-            profile_text = profile.stop()
-            profile = None
-    repeat_body = {"student_id": "repeat-student", "qmatrix_id": "example-prealgebra",
-                   "responses": _responses(random.Random(7), EXAMPLE_ITEMS)}
-    httpx.post(f"{base}/v1/diagnose", json=repeat_body, headers=headers, timeout=60).raise_for_status()
-    progress(f"{label}: repeat path")
-    results.append(_scenario(target, "identical request again (repeat path), c=1",
-                             lambda k: (f"{base}/v1/diagnose", repeat_body), n=config.repeats, concurrency=1,
-                             notes=["answered from the stored answer: no entity call"]))
+    return [
+        _Spec("diagnosis, 12-item Q-matrix, c=1", lambda g: _singles(g, "example-prealgebra", EXAMPLE_ITEMS, rng),
+              config.requests_c1, 1),
+        _Spec(f"diagnosis, 12-item Q-matrix, c={config.concurrency}",
+              lambda g: _singles(g, "example-prealgebra", EXAMPLE_ITEMS, rng), config.requests_cmax, config.concurrency),
+        _Spec(f"diagnosis, {config.big_items}-item Q-matrix, c=1", lambda g: _singles(g, "bank", bank_items, rng),
+              config.requests_c1, 1),
+        _Spec("identical request again (repeat path), c=1", lambda g: lambda k: (f"{g.base}/v1/diagnose", _REPEAT_BODY),
+              config.repeats, 1, notes=("answered from the stored answer: no entity call",)),
+        _Spec(f"batch of {config.batch_size} students, c=1", batch, config.batches, 1,
+              per=f"student (batches of {config.batch_size})", units=config.batch_size),
+    ]
 
-    def batch(k: int) -> tuple[str, dict[str, Any]]:
-        students = [{"student_id": f"b{k}-{j}-{rng.random():.9f}", "responses": _responses(rng, EXAMPLE_ITEMS)}
-                    for j in range(config.batch_size)]
-        return f"{base}/v1/diagnose/batch", {"qmatrix_id": "example-prealgebra", "students": students}
 
-    progress(f"{label}: batch")
-    results.append(_scenario(target, f"batch of {config.batch_size} students, c=1", batch,
-                             n=config.batches, concurrency=1, per=f"student (batches of {config.batch_size})",
-                             per_request_units=config.batch_size))
-    gateway.terminate()
-    gateway.wait(timeout=30)
-    return _CheckoutRun(results, profile_text)
+def _chunks(n: int, rounds: int) -> list[int]:
+    """``n`` split into at most ``rounds`` near-equal, non-empty parts."""
+    parts = max(1, min(rounds, n))
+    return [n // parts + (1 if k < n % parts else 0) for k in range(parts)]
+
+
+def _run_scenarios(
+    gateways: Sequence[_Gateway], config: GatewayBenchConfig, rng: random.Random, work: Path, procs: Processes,
+    progress: Callable[[str], None],
+) -> tuple[list[ScenarioResult], str | None]:
+    """Every fedcd scenario on every gateway; with two, each scenario in turns (A B, B A, A B, …)."""
+    by_target: dict[str, list[ScenarioResult]] = {g.target.label: [] for g in gateways}
+    profile: Profile | None = start_profile(gateways[0].target.pid, work, procs.start) if config.profile else None
+    profile_text = None
+    for spec in _specs(config, rng):
+        measured = {g.target.label: Measured() for g in gateways}
+        chunks = _chunks(spec.n, config.rounds if len(gateways) > 1 else 1)
+        for turn, size in enumerate(chunks):
+            for gateway in gateways if turn % 2 == 0 else list(reversed(gateways)):
+                progress(f"{gateway.target.label}: {spec.name}"
+                         + (f" (turn {turn + 1} of {len(chunks)})" if len(chunks) > 1 else ""))
+                measured[gateway.target.label].add(measure(
+                    gateway.target, spec.requests(gateway), n=size, concurrency=spec.concurrency,
+                    max_seconds=config.max_seconds / len(chunks),
+                ))
+        for gateway in gateways:
+            by_target[gateway.target.label].append(scenario_result(
+                gateway.target, spec.name, measured[gateway.target.label], concurrency=spec.concurrency,
+                stub_latency_ms=config.stub_latency_ms, per=spec.per, per_request_units=spec.units,
+                notes=list(spec.notes),
+            ))
+        if profile is not None:  # the first scenario only: concurrency 1, one diagnosis at a time
+            profile_text, profile = profile.stop(), None
+    return [r for results in by_target.values() for r in results], profile_text
 
 
 def run_gateway_bench(config: GatewayBenchConfig, *, progress: Callable[[str], None] = lambda _: None) -> dict[str, Any]:
@@ -334,18 +303,17 @@ def run_gateway_bench(config: GatewayBenchConfig, *, progress: Callable[[str], N
             wait_http(f"http://127.0.0.1:{port}/healthz", stub)
             stub_urls.append(f"http://127.0.0.1:{port}")
         progress(f"{len(stub_urls)} stub providers at {config.stub_latency_ms:g} ms")
-        # One generator for both checkouts: they get different students (a repeat of another's student would
-        # measure the repeat path), from the same distribution of responses.
-        rng = random.Random(config.seed)
-        current = _fedcd_scenarios(ROOT, "fedcd", config, stub_urls, procs, work, rng, progress)
-        results += current.results
-        profile_text = current.profile
+        gateways = [_start_gateway(ROOT, "fedcd", config, stub_urls, procs, work, progress)]
         if config.baseline:
             root = checkout(config.baseline, work / "baseline")
             progress(f"baseline: the gateway at {config.baseline}")
-            results += _fedcd_scenarios(
-                root, f"fedcd@{config.baseline}", replace(config, profile=False), stub_urls, procs, work, rng, progress
-            ).results
+            gateways.append(_start_gateway(root, f"fedcd@{config.baseline}", config, stub_urls, procs, work, progress))
+        # One generator for both checkouts: they get different students (a repeat of another's student would
+        # measure the repeat path), from the same distribution of responses.
+        fedcd, profile_text = _run_scenarios(gateways, config, random.Random(config.seed), work, procs, progress)
+        results += fedcd
+        for gateway in gateways:  # idle, they would still cost the machine what the next scenarios measure
+            gateway.stop()
         progress("SDK per call")
         results.append(_sdk_per_call(stub_urls[0], config))
         if config.compare_litellm:

@@ -34,6 +34,9 @@ def write_gateway_report(data: dict[str, Any], out: Path, *, command: str, extra
         f"{_load(data['machine'])}; every number is from one run on a shared machine: compare rows of the same run "
         "(ratios), not runs",
         *([f"- this checkout: {data['revision']}"] if data.get("revision") else []),
+        *([f"- beside this checkout, the gateway at {config['baseline']}: both run at once and take turns on each "
+           f"scenario, in {config.get('rounds', 1)} turns (A B B A …), so the shared machine's drift weighs on both"]
+          if config.get("baseline") else []),
         "",
         "| target | scenario | ok/sent | p50 ms | p90 ms | p99 ms | added p50 ms | req/s | CPU ms |",
         "|---|---|---|---|---|---|---|---|---|",

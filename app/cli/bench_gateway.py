@@ -29,6 +29,8 @@ def bench_gateway(
     profile: Annotated[bool, typer.Option("--profile", help="sample the gateway with py-spy during c=1")] = False,
     baseline: Annotated[Optional[str], typer.Option(
         help="a git revision: its gateway runs the same scenarios in this run (before/after as ratios)")] = None,
+    rounds: Annotated[int, typer.Option(
+        min=1, help="with --baseline: turns each scenario is split into, the two gateways alternating")] = 4,
     out: Annotated[Path, typer.Option("--out")] = Path("reports/gateway"),
 ) -> None:
     """Start stub providers, the gateway and a bounded load generator on loopback; write results.json, report.md
@@ -39,7 +41,7 @@ def bench_gateway(
         entities=entities, stub_latency_ms=stub_latency_ms, workers=workers, ledger=ledger, database_url=database_url,
         requests_c1=requests, requests_cmax=requests_concurrent, concurrency=concurrency, max_seconds=max_seconds,
         repeats=repeats, batches=batches,
-        compare_litellm=compare_litellm, litellm_command=litellm_command, profile=profile, baseline=baseline,
+        compare_litellm=compare_litellm, litellm_command=litellm_command, profile=profile, baseline=baseline, rounds=rounds,
     )
     try:
         data = run_gateway_bench(config, progress=lambda message: err.print(f"[dim]{message} ...[/]"))
@@ -59,7 +61,7 @@ def bench_gateway(
     if profile:
         args.append("--profile")
     if baseline:
-        args += ["--baseline", baseline]
+        args += ["--baseline", baseline] + (["--rounds", str(rounds)] if rounds != 4 else [])
     paths = write_gateway_report(data, out, command="fedcd " + " ".join(args))
     console.print((out / "report.md").read_text())
     console.print("wrote " + ", ".join(str(p) for p in paths))

@@ -40,6 +40,7 @@ def test_the_bench_runs_every_scenario_and_writes_its_report(tmp_path: Path) -> 
     paths = write_gateway_report(data, tmp_path, command="fedcd bench gateway …")
     report = (tmp_path / "report.md").read_text()
     assert "## Targets (issue 12)" in report and {p.name for p in paths} >= {"results.json", "report.md"}
+    assert ("take turns on each scenario" in report) == bool(baseline)  # the two gateways alternate
     assert json.loads((tmp_path / "results.json").read_text())["config"]["entities"] == 2
 
 
@@ -87,3 +88,10 @@ def test_a_missing_tool_is_a_clear_error_not_a_traceback(option: list[str], monk
                                       "--concurrency", "2", "--out", "/tmp/unused-bench", *option])
     assert result.exit_code == 2, result.output
     assert "py-spy" in result.output or "litellm" in result.output.lower()
+
+
+def test_a_scenario_is_split_into_near_equal_turns_for_two_gateways() -> None:
+    from bench.gateway import _chunks
+
+    assert _chunks(10, 4) == [3, 3, 2, 2] and _chunks(3, 4) == [1, 1, 1] and _chunks(1000, 1) == [1000]
+    assert all(sum(_chunks(n, rounds)) == n for n in (1, 7, 50, 2001) for rounds in (1, 2, 4, 9))

@@ -1,0 +1,137 @@
+"""Bounded load against one server and what it cost that server: the measuring half of ``fedcd bench gateway``.
+
+A scenario may be measured in several chunks (``Measured.add``), so two servers can take turns on it (see
+``bench.gateway``): latencies, counts, wall time and the server's CPU simply add up over the chunks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+import psutil
+
+from bench.stats import percentile
+
+__all__ = ["Measured", "RequestMaker", "ScenarioResult", "Target", "measure", "scenario_result"]
+
+# k -> (url, JSON body) of the k-th request of a scenario
+RequestMaker = Callable[[int], tuple[str, dict[str, Any]]]
+
+
+@dataclass
+class ScenarioResult:
+    name: str
+    target: str  # fedcd | fedcd@<revision> | litellm | sdk
+    requests: int
+    concurrency: int
+    seconds: float
+    ok: int
+    errors: int
+    p50_ms: float
+    p90_ms: float
+    p99_ms: float
+    added_p50_ms: float  # over the stub's latency (each entity call overlaps: one stub latency per request)
+    throughput_rps: float
+    cpu_ms_per_request: float
+    per: str = "diagnosis"  # what one request is: diagnosis | batch of N | call
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Target:
+    """The server a scenario loads: its label in the report, the process whose CPU is measured, and the headers
+    every request carries."""
+
+    label: str
+    pid: int
+    headers: dict[str, str]
+
+
+@dataclass
+class Measured:
+    """What one scenario (or some chunks of it) measured on one target."""
+
+    latencies: list[float] = field(default_factory=list)
+    ok: int = 0
+    errors: int = 0
+    wall_s: float = 0.0
+    cpu_s: float = 0.0
+
+    def add(self, other: Measured) -> None:
+        self.latencies += other.latencies
+        self.ok, self.errors = self.ok + other.ok, self.errors + other.errors
+        self.wall_s, self.cpu_s = self.wall_s + other.wall_s, self.cpu_s + other.cpu_s
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU of a process and all its children (uvicorn workers)."""
+    proc = psutil.Process(pid)
+    total = 0.0
+    for p in [proc, *proc.children(recursive=True)]:
+        try:
+            t = p.cpu_times()
+            total += t.user + t.system
+        except psutil.NoSuchProcess:
+            continue
+    return total
+
+
+async def _load(
+    make: RequestMaker, *, n: int, concurrency: int, headers: dict[str, str], max_seconds: float
+) -> Measured:
+    """Send ``n`` requests, at most ``concurrency`` at once and for at most ``max_seconds``."""
+    measured = Measured()
+    next_index = iter(range(n))
+    stop_at = time.monotonic() + max_seconds
+    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+    async with httpx.AsyncClient(headers=headers, timeout=60.0, limits=limits) as client:
+        async def worker() -> None:
+            for k in next_index:
+                if time.monotonic() > stop_at:
+                    return
+                url, body = make(k)
+                start = time.perf_counter()
+                try:
+                    r = await client.post(url, json=body)
+                    ok = r.status_code == 200
+                except httpx.HTTPError:
+                    ok = False
+                if ok:
+                    measured.latencies.append(time.perf_counter() - start)
+                    measured.ok += 1
+                else:
+                    measured.errors += 1
+
+        start = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        measured.wall_s = time.perf_counter() - start
+    return measured
+
+
+def measure(target: Target, make: RequestMaker, *, n: int, concurrency: int, max_seconds: float) -> Measured:
+    """Load ``target`` with ``n`` requests and read what its process tree spent meanwhile."""
+    before = _cpu_seconds(target.pid)
+    measured = asyncio.run(_load(make, n=n, concurrency=concurrency, headers=target.headers, max_seconds=max_seconds))
+    measured.cpu_s = _cpu_seconds(target.pid) - before
+    return measured
+
+
+def scenario_result(
+    target: Target, name: str, measured: Measured, *, concurrency: int, stub_latency_ms: float,
+    per: str = "diagnosis", per_request_units: int = 1, notes: list[str] | None = None,
+) -> ScenarioResult:
+    p50 = percentile(measured.latencies, 0.5) * 1000
+    wall = measured.wall_s
+    return ScenarioResult(
+        name=name, target=target.label, requests=measured.ok + measured.errors, concurrency=concurrency, seconds=wall,
+        ok=measured.ok, errors=measured.errors, p50_ms=p50, p90_ms=percentile(measured.latencies, 0.9) * 1000,
+        p99_ms=percentile(measured.latencies, 0.99) * 1000, added_p50_ms=p50 - stub_latency_ms,
+        throughput_rps=measured.ok / wall if wall > 0 else 0.0,
+        cpu_ms_per_request=measured.cpu_s * 1000 / max(1, measured.ok * per_request_units), per=per,
+        notes=notes or [],
+    )
