@@ -56,3 +56,14 @@ def test_no_gateway_module_imports_evaluation() -> None:
             if module == "evaluation" or module.startswith("evaluation."):
                 offenders.append(f"{relative} imports {module}")
     assert not offenders, offenders
+
+
+def test_routes_reach_the_database_only_through_services_and_stores() -> None:
+    """Thin routes (README "A request's path"): a route parses, authorizes and calls a service (or a store's one read);
+    it never opens a session, builds a statement or reads a job runner's rows itself."""
+    offenders = []
+    for path in sorted((ROOT / "app" / "routes").rglob("*.py")):
+        for module in _imported_modules(ast.parse(path.read_text())):
+            if module in ("app.db", "app.services.jobs") or module.split(".")[0] == "sqlalchemy":
+                offenders.append(f"{path.relative_to(ROOT).as_posix()} imports {module}")
+    assert not offenders, offenders
