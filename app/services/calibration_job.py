@@ -22,7 +22,7 @@ from app.federation import Federation
 from app.metrics import count_charge
 from app.pseudonyms import cache_tag
 from app.schemas import CalibrateRequest, PrivacyPolicy
-from app.services.jobs import JobContext
+from app.services.job_context import JobContext
 from app.services.usage import account_usage
 from app.services.validation import ValidationCohort, ValidationLoader
 from app.settings import Settings

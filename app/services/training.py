@@ -30,7 +30,8 @@ import numpy as np
 from app.errors import InputError
 from app.schemas import CalibrateRequest
 from app.services.calibration import CalibrationService
-from app.services.jobs import JobContext, JobRunner
+from app.services.job_context import JobContext
+from app.services.jobs import JobRunner
 from app.settings import Settings
 from app.storage import QMatrixStore
 from qmatrix import QMatrix, StudentResponses

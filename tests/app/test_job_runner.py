@@ -9,7 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from app.db import Database, JobEventRow, JobRow
-from app.services.jobs import JobContext, JobRunner, JobTiming
+from app.services.job_context import JobContext
+from app.services.jobs import JobRunner, JobTiming
 from providers.scheduling import call_priority
 
 
