@@ -92,7 +92,7 @@ class Gateway:
         self.webhooks = WebhookSender.from_settings(settings)
         self.jobs = JobRunner(
             sessions, worker_id=self.workers.id, live_workers=self.workers.live_ids,
-            timing=JobTiming(stale_s=settings.worker_stale_s, heartbeat_s=settings.worker_heartbeat_s),
+            timing=JobTiming.from_settings(settings),
             control_sessions=self.database.control_sessions,
             on_finish=self.webhooks.job_finished if self.webhooks.enabled else None,
         )
@@ -140,7 +140,7 @@ class Gateway:
         self.students.cache = self.federation.cache.store if self.federation.cache is not None else None
         self.calibration = CalibrationService(
             federation=self.federation, qmatrices=self.qmatrices, calibrations=self.calibrations, jobs=self.jobs,
-            settings=settings, usage=self.usage, pseudonyms=self.pseudonyms,
+            job_queries=self.job_queries, settings=settings, usage=self.usage, pseudonyms=self.pseudonyms,
         )
         self.jobs.register("calibrate", CalibrationJobHandler(
             federation=self.federation, validation=ValidationLoader(qmatrices=self.qmatrices, settings=settings),

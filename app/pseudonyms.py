@@ -26,9 +26,7 @@ from pathlib import Path
 
 from app.settings import Settings
 
-__all__ = [
-    "SECRET_FILE", "Pseudonyms", "cache_tag", "existing_server_secret", "load_or_create_secret", "server_secret",
-]
+__all__ = ["SECRET_FILE", "Pseudonyms", "cache_tag", "existing_server_secret", "server_secret"]
 
 log = logging.getLogger("fedcd.pseudonyms")
 
@@ -37,7 +35,7 @@ _KEY_CONTEXT = b"student-id:"
 _logged: set[Path] = set()  # state dirs whose secret source was logged by this process
 
 
-def load_or_create_secret(path: Path) -> bytes:
+def _load_or_create_secret(path: Path) -> bytes:
     """The secret at ``path``; created atomically (O_EXCL, 0600) by whichever process comes first."""
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
@@ -62,7 +60,7 @@ def server_secret(settings: Settings) -> bytes:
     if settings.secret_key is not None:
         return settings.secret_key.get_secret_value().encode()
     path = settings.state_dir / SECRET_FILE
-    secret = load_or_create_secret(path)
+    secret = _load_or_create_secret(path)
     if path.resolve() not in _logged:
         _logged.add(path.resolve())
         # Loud only where several hosts are plausible: with SQLite the database is this host's own file.

@@ -31,12 +31,12 @@ def write_gateway_report(data: dict[str, Any], out: Path, *, command: str, extra
         f"database {'PostgreSQL' if config['database_url'] else 'SQLite'}; a new student per request; 3–6 responses "
         "each; CPU = the gateway process tree's user+system time over the scenario, per request",
         f"- machine: {data['machine']['cpus']} CPUs, Python {data['machine']['python']}"
-        f"{_load(data['machine'])}; every number is from one run on a shared machine: compare rows of the same run "
+        f"{_loadavg_text(data['machine'])}; every number is from one run on a shared machine: compare rows of the same run "
         "(ratios), not runs",
         *([f"- this checkout: {data['revision']}"] if data.get("revision") else []),
         *([f"- beside this checkout, the gateway at {config['baseline']}: both run at once and take turns on each "
-           f"scenario, in {config.get('rounds', 1)} turns (A B B A …), so the shared machine's drift weighs on both"]
-          if config.get("baseline") else []),
+           f"scenario, in {config['rounds']} turns (A B B A …), so the shared machine's drift weighs on both"]
+          if config.get("baseline") and "rounds" in config else []),  # older runs measured one after the other
         "",
         "| target | scenario | ok/sent | p50 ms | p90 ms | p99 ms | added p50 ms | req/s | CPU ms |",
         "|---|---|---|---|---|---|---|---|---|",
@@ -152,7 +152,7 @@ def _plot(data: dict[str, Any], path: Path) -> Path:
     return path
 
 
-def _load(machine: dict[str, Any]) -> str:
+def _loadavg_text(machine: dict[str, Any]) -> str:
     """The 1-minute load average before and after the run, where it was recorded."""
     before, after = machine.get("loadavg_before"), machine.get("loadavg_after")
     return f"; load {before[0]:g} before, {after[0]:g} after" if before and after else ""

@@ -30,7 +30,8 @@ def bench_gateway(
     baseline: Annotated[Optional[str], typer.Option(
         help="a git revision: its gateway runs the same scenarios in this run (before/after as ratios)")] = None,
     rounds: Annotated[int, typer.Option(
-        min=1, help="with --baseline: turns each scenario is split into, the two gateways alternating")] = 4,
+        min=1, help="with --baseline: turns each scenario is split into, the two gateways alternating (A B, B A, …: an "
+        "even count gives each the first slot equally)")] = 4,
     out: Annotated[Path, typer.Option("--out")] = Path("reports/gateway"),
 ) -> None:
     """Start stub providers, the gateway and a bounded load generator on loopback; write results.json, report.md
@@ -51,7 +52,8 @@ def bench_gateway(
     args = ["bench", "gateway", "--entities", str(entities), "--stub-latency-ms", f"{stub_latency_ms:g}", "--workers",
             str(workers), "--ledger" if ledger else "--no-ledger", "--requests", str(requests),
             "--requests-concurrent", str(requests_concurrent), "--concurrency", str(concurrency)]
-    if repeats != 200 or batches != 20:
+    default = GatewayBenchConfig()
+    if (repeats, batches) != (default.repeats, default.batches):
         args += ["--repeats", str(repeats), "--batches", str(batches)]
     args += ["--out", str(out)]
     if compare_litellm:
@@ -61,7 +63,7 @@ def bench_gateway(
     if profile:
         args.append("--profile")
     if baseline:
-        args += ["--baseline", baseline] + (["--rounds", str(rounds)] if rounds != 4 else [])
+        args += ["--baseline", baseline] + (["--rounds", str(rounds)] if rounds != default.rounds else [])
     paths = write_gateway_report(data, out, command="fedcd " + " ".join(args))
     console.print((out / "report.md").read_text())
     console.print("wrote " + ", ".join(str(p) for p in paths))

@@ -61,7 +61,7 @@ def wait_for_job(client: httpx.Client, job_id: str, *, poll_s: float = 1.0, limi
             last = job["history"][-1]["message"] if job.get("history") else job["status"]
             bar.update(task, total=job["progress"]["total"] or None, completed=job["progress"]["done"],
                        description=f"{job['kind']} {job_id[:8]}: {last}")
-            if job["status"] in ("succeeded", "failed") or time.monotonic() > deadline:
+            if job["status"] in ("succeeded", "failed", "cancelled") or time.monotonic() > deadline:
                 return job
             time.sleep(poll_s)
 

@@ -45,12 +45,13 @@ class CalibrationService:
         qmatrices: QMatrixStore,
         calibrations: CalibrationStore,
         jobs: JobRunner,
+        job_queries: JobQueries,
         settings: Settings,
         usage: UsageStore,
         pseudonyms: Pseudonyms,
     ) -> None:
         self.federation, self.qmatrices, self.calibrations, self.settings = federation, qmatrices, calibrations, settings
-        self.jobs, self.usage, self.pseudonyms = jobs, usage, pseudonyms
+        self.jobs, self.job_queries, self.usage, self.pseudonyms = jobs, job_queries, usage, pseudonyms
 
     def check(self, body: CalibrateRequest, tenant: str) -> None:
         """Refuse bad input now (422 naming the field, 404 for an unknown Q-matrix), not minutes later in the job."""
@@ -90,9 +91,9 @@ class CalibrationService:
 
     async def job(self, job_id: str, tenant: str) -> CalibrateJob:
         """A calibration job of the tenant, with the entity usage of its finished students so far (404 otherwise)."""
-        public = await JobQueries(self.jobs).get(job_id, tenant, kind="calibrate")
+        public = await self.job_queries.get(job_id, tenant, kind="calibrate")
         total = await asyncio.to_thread(self.usage.job_total, tenant, job_id)
-        return CalibrateJob(**public.model_dump(exclude={"kind"}), usage=total)
+        return CalibrateJob(**{name: value for name, value in public if name != "kind"}, usage=total)
 
     async def records(self, tenant: str, qmatrix_id: str | None, page: Page) -> CalibrationList:
         """The tenant's calibration records and the shared ones, by Q-matrix id and version, a page of them."""

@@ -35,6 +35,7 @@ from sqlalchemy.orm import sessionmaker
 
 from app.db import JobEventRow, JobRow
 from app.services.job_context import JobContext, JobHandler
+from app.settings import Settings
 from providers.scheduling import background_priority
 
 __all__ = ["JobRunner", "JobTiming"]
@@ -55,6 +56,10 @@ class JobTiming:
     stale_s: float = 30.0
     heartbeat_s: float = 5.0
     poll_s: float = 2.0
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> JobTiming:
+        return cls(stale_s=settings.worker_stale_s, heartbeat_s=settings.worker_heartbeat_s)
 
 
 class JobRunner:

@@ -43,7 +43,7 @@ class ValidationLoader:
             q = stored.qmatrix
             # A record without truth is scored by the paper's rule (proportion correct per concept).
             students = [
-                ValidationStudent(r.student_id, list(r.responses), r.truth or proportion_correct_truth(q, r.responses))
+                ValidationStudent(r.student_id, r.responses, r.truth or proportion_correct_truth(q, r.responses))
                 for r in request.records
             ]
             source = "provided" if all(r.truth is not None for r in request.records) else (

@@ -11,7 +11,7 @@ from app.db import Database, JobRow
 from providers import EntityUnavailable, PromptContext
 from providers.simulated import observed_proportions
 from tests.app.conftest import make_client
-from tests.app.waiting import wait_for_job, wait_until
+from tests.app.waiting import finished_job, wait_until
 from tests.factories import FakeEntity
 
 Q_ID = "example-prealgebra"
@@ -39,7 +39,7 @@ def _records(n: int) -> list[dict]:
 
 
 def _wait(client: TestClient, job_id: str) -> dict:
-    return wait_for_job(client, job_id, path="/v1/calibrate/{job_id}")
+    return finished_job(client, job_id, path="/v1/calibrate/{job_id}")
 
 
 def test_calibrate_then_diagnose_uses_the_calibration(tmp_path: Path) -> None:

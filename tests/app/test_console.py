@@ -18,7 +18,7 @@ from providers import EntityUnavailable, PromptContext
 from providers.simulated import observed_proportions
 from tests.app.conftest import make_client
 from tests.factories import FakeEntity
-from tests.app.waiting import wait_for_job
+from tests.app.waiting import finished_job
 
 Q_ID = "example-prealgebra"
 PAGES = ["", "/entities", "/qmatrices", f"/qmatrices/{Q_ID}", "/jobs", "/students", "/keys", "/policy"]
@@ -270,7 +270,7 @@ def test_a_calibration_job_runs_from_the_console_with_its_progress_and_reliabili
                     data={"csrf": csrf(client), "method": "stacking", "max_students": "100"}, follow_redirects=False)
     assert r.status_code == 303
     job_id = r.headers["location"].rsplit("/", 1)[1]
-    progress = wait_for_job(client, job_id, path="/console/jobs/{job_id}/progress.json")
+    progress = finished_job(client, job_id, path="/console/jobs/{job_id}/progress.json")
     assert progress["status"] == "succeeded" and progress["done"] == progress["total"] == 20, progress
     page = client.get(f"/console/jobs/{job_id}").text
     assert progress["calibration_id"] in page and 'id="history"' in page and "Cancel this job" not in page

@@ -15,7 +15,7 @@ from pydantic import ValidationError
 
 from app import Settings
 from tests.app.test_student_data import BANK, RESPONSES, STUDENT, diagnose, query, student_app
-from tests.app.waiting import wait_for_job
+from tests.app.waiting import finished_job
 from tests.conftest import auth_headers
 
 DAY = 86400.0
@@ -29,7 +29,7 @@ def test_the_purge_removes_what_expired_and_keeps_the_spend(tmp_path: Path, both
         first = diagnose(client, admin)
         records = [{"student_id": f"{STUDENT}-{n}", "responses": RESPONSES} for n in range(3)]
         r = client.post("/v1/calibrate", headers=admin, json={"qmatrix_id": "geometry", "records": records})
-        assert wait_for_job(client, r.json()["job_id"], headers=admin)["status"] == "succeeded"
+        assert finished_job(client, r.json()["job_id"], headers=admin)["status"] == "succeeded"
         uploads = tmp_path / "state" / "uploads"
         uploads.mkdir(exist_ok=True)
         now = time.time()

@@ -24,7 +24,7 @@ from app.services.training import _split
 from qmatrix import StudentResponses, qmatrix_from_json, simulate_dina
 from qmatrix.responses import write_responses_csv
 from tests.conftest import auth_headers
-from tests.app.waiting import wait_for_job
+from tests.app.waiting import finished_job
 
 STUDENT = "kid-Zq7Xw-4411"  # distinctive: a byte scan cannot find it by accident
 NEEDLE = STUDENT.encode()
@@ -128,13 +128,13 @@ def test_erasure_leaves_no_trace_of_the_id_keeps_the_spend_and_export_lists_each
     r = client.post("/v1/calibrate", headers=admin, json={"qmatrix_id": "geometry", "records": records})
     assert r.status_code == 202, r.text
     calibration_job = r.json()["job_id"]
-    assert wait_for_job(client, calibration_job, headers=admin)["status"] == "succeeded"
+    assert finished_job(client, calibration_job, headers=admin)["status"] == "succeeded"
     r = client.post("/v1/qmatrices/geometry/train", headers=admin,
                     files={"responses": ("history.csv", upload_with_student(tmp_path), "text/csv")})
     assert r.status_code == 202, r.text
-    train = wait_for_job(client, r.json()["job_id"], headers=admin)
+    train = finished_job(client, r.json()["job_id"], headers=admin)
     assert train["status"] == "succeeded", train
-    assert wait_for_job(client, train["metrics"]["calibration_job_id"], headers=admin)["status"] == "succeeded"
+    assert finished_job(client, train["metrics"]["calibration_job_id"], headers=admin)["status"] == "succeeded"
 
     # Nothing stored names the student: not a table, not a file, not the cache
     assert scan_database(url, NEEDLE) == []

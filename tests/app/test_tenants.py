@@ -9,7 +9,7 @@ from fastapi.testclient import TestClient
 
 from tests.conftest import bearer, make_client
 from tests.factories import FakeEntity
-from tests.app.waiting import wait_for_job
+from tests.app.waiting import finished_job
 
 # Every test here runs on both engines (SQLite and PostgreSQL).
 pytestmark = pytest.mark.usefixtures("both_engines")
@@ -76,7 +76,7 @@ def test_calibrations_apply_to_their_tenant_and_qmatrix_version_only(two: tuple[
     client, keys = two
     body = {"qmatrix_id": "algebra", "records": _records(12), "epsilon": "none", "method": "bias"}
     job_id = client.post("/v1/calibrate", json=body, headers=keys["a_admin"]).json()["job_id"]
-    job = wait_for_job(client, job_id, headers=keys["a_admin"], path="/v1/calibrate/{job_id}")
+    job = finished_job(client, job_id, headers=keys["a_admin"], path="/v1/calibrate/{job_id}")
     assert job["status"] == "succeeded", job
     cal = job["calibration_id"]
     # The job and the record are A's: 404 for B, in both roles.

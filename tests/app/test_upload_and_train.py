@@ -17,7 +17,7 @@ from app import Settings, create_app
 from qmatrix import QMatrix, qmatrix_from_json, simulate_dina
 from qmatrix.responses import write_responses_csv
 from tests.conftest import auth_headers
-from tests.app.waiting import wait_for_job
+from tests.app.waiting import finished_job
 
 BANK = {
     "id": "geometry", "concepts": ["area", "pythagoras", "angles"],
@@ -67,7 +67,7 @@ def test_register_diagnose_upload_train_then_its_own_model_answers(app_and_admin
     upload = _csv(qmatrix_from_json(BANK), 150, tmp_path)
     r = client.post("/v1/qmatrices/geometry/train", headers=admin, files={"responses": ("history.csv", upload, "text/csv")})
     assert r.status_code == 202, r.text
-    job = wait_for_job(client, r.json()["job_id"], headers=admin)
+    job = finished_job(client, r.json()["job_id"], headers=admin)
 
     # Assert: trained, gated, published as this tenant's, then a calibration job on the validation part
     assert job["status"] == "succeeded" and job["kind"] == "train", job
@@ -77,7 +77,7 @@ def test_register_diagnose_upload_train_then_its_own_model_answers(app_and_admin
     messages = [e["message"] for e in job["history"]]
     assert any(m.startswith("round 3/3") for m in messages) and any("published v0001" in m for m in messages)
     assert list(tmp_path.joinpath("state", "uploads").iterdir()) == []  # the upload is gone with the job
-    calibration = wait_for_job(client, metrics["calibration_job_id"], headers=admin)
+    calibration = finished_job(client, metrics["calibration_job_id"], headers=admin)
     assert calibration["status"] == "succeeded" and calibration["kind"] == "calibrate", calibration
 
     after = _diagnose(client, admin, "s-after")

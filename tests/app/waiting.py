@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 
 from fastapi.testclient import TestClient
 
-__all__ = ["WAIT_LIMIT_S", "wait_for_job", "wait_until"]
+__all__ = ["WAIT_LIMIT_S", "finished_job", "wait_until"]
 
 WAIT_LIMIT_S = 300.0
 T = TypeVar("T")
@@ -31,7 +31,7 @@ def wait_until(read: Callable[[], T], done: Callable[[T], bool], *, what: str, l
         time.sleep(poll_s)
 
 
-def wait_for_job(client: TestClient, job_id: str, *, headers: dict[str, str] | None = None,
+def finished_job(client: TestClient, job_id: str, *, headers: dict[str, str] | None = None,
                  path: str = "/v1/jobs/{job_id}", limit_s: float = WAIT_LIMIT_S) -> dict[str, Any]:
     """The job as ``path`` shows it once it has finished (succeeded, failed or cancelled)."""
     return wait_until(

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from bench import GatewayBenchConfig, run_gateway_bench, write_gateway_report
+from bench import BenchSetupError, GatewayBenchConfig, run_gateway_bench, write_gateway_report
 from bench.report import write_gateway_report as write_report
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -95,3 +95,9 @@ def test_a_scenario_is_split_into_near_equal_turns_for_two_gateways() -> None:
 
     assert _chunks(10, 4) == [3, 3, 2, 2] and _chunks(3, 4) == [1, 1, 1] and _chunks(1000, 1) == [1000]
     assert all(sum(_chunks(n, rounds)) == n for n in (1, 7, 50, 2001) for rounds in (1, 2, 4, 9))
+
+
+def test_two_gateways_at_once_refuse_one_shared_database() -> None:
+    config = GatewayBenchConfig(baseline="HEAD", database_url="postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
+    with pytest.raises(BenchSetupError, match="its own database"):
+        run_gateway_bench(config)
