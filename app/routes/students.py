@@ -7,15 +7,18 @@ the caller's tenant (an unknown student exports empty and erases nothing)."""
 from __future__ import annotations
 
 import asyncio
-from typing import Annotated
+import inspect
+from collections.abc import Callable, Coroutine
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query, Request, Response
+from fastapi.routing import APIRoute
 
 from app.deps import AdminDep, PrincipalDep, QMatrixServiceDep
 from app.errors import InputError
 from app.routes.responses import ADMIN_ERRORS
 from app.schemas.students import StudentErasure, StudentExport
-from app.services.report import build_report, report_html, report_png, report_svg
+from app.services.report import REPORT_HEADERS, build_report, report_html, report_png, report_svg
 from app.services.students import StudentDataService
 from qmatrix import Identifier
 
@@ -50,13 +53,37 @@ async def delete_student(student_id: Identifier, service: StudentDataDep, princi
 _REPORT_TYPES = {"image/svg+xml": "image/svg+xml", "image/png": "image/png"}
 
 
-@router.get("/{student_id}/report", response_class=Response, responses={
-    **ADMIN_ERRORS,
-    200: {"description": "the report page (text/html), or its chart alone (Accept: image/svg+xml or image/png)",
-          "content": {"text/html": {}, "image/svg+xml": {}, "image/png": {}}},
-    404: {"description": "no stored diagnosis of the student on that Q-matrix (never made, or removed by retention "
-                         "or erasure)"},
-})
+class _ReportRoute(APIRoute):
+    """The report route adds :data:`REPORT_HEADERS` to every answer, its errors too (401, 403, 404, 422, 429…):
+    an error is rendered here by the app's own handler for it (same status, body and headers), then secured.
+    Unexpected errors are left to the app's last-resort handler, which logs them."""
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handler = super().get_route_handler()
+
+        async def run(request: Request) -> Response:
+            try:
+                response = await handler(request)
+            except Exception as exc:
+                render = _known_handler(request, exc)
+                if render is None:
+                    raise
+                response = render(request, exc)
+                if inspect.isawaitable(response):
+                    response = await response
+            response.headers.update(REPORT_HEADERS)
+            return response
+
+        return run
+
+
+def _known_handler(request: Request, exc: Exception) -> Callable[..., Any] | None:
+    """The app's handler for ``exc``'s class or its nearest base, short of the catch-all ``Exception`` one."""
+    mro = type(exc).__mro__
+    handlers = request.app.exception_handlers
+    return next((handlers[c] for c in mro[:mro.index(Exception)] if c in handlers), None)
+
+
 async def read_student_report(
     student_id: Identifier, request: Request, service: StudentDataDep, qmatrices: QMatrixServiceDep,
     principal: PrincipalDep,
@@ -83,3 +110,16 @@ async def read_student_report(
     if wanted == "image/png":
         return Response(await asyncio.to_thread(report_png, report), media_type="image/png")
     return Response(report_html(report), media_type="text/html; charset=utf-8")
+
+
+# Added here, not with @router.get: only add_api_route takes a route class for one route (the others of this router
+# keep theirs).
+router.add_api_route(
+    "/{student_id}/report", read_student_report, methods=["GET"], response_class=Response,
+    route_class_override=_ReportRoute, responses={
+        **ADMIN_ERRORS,
+        200: {"description": "the report page (text/html), or its chart alone (Accept: image/svg+xml or image/png)",
+              "content": {"text/html": {}, "image/svg+xml": {}, "image/png": {}}},
+        404: {"description": "no stored diagnosis of the student on that Q-matrix (never made, or removed by "
+                             "retention or erasure)"},
+    })

@@ -7,8 +7,8 @@ the student's answers the estimate rests on, and a plain-words reading; then wha
 entities answered, the calibration, local-fed's model version) and what the interval means.
 
 The chart is an SVG drawn here (no chart library, no script: it prints and it is reused by the console) or a PNG
-(matplotlib) for platforms that embed images; the HTML page carries the same numbers as a table, so a screen reader
-reads everything the picture shows.
+(matplotlib Figure, no pyplot) for platforms that embed images; the HTML page carries the same numbers as a table, so
+a screen reader reads everything the picture shows.
 """
 
 from __future__ import annotations
@@ -17,18 +17,31 @@ import io
 from dataclasses import dataclass, field
 from html import escape
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
 from app.schemas.students import StoredDiagnosis
 from qmatrix import QMatrix
 
-__all__ = ["ConceptLine", "StudentReport", "build_report", "report_html", "report_png", "report_svg"]
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+__all__ = ["REPORT_HEADERS", "ConceptLine", "StudentReport", "build_report", "report_html", "report_png", "report_svg"]
 
 _TEMPLATES = Environment(loader=FileSystemLoader(Path(__file__).resolve().parents[1] / "templates"),
                          autoescape=select_autoescape(["html"]), trim_blocks=True, lstrip_blocks=True)
 WIDE = 0.5  # an interval wider than this says the answers so far cannot tell (the reading says so)
+# Sent with every answer of the report route, each format and each error. The page and the SVG are static: no script
+# may run (default-src 'none' names no script source), nothing is loaded (the chart is inline SVG, no image), only
+# the page's own inline styles apply (its <style> block and style attributes); they may not be framed (clickjacking),
+# and a browser may not sniff an image or a JSON error into HTML. Concept names are the tenant's text, escaped
+# everywhere: this policy is the second line, should an escape ever be missed.
+REPORT_HEADERS = {
+    "Content-Security-Policy": "default-src 'none'; style-src 'unsafe-inline'; frame-ancestors 'none'; "
+                               "base-uri 'none'; form-action 'none'",
+    "X-Content-Type-Options": "nosniff",
+}
 
 
 @dataclass(frozen=True)
@@ -151,27 +164,37 @@ def report_svg(report: StudentReport) -> str:
     return "\n".join(out)
 
 
-def report_png(report: StudentReport) -> bytes:
-    """The same chart as a PNG (matplotlib, imported only when asked for)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+def _png_figure(report: StudentReport) -> Figure:
+    """The PNG's figure: a :class:`~matplotlib.figure.Figure` of its own, never pyplot, whose global "current
+    figure" state is not thread-safe (the PNG is drawn in worker threads, several at once). Every text is drawn with
+    ``parse_math=False``: a concept name is the tenant's text, and mathtext would read ``$…$`` in it as a formula
+    (an unknown command in one made the report answer 500)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
 
     names = [c.concept for c in report.concepts][::-1]
     values = [c.mastery for c in report.concepts][::-1]
-    fig, ax = plt.subplots(figsize=(8, 0.45 * len(names) + 1.2), dpi=120)
-    ax.barh(names, values, color="#3f6fb5", height=0.5)
+    fig = Figure(figsize=(8, 0.45 * len(names) + 1.2), dpi=120)
+    FigureCanvasAgg(fig)  # attaches itself as fig.canvas
+    ax = fig.add_subplot()
+    # Numeric positions with fixed labels (not categorical names): the labels are set once, with parse_math off
+    ax.barh(range(len(names)), values, color="#3f6fb5", height=0.5)
+    ax.set_yticks(range(len(names)), names, parse_math=False)
     for y, c in enumerate(report.concepts[::-1]):
         if c.low is not None and c.high is not None:
             ax.plot([c.low, c.high], [y, y], color="#111", linewidth=2)
             ax.plot([c.low, c.low], [y - 0.18, y + 0.18], [c.high, c.high], [y - 0.18, y + 0.18], color="#111")
     ax.set_xlim(0, 1)
-    ax.set_xlabel(f"estimated mastery; line: {report.level_percent} credible interval")
+    ax.set_xticks([0, 0.25, 0.5, 0.75, 1], ["0", "0.25", "0.5", "0.75", "1"], parse_math=False)  # the SVG's ticks
+    ax.set_xlabel(f"estimated mastery; line: {report.level_percent} credible interval", parse_math=False)
     fig.tight_layout()
+    return fig
+
+
+def report_png(report: StudentReport) -> bytes:
+    """The same chart as a PNG (matplotlib, imported only when asked for)."""
     buffer = io.BytesIO()
-    fig.savefig(buffer, format="png")
-    plt.close(fig)
+    _png_figure(report).savefig(buffer, format="png")
     return buffer.getvalue()
 
 
