@@ -95,7 +95,7 @@ class FedConfig:
 class RoundRecord:
     round: int  # 1-based
     sampled_clients: tuple[int, ...]
-    train_loss: float  # mean local loss of sampled clients (NaN if none)
+    train_loss: float  # mean local loss of sampled clients (NaN if none, and under DP: federated.rounds)
     eval_loss: float
     auc: float  # held-out AUC after this round
     epsilon: float | None  # total spent after this round (PLD), None without DP

@@ -30,10 +30,15 @@ __all__ = ["HeldOut", "PublishOptions", "PublishTarget", "TrainResult", "Trainin
            "publish_federated", "publish_trained"]
 
 
-def _history_row(record: RoundRecord) -> dict[str, Any]:
-    return {"round": record.round, "clients": len(record.sampled_clients), "train_loss": record.train_loss,
-            "eval_loss": record.eval_loss, "auc": record.auc, "epsilon": record.epsilon,
-            "bytes_sent": record.bytes_sent, "seconds": round(record.seconds, 3)}
+def _history_row(record: RoundRecord, dp: str) -> dict[str, Any]:
+    """One round of the manifest's history. Under DP no ``train_loss``: the training students' mean loss is
+    outside the privacy accounting (held-out metrics are on students the coordinator holds, not trained on)."""
+    row: dict[str, Any] = {"round": record.round, "clients": len(record.sampled_clients),
+                           "eval_loss": record.eval_loss, "auc": record.auc, "epsilon": record.epsilon,
+                           "bytes_sent": record.bytes_sent, "seconds": round(record.seconds, 3)}
+    if dp == "none":
+        row["train_loss"] = record.train_loss
+    return row
 
 
 @dataclass
@@ -149,7 +154,7 @@ def gate_and_publish(
             "data": {"name": dataset.name, "simulated": dataset.simulated, "students": len(dataset.students),
                      "train_students": run.train_students, "heldout_students": len(heldout.tensors)},
             "gate": decision.to_dict(), "forced": decision.forced,
-            "history": [_history_row(h) for h in history],
+            "history": [_history_row(h, dp) for h in history],
             "config": {"training": run.config}, **(run.extra or {}),
         })
     return TrainResult(version=version, history=history, manifest=manifest, decision=decision,

@@ -4,6 +4,10 @@ Each round: (1) ask the accountant whether the round would exceed the ε budget 
 it if so; (2) the engine plays the round (sample, train, aggregate, apply, evaluate) and returns its
 record; (3) charge the accountant for the round that ran; (4) stamp the record with its number and the ε
 spent so far; (5) report it. What differs between engines is only step (2).
+
+Under DP, step (4) also blanks the record's ``train_loss`` (NaN): the mean loss of the training students is a
+statistic of their data that no noise covers and the accountant does not charge, so no history, progress
+callback, CLI table or manifest built from the records may carry it. Without DP it is kept.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ from federated.accountant import PrivacyAccountant
 
 __all__ = ["RoundPlan", "run_rounds"]
 
-R = TypeVar("R")  # a frozen dataclass record with ``round`` and ``epsilon`` fields (RoundRecord and its kin)
+R = TypeVar("R")  # a frozen dataclass record with ``round``, ``epsilon`` and ``train_loss`` (RoundRecord and kin)
 
 
 class RoundPlan(Protocol):
@@ -47,6 +51,8 @@ def run_rounds(config: RoundPlan, play_round: Callable[[int], R], *,
         if accountant is not None and mechanism is not None:
             accountant.step(noise_multiplier=mechanism[0], sample_rate=mechanism[1], steps=mechanism[2])
         stamp: dict[str, Any] = {"round": r, "epsilon": accountant.get_epsilon(config.delta) if accountant else None}
+        if config.dp != "none":  # outside the privacy accounting: never released (module docstring)
+            stamp["train_loss"] = float("nan")
         record = dataclasses.replace(record, **stamp)  # type: ignore[type-var]
         history.append(record)
         if on_round is not None:

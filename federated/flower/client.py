@@ -10,9 +10,12 @@ Reported metrics (partition id, local loss, pre-clip update norm, median per-stu
 gradient norm) are computed from local data without privacy: they are for logging in
 simulation. The ClientApp of a real federation (:mod:`federated.flower.node`) sends none.
 
-The example count sent back is the number of students only when no DP and no SecAgg+ is
-on; otherwise 1, so the server's equal weighting matches what clients claim (under SecAgg+
-the weight travels inside the masked vector, where the server could not check it).
+The example count sent back is the number of students, and the per-item response counts ride
+after the update, only for plain FedAvg/FedProx without DP or SecAgg+
+(:attr:`FlowerConfig.equal_weights`); otherwise the count is 1 and no per-item counts are sent,
+so the server's equal weighting matches what clients claim (under SecAgg+ the weight travels
+inside the masked vector, where the server could not check it; trimmed mean and median ignore
+claimed counts, which a malicious client could inflate at will).
 """
 
 from __future__ import annotations
@@ -65,9 +68,9 @@ class CDClient(NumPyClient):
         if self.config.secagg and self.config.clips:
             update, norm = clip_update(update, clip_norm=fed.clip_norm)
         metrics = self.metrics(result, norm)
-        if fed.dp == "none" and not self.config.secagg and result.row_weights:
+        if not self.config.equal_weights and result.row_weights:
             # per-item parameters are averaged over the clients that saw each item (federated.inprocess);
-            # without DP the counts ride after the update, named by the parameters they weigh
+            # with plain averaging and no DP the counts ride after the update, named by the parameters they weigh
             rows = sorted(result.row_weights)
             update = [*update, *(result.row_weights[k] for k in rows)]
             metrics["row_weighted"] = ",".join(map(str, rows))

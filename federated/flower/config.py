@@ -87,8 +87,11 @@ class FlowerConfig:
 
     @property
     def equal_weights(self) -> bool:
-        """Whether clients are weighted equally (with DP, and under SecAgg+, never by claimed sizes)."""
-        return self.fed.dp != "none" or self.secagg
+        """Whether the server ignores client-claimed counts (student count, responses per item) and clients send
+        none. Counts are trusted only by plain averaging (FedAvg/FedProx) without DP or SecAgg+: under DP they
+        would be an unprivatised release, under SecAgg+ the server could not check them, and with trimmed mean or
+        median a client claiming huge counts would override the robust rule (each item's rows averaged by them)."""
+        return self.fed.dp != "none" or self.secagg or self.aggregation in ROBUST
 
     @property
     def client_noise(self) -> bool:

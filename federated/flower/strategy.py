@@ -11,8 +11,9 @@ add what they lack, each forwarding every other round step unchanged:
   ``np.random.Generator``. An empty sample is allowed (and still released under DP).
 * :class:`ClientUpdates`: clients send *updates* (new - global weights), not weights. This
   wrapper clips each update in L2 over the whole update (logging the pre-clip norm per
-  client and round), weighs clients equally when asked (never by a client-claimed example
-  count under DP), turns updates back into weights for the inner Flower rule, and, for
+  client and round), weighs clients equally when asked, ignoring every client-claimed count
+  (``FlowerConfig.equal_weights``: under DP, SecAgg+, trimmed mean and median), turns
+  updates back into weights for the inner Flower rule, and, for
   client-level DP, adds Gaussian noise to the *sum* of clipped updates with the injected
   generator and divides by the fixed expected count q N (Flower's
   ``DifferentialPrivacyServerSideFixedClipping`` draws from global ``np.random`` and divides
@@ -177,7 +178,11 @@ class RoundLog:
 
 
 class ClientUpdates(StrategyWrapper):
-    """Clip, weigh and (optionally) noise client *updates*, then let ``inner`` aggregate (module doc)."""
+    """Clip, weigh and (optionally) noise client *updates*, then let ``inner`` aggregate (module doc).
+
+    ``equal_weights``: every client counts once and its claimed counts (students, responses per item) are
+    ignored; otherwise the inner rule weighs by the student count and each item's rows are averaged by the
+    responses clients claim for it, which only plain averaging (FedAvg/FedProx) may trust."""
 
     def __init__(self, inner: Strategy, *, clip_norm: float | None = None, clipped_by_clients: bool = False,
                  equal_weights: bool = True, noise_multiplier: float = 0.0, expected_clients: float | None = None,
@@ -209,11 +214,12 @@ class ClientUpdates(StrategyWrapper):
     def _weights(self, proxy: ClientProxy, res: FitRes, log: RoundLog, like: NDArrays) -> FitRes:
         update = parameters_to_ndarrays(res.parameters)
         rows = [int(k) for k in str(res.metrics.get("row_weighted", "")).split(",") if k]
-        if rows:  # per-item weights after the update (a run without DP): kept for aggregate_fit
-            if self.noise_multiplier > 0 or len(update) != len(like) + len(rows):
-                raise ValueError("per-item weights are accepted only without DP, one array per weighted parameter")
+        if rows:  # per-item counts after the update (plain averaging without DP)
+            if len(update) != len(like) + len(rows):
+                raise ValueError("per-item weights: one array per weighted parameter, after the update")
             update, counts = update[:len(like)], update[len(like):]
-            self._rows.setdefault(log.round, []).append(({k: update[k] for k in rows}, dict(zip(rows, counts))))
+            if not self.equal_weights:  # kept for aggregate_fit; otherwise a client's claim is dropped unread
+                self._rows.setdefault(log.round, []).append(({k: update[k] for k in rows}, dict(zip(rows, counts))))
         client = int(res.metrics.get("partition_id", proxy.cid))  # the node id when a client does not say
         if self.clipped_by_clients:  # SecAgg+: the client clipped, and reported its own pre-clip norm
             norm = float(res.metrics.get("pre_clip_norm", float("nan")))
