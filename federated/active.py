@@ -27,10 +27,11 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-__all__ = ["ActivePointers", "atomic_write", "utc_now"]
+__all__ = ["NO_POINTER", "ActivePointers", "Stamp", "atomic_write", "utc_now"]
 
 LEGACY = "active.json"
 Stamp = tuple[tuple[int, int, int] | None, tuple[int, int, int] | None]
+NO_POINTER: Stamp = (None, None)  # the stamp of a Q-matrix with no pointer file and no legacy active.json
 
 
 def utc_now() -> str:

@@ -55,10 +55,13 @@ from federated.signing import ModelNotFound, RegistryError, SignatureInvalid, Si
 __all__ = ["FORMAT", "LoadedModel", "ModelNotFound", "ModelRegistry", "RegistryError", "SignatureInvalid", "model_key"]
 
 
+TENANT_PREFIX = "tenant:"  # a tenant's own model's key; no Q-matrix id holds ':' (the API's id pattern refuses it)
+
+
 def model_key(qmatrix_id: str, tenant: str | None = None) -> str:
     """Whose active model a pointer names: a tenant's own model of its Q-matrix (trained from its upload, served to
     it alone), or — no tenant — an operator's model of the Q-matrix, served to every tenant that uses its id."""
-    return qmatrix_id if tenant is None else f"tenant:{tenant}/{qmatrix_id}"
+    return qmatrix_id if tenant is None else f"{TENANT_PREFIX}{tenant}/{qmatrix_id}"
 
 FORMAT = "fedcd-model/1"
 _VERSION = re.compile(r"^v(\d{4,})$")

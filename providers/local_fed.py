@@ -48,7 +48,8 @@ import numpy as np
 import torch
 
 from federated.hocdm import HigherOrderCDM
-from federated.registry import LoadedModel, ModelNotFound, ModelRegistry, RegistryError, model_key
+from federated.active import NO_POINTER
+from federated.registry import TENANT_PREFIX, LoadedModel, ModelNotFound, ModelRegistry, RegistryError, model_key
 from providers.errors import EntityRejected, EntitySkipped
 from providers.types import EntityPrediction, PromptContext, Repair
 from providers.wrappers import timed
@@ -230,6 +231,11 @@ class LocalFedEntity:
                 stamp = self.registry.pointer_stamp(qmatrix_id)  # read before loading: a later change reloads
                 try:
                     found: LoadedModel | RegistryError = self.registry.load(qmatrix_id=qmatrix_id)
+                except ModelNotFound:
+                    # Never cached: any id can be asked for, so caching "none" would grow without bound (one entry
+                    # per probe). The ids that are cached each have a pointer file: as many as the registry holds.
+                    self._models.pop(qmatrix_id, None)
+                    raise
                 except RegistryError as exc:
                     found = exc
                 cached = self._models[qmatrix_id] = (stamp, found)
@@ -246,9 +252,42 @@ class LocalFedEntity:
         with self._load_lock:
             self._models.clear()
 
+    def visible_models(self, tenant: str) -> dict[str, str]:
+        """The Q-matrix ids ``tenant`` may read a model of -> the registry key of the model serving it: the tenant's
+        own models and the operator's shared ones (its own wins, as in :meth:`respond`). Another tenant's model is
+        never listed, not even by its key (blocking)."""
+        own_prefix = model_key("", tenant)
+        visible: dict[str, str] = {}
+        for key in self.registry.active_versions():
+            if key.startswith(TENANT_PREFIX):
+                if key.startswith(own_prefix):
+                    visible[key[len(own_prefix):]] = key
+            else:
+                visible.setdefault(key, key)
+        return visible
+
+    def info_for(self, tenant: str, qmatrix_id: str | None = None) -> dict[str, Any]:
+        """What ``tenant`` sees of the model serving its requests on ``qmatrix_id`` (default: the only one visible to
+        it), with ``owner`` ``tenant`` or ``operator``. ``ModelNotFound`` for an id with no model visible to the tenant
+        (another tenant's model included: it is not told apart from none), ``RegistryError`` when several are visible
+        and none is named (the message lists only the tenant's ids) or the model fails verification (blocking)."""
+        visible = self.visible_models(tenant)
+        if qmatrix_id is None:
+            if len(visible) > 1:
+                raise RegistryError(f"models are active for several Q-matrices ({', '.join(sorted(visible))}); "
+                                    "name one with qmatrix_id")
+            if not visible:
+                raise ModelNotFound("no local-fed model has been published for this tenant's Q-matrices")
+            qmatrix_id = next(iter(visible))
+        key = visible.get(qmatrix_id)
+        if key is None:
+            raise ModelNotFound(f"no local-fed model has been published for Q-matrix '{qmatrix_id}'")
+        return {**self.info(key), "qmatrix_id": qmatrix_id,
+                "owner": "operator" if key == qmatrix_id else "tenant"}
+
     def info(self, qmatrix_id: str | None = None) -> dict[str, Any]:
-        """What GET /v1/local-model shows for ``qmatrix_id`` (default: the only Q-matrix with a model):
-        the loaded version and its signed manifest's facts (blocking)."""
+        """The operator's view of one registry key (default: the only key with an active model): the loaded version
+        and its signed manifest's facts (blocking). Tenants see models through :meth:`info_for`."""
         if qmatrix_id is None:
             active = sorted(self.registry.active_versions())
             if len(active) > 1:
@@ -308,14 +347,17 @@ class LocalFedEntity:
         if not context.concepts:
             raise EntitySkipped("the request assesses no concept", entity=self.name)
         loaded: LoadedModel | None = None
-        # inline rows (no Q-matrix id): no trained model can be keyed to them
-        keys = [] if context.qmatrix_id is None else [
+        # inline rows (no Q-matrix id): no trained model can be keyed to them; a registry key is never a Q-matrix id
+        keys = [] if context.qmatrix_id is None or context.qmatrix_id.startswith(TENANT_PREFIX) else [
             *([model_key(context.qmatrix_id, context.cache_scope)] if context.cache_scope else []), context.qmatrix_id]
         for key in keys:
-            try:
-                cached = self._fresh(key)  # the common case needs no thread: the pointer did not change
-                loaded = cached[1] if cached is not None and isinstance(cached[1], LoadedModel) else \
-                    await asyncio.to_thread(self.model_for, key)
+            stamp = self.registry.pointer_stamp(key)
+            if stamp == NO_POINTER:
+                continue  # "no model of this Q-matrix" needs no thread
+            cached = self._models.get(key)
+            try:  # the common case needs no thread either: the pointer did not change since the model was loaded
+                loaded = cached[1] if cached is not None and cached[0] == stamp and isinstance(cached[1], LoadedModel) \
+                    else await asyncio.to_thread(self.model_for, key)
                 break
             except ModelNotFound:
                 continue
