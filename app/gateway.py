@@ -148,7 +148,8 @@ class Gateway:
             ledger=self.async_ledger,
         ).run)
         self.training = TrainingService(
-            qmatrices=self.qmatrices, jobs=self.jobs, calibration=self.calibration, settings=settings
+            qmatrices=self.qmatrices, jobs=self.jobs, calibration=self.calibration, settings=settings,
+            pseudonyms=self.pseudonyms,
         )
         planner = Planner(
             federation=self.federation, config=self.tenant_config, settings=settings, pseudonyms=self.pseudonyms

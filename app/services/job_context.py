@@ -13,7 +13,7 @@ from sqlalchemy.orm import sessionmaker
 
 from app.db import JobEventRow, JobItemRow, JobRow
 
-__all__ = ["JobCancelled", "JobContext", "JobHandler"]
+__all__ = ["JobAbandoned", "JobCancelled", "JobContext", "JobHandler"]
 
 
 class JobCancelled(Exception):
@@ -69,3 +69,5 @@ class JobContext:
 
 
 JobHandler = Callable[[dict[str, Any], JobContext], Awaitable[dict[str, Any]]]
+# Called (in a worker thread) with the stored request of a job cancelled without its handler running.
+JobAbandoned = Callable[[dict[str, Any]], None]

@@ -34,7 +34,7 @@ from sqlalchemy import func, or_, select, update
 from sqlalchemy.orm import sessionmaker
 
 from app.db import JobEventRow, JobRow
-from app.services.job_context import JobContext, JobHandler
+from app.services.job_context import JobAbandoned, JobContext, JobHandler
 from app.settings import Settings
 from providers.scheduling import background_priority
 
@@ -85,6 +85,9 @@ class JobRunner:
         self._live_workers = live_workers or (lambda: {worker_id})
         self.timing, self.concurrency = timing, concurrency
         self.handlers: dict[str, JobHandler] = {}
+        # What a job of a kind holds outside the database (a training upload), freed when it is cancelled without
+        # its handler running: while queued, or while cancelling after its worker died (JobAbandoned).
+        self.abandoned: dict[str, JobAbandoned] = {}
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._wake = asyncio.Event()
         self._beat_now = asyncio.Event()  # a cancel was requested here: look for it before the next heartbeat
@@ -93,8 +96,10 @@ class JobRunner:
         self._beat_task: asyncio.Task[None] | None = None
         self._closing = False
 
-    def register(self, kind: str, handler: JobHandler) -> None:
+    def register(self, kind: str, handler: JobHandler, *, on_abandoned: JobAbandoned | None = None) -> None:
         self.handlers[kind] = handler
+        if on_abandoned is not None:
+            self.abandoned[kind] = on_abandoned
 
     def start(self) -> None:
         """Start claiming (call once the handlers are registered)."""
@@ -115,13 +120,14 @@ class JobRunner:
         """Cancel the tenant's job: (its status now, whether this call cancelled it). Queued: ``cancelled`` at once;
         running: ``cancelling`` until the worker running it stops it (woken now); already finished or cancelling: its
         status, unchanged; ``(None, False)`` when the tenant has no such job."""
-        status, kind = await asyncio.to_thread(self._cancel_row, job_id, tenant, by)
+        status, kind, request = await asyncio.to_thread(self._cancel_row, job_id, tenant, by)
         if status == "cancelled" and kind is not None:  # (a running job reports its cancel when it stops)
+            await asyncio.to_thread(self._abandon, job_id, kind, request)
             self._finished(job_id, kind, tenant, "cancelled")  # on the loop: webhooks schedule their delivery here
         self.wake()
         return status, kind is not None
 
-    def _cancel_row(self, job_id: str, tenant: str, by: str | None) -> tuple[str | None, str | None]:
+    def _cancel_row(self, job_id: str, tenant: str, by: str | None) -> tuple[str | None, str | None, str | None]:
         who = f" by key {by}" if by else ""
         with self.sessions.begin() as session:
             changed = None
@@ -136,8 +142,18 @@ class JobRunner:
                     break
             row = session.get(JobRow, job_id)
             if row is None or row.tenant != tenant:
-                return None, None
-            return (changed or row.status), (row.kind if changed else None)
+                return None, None, None
+            return (changed or row.status), (row.kind if changed else None), row.request_json
+
+    def _abandon(self, job_id: str, kind: str, request_json: str | None) -> None:
+        """Free what a job cancelled without its handler running holds (``on_abandoned``); never fails the cancel."""
+        hook = self.abandoned.get(kind)
+        if hook is None or request_json is None:
+            return
+        try:
+            hook(json.loads(request_json))
+        except Exception:
+            log.exception("job %s: freeing what the cancelled job held failed (retention frees it later)", job_id)
 
     def wake(self) -> None:
         """Look for work and for cancels now rather than at the next poll or heartbeat."""
@@ -296,8 +312,9 @@ class JobRunner:
 
     def _heartbeat_running(self) -> list[str]:
         """Heartbeat this worker's jobs; the ids of those a user asked to cancel. A ``cancelling`` job whose worker
-        died is ``cancelled`` here (nobody would run it again)."""
+        died is ``cancelled`` here (nobody would run it again), and what it held is freed (``on_abandoned``)."""
         now = time.time()
+        cancelling: list[str] = []
         with self._control_sessions.begin() as session:
             orphans = session.execute(
                 update(JobRow)
@@ -305,20 +322,23 @@ class JobRunner:
                        or_(JobRow.claimed_by.is_(None), JobRow.claimed_by.not_in(sorted(self._live_workers())),
                            JobRow.heartbeat_at < now - self.timing.stale_s))
                 .values(status="cancelled", claimed_by=None)
-                .returning(JobRow.id).execution_options(synchronize_session=False)
-            ).scalars().all()
-            for job_id in orphans:
+                .returning(JobRow.id, JobRow.kind, JobRow.request_json).execution_options(synchronize_session=False)
+            ).all()
+            for job_id, _, _ in orphans:
                 session.add(JobEventRow(job_id=job_id, status="cancelled", worker=self.worker_id,
                                         message="cancelled (its worker had stopped)"))
-            if not self._tasks:
-                return []
-            session.execute(
-                update(JobRow)
-                .where(JobRow.id.in_(list(self._tasks)), JobRow.claimed_by == self.worker_id)
-                .values(heartbeat_at=now)
-            )
-            return list(session.scalars(select(JobRow.id).where(
-                JobRow.id.in_(list(self._tasks)), JobRow.claimed_by == self.worker_id, JobRow.status == "cancelling")))
+            if self._tasks:
+                session.execute(
+                    update(JobRow)
+                    .where(JobRow.id.in_(list(self._tasks)), JobRow.claimed_by == self.worker_id)
+                    .values(heartbeat_at=now)
+                )
+                cancelling = list(session.scalars(select(JobRow.id).where(
+                    JobRow.id.in_(list(self._tasks)), JobRow.claimed_by == self.worker_id,
+                    JobRow.status == "cancelling")))
+        for job_id, kind, request_json in orphans:  # once the cancel is stored
+            self._abandon(job_id, kind, request_json)
+        return cancelling
 
     # -- running --------------------------------------------------------------------------------
     def _run_claimed(self, job_id: str, kind: str, request: dict[str, Any], tenant: str, _reclaimed: bool) -> None:

@@ -6,9 +6,10 @@
 * **Job inputs** of jobs finished more than ``job_inputs_days`` ago: every calibration record (keyed student id,
   responses, truth) becomes ``null`` and the per-student results are deleted; the job's status, metrics and the
   calibration it produced stay.
-* **Uploaded responses**: a CSV in ``<state_dir>/uploads`` older than ``responses_days`` is deleted (its job
-  deletes it when it ends; this bounds one whose job never ends, or that no job owns). A job resumed after that
-  fails saying its upload is gone.
+* **Uploaded responses**: a CSV in ``<state_dir>/uploads`` whose train job has ended (succeeded, failed or
+  cancelled: its job or its cancel deletes it, this catches a worker that died in between), or older than
+  ``responses_days`` (one whose job never ends, or that no job owns), is deleted. A job resumed after that fails
+  saying its upload is gone. The keyed student hashes a train job lists for its upload go with its job inputs.
 
 Every pass is idempotent, so workers purging at the same time do no harm. ``purge(now=...)`` takes the time, so a
 test purges "31 days later" without waiting.
@@ -36,7 +37,7 @@ from privacy.ledger.records import purge_released
 __all__ = ["RetentionPurger"]
 
 log = logging.getLogger("fedcd.retention")
-FINISHED = ("succeeded", "failed")
+FINISHED = ("succeeded", "failed", "cancelled")
 
 
 class RetentionPurger:
@@ -90,9 +91,13 @@ class RetentionPurger:
                     continue
                 request = json.loads(request_json)
                 records = request.get("records") if isinstance(request, dict) else None
-                if isinstance(records, list) and any(r is not None for r in records):
-                    removed["job_inputs"] += sum(1 for r in records if r is not None)
-                    request["records"] = [None] * len(records)  # positions kept, like an erasure
+                listed = request.get("student_rows") if isinstance(request, dict) else None
+                if isinstance(records, list) and any(r is not None for r in records) or listed:
+                    if isinstance(records, list):
+                        removed["job_inputs"] += sum(1 for r in records if r is not None)
+                        request["records"] = [None] * len(records)  # positions kept, like an erasure
+                    if listed:
+                        request["student_rows"] = {}  # an upload's students (keyed): its file is gone with its job
                     session.execute(update(JobRow).where(JobRow.id == job_id).values(
                         request_json=json.dumps(request), updated_at=JobRow.updated_at))
                 removed["job_results"] += session.execute(
@@ -105,12 +110,14 @@ class RetentionPurger:
         removed = 0
         for path in self.uploads.glob("*.csv"):
             with self.sessions() as session:
-                tenant = session.scalar(select(JobRow.tenant).where(
-                    JobRow.kind == "train", JobRow.request_json.like(f'%"{path.name}"%')).limit(1))
+                owner = session.execute(select(JobRow.tenant, JobRow.status).where(
+                    JobRow.kind == "train", JobRow.request_json.like(f'%"{path.name}"%')).limit(1)).first()
+            tenant = owner[0] if owner is not None else None
             keep = self._policy(tenant, custom).responses_days if tenant is not None else \
                 self.retention.default.responses_days
             try:
-                expired = keep is not None and path.stat().st_mtime < now - keep * DAY_S
+                expired = (owner is not None and owner[1] in FINISHED) or (
+                    keep is not None and path.stat().st_mtime < now - keep * DAY_S)
             except FileNotFoundError:  # its job ended meanwhile
                 continue
             if expired:

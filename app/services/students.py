@@ -8,11 +8,15 @@ What is stored about a student, all under the keyed hash of ``app.pseudonyms`` (
 * calibration jobs' inputs (the student's validation record: responses, truth) and their per-student results —
   erased (the record is replaced by ``null``, so the other records keep their positions);
 * response-cache entries made from the student's responses (tagged, ``providers.cache``) — erased;
-* an uploaded responses CSV while its train job runs (raw ids: it is the caller's file) — deleted when the job ends.
+* an uploaded responses CSV while its train job runs (raw ids: it is the caller's file) — deleted when the job ends;
+  the train job's request lists the keyed hash of each student in it (``student_rows``) — the student's entry erased.
 
-Erasure refuses (409) while a diagnosis of the student is in flight or a job that holds the student is queued or
-running: erasing under them would let them store what was just erased. Retry once they finish. Another tenant's
-student is never visible: every lookup is by (tenant, keyed hash), and the tenant is the caller's.
+Erasure refuses (409) while a diagnosis of the student is in flight or a job that holds the student is queued,
+running or cancelling (a cancelling job's worker may still store a result): erasing under them would let them store
+what was just erased. Retry once they finish. A job's stored request is rewritten by compare-and-swap: two erasures
+of students of one job (a class), or an erasure racing the retention purge, each re-read what the other wrote rather
+than put back a stale copy. Another tenant's student is never visible: every lookup is by (tenant, keyed hash), and
+the tenant is the caller's.
 """
 
 from __future__ import annotations
@@ -57,7 +61,9 @@ log = logging.getLogger("fedcd.students")
 # Charges whose stored "answer" is only the label of a group release ("cohort-report", "calibration cal-…"): no data
 # of the student's, and the audit trail of what spent the ε — kept by erasure and retention (privacy.ledger.records).
 GROUP_SOURCES = ("cohort", "calibration")
-ACTIVE = ("queued", "running")  # a released job (shutdown) is "running" with no claim: it will resume
+# A released job (shutdown) is "running" with no claim: it will resume. A cancelling one may still store a result.
+ACTIVE = ("queued", "running", "cancelling")
+_SWAP_TRIES = 50  # compare-and-swap retries of one job's request: each lost race means another writer progressed
 
 
 @dataclass
@@ -73,6 +79,19 @@ class _InJob:
 class _Found:
     jobs: list[_InJob] = field(default_factory=list)
     uploads: list[tuple[JobRow, Path, int | None]] = field(default_factory=list)  # rows of the student; None: unreadable
+    listed_in: list[str] = field(default_factory=list)  # train jobs listing the student's key (their upload may be gone)
+
+
+def _without_student(request: dict[str, Any], key: str) -> tuple[list[int], bool]:
+    """Take the student stored as ``key`` out of a job's request, in place: (the record positions set null — kept, as
+    job items are keyed by them — and whether an upload's ``student_rows`` entry was removed)."""
+    records = request.get("records")
+    positions = [i for i, r in enumerate(records) if isinstance(r, dict) and r.get("student_id") == key] \
+        if isinstance(records, list) else []
+    for i in positions:
+        records[i] = None  # type: ignore[index]
+    rows = request.get("student_rows")
+    return positions, isinstance(rows, dict) and rows.pop(key, None) is not None
 
 
 class StudentDataService:
@@ -185,21 +204,40 @@ class StudentDataService:
                 raise InputError(("path", "student_id"), [
                     "a diagnosis of this student is being answered; erase again in a few seconds"], status_code=409)
             removed["diagnoses"] = erase_released(conn, tenant, key, labels=GROUP_SOURCES)
-        with self.sessions.begin() as session:
-            for job in found.jobs:
-                for i in job.positions:
-                    job.request["records"][i] = None  # positions kept: job items are keyed by them
-                session.execute(update(JobRow).where(JobRow.id == job.row.id)
-                                .values(request_json=json.dumps(job.request), updated_at=JobRow.updated_at))
-                removed["job_inputs"] += len(job.positions)
-                removed["job_results"] += session.execute(delete(JobItemRow).where(
-                    JobItemRow.job_id == job.row.id, JobItemRow.idx.in_(job.positions))).rowcount or 0
+        for job_id in dict.fromkeys([*(j.row.id for j in found.jobs), *found.listed_in]):
+            inputs, results = self._forget_in_job(job_id, key)
+            removed["job_inputs"] += inputs
+            removed["job_results"] += results
         for job, path, n in found.uploads:
-            if job.status not in ACTIVE and n:  # a finished job's leftover file (its job deletes it normally)
+            if job.status not in ACTIVE and n and path.is_file():  # a finished job's leftover (its job deletes it)
                 path.unlink(missing_ok=True)
                 removed["uploads"] += 1
         log.info("erased the stored data of a student of tenant %s: %s", tenant, removed)
         return removed
+
+    def _forget_in_job(self, job_id: str, key: str) -> tuple[int, int]:
+        """Take the student out of one job's stored request and delete their results: (records, results) removed.
+        The request is re-read and swapped only if unchanged since (compare-and-swap): a concurrent erasure or the
+        retention purge of the same job is never overwritten by a stale copy, which would restore what it erased."""
+        for _ in range(_SWAP_TRIES):
+            with self.sessions() as session:
+                current = session.scalar(select(JobRow.request_json).where(JobRow.id == job_id))
+            if current is None:
+                return 0, 0
+            request = json.loads(current)
+            positions, upload_entry = _without_student(request, key) if isinstance(request, dict) else ([], False)
+            if not positions and not upload_entry:
+                return 0, 0
+            with self.sessions.begin() as session:
+                if session.execute(update(JobRow).where(JobRow.id == job_id, JobRow.request_json == current)
+                                   .values(request_json=json.dumps(request), updated_at=JobRow.updated_at)
+                                   .execution_options(synchronize_session=False)).rowcount != 1:
+                    continue  # another writer changed it first: read it again
+                results = session.execute(delete(JobItemRow).where(
+                    JobItemRow.job_id == job_id, JobItemRow.idx.in_(positions))).rowcount or 0 if positions else 0
+                return len(positions), results
+        raise InputError(("path", "student_id"), [
+            f"job {job_id}'s stored request kept changing while it was being erased; erase again"], status_code=409)
 
     def _kept(self, tenant: str, key: str) -> list[ErasureKept]:
         with self._ledger_read() as conn:
@@ -226,14 +264,23 @@ class StudentDataService:
         with self.sessions() as session:
             rows = session.scalars(select(JobRow).where(
                 JobRow.tenant == tenant, JobRow.request_json.like(f'%"{key}"%'))).all()
-            trains = session.scalars(select(JobRow).where(JobRow.tenant == tenant, JobRow.kind == "train")).all()
+            # Train jobs from before a job listed its upload's students (student_rows): only their files say
+            legacy = session.scalars(select(JobRow).where(
+                JobRow.tenant == tenant, JobRow.kind == "train",
+                JobRow.request_json.not_like('%"student_rows"%'))).all()
         for row in rows:
             request = json.loads(row.request_json)
             records = request.get("records") or []
             positions = [i for i, r in enumerate(records) if isinstance(r, dict) and r.get("student_id") == key]
             if positions:
                 found.jobs.append(_InJob(row, request, positions))
-        for row in trains:
+            upload_rows = (request.get("student_rows") or {}).get(key) if row.kind == "train" else None
+            upload = self.uploads / Path(str(request.get("upload", ""))).name
+            if upload_rows:
+                found.listed_in.append(row.id)
+            if upload_rows and (row.status in ACTIVE or upload.is_file()):  # the file goes when its job ends
+                found.uploads.append((row, upload, int(upload_rows)))
+        for row in legacy:
             name = str(json.loads(row.request_json).get("upload", ""))
             path = self.uploads / name
             if name and path.is_file():

@@ -12,8 +12,12 @@ submits a ``train`` job that, in this order:
    it — served to that tenant alone from its next request;
 4. submits a calibration job on the validation part (truth: the proportion-correct rule), named in the result.
 
-The upload is deleted when the job ends (succeeded or failed); a job released at shutdown keeps it, so the worker
-that resumes the job can read it. Nothing else of the upload is kept: the model holds parameters, not responses.
+The upload is deleted when the job ends (succeeded, failed or cancelled — also when it is cancelled while queued,
+or while cancelling after its worker died: ``discard``); a job released at shutdown keeps it, so the worker that
+resumes the job can read it. The retention sweep deletes any upload whose job has ended (a worker that died between
+the two). Nothing else of the upload is kept: the model holds parameters, not responses. The job's request records
+the keyed hash of each student in the upload with their number of responses (``student_rows``), so a student's
+export and erasure find the upload without reading every file of the tenant.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from app.errors import InputError
+from app.pseudonyms import Pseudonyms
 from app.schemas import CalibrateRequest
 from app.services.calibration import CalibrationService
 from app.services.job_context import JobContext
@@ -48,10 +53,12 @@ class TrainingService:
     """Accepts uploads and runs ``train`` jobs (module docstring)."""
 
     def __init__(
-        self, *, qmatrices: QMatrixStore, jobs: JobRunner, calibration: CalibrationService, settings: Settings
+        self, *, qmatrices: QMatrixStore, jobs: JobRunner, calibration: CalibrationService, settings: Settings,
+        pseudonyms: Pseudonyms,
     ) -> None:
         self.qmatrices, self.jobs, self.calibration, self.settings = qmatrices, jobs, calibration, settings
-        jobs.register("train", self.run)
+        self.pseudonyms = pseudonyms
+        jobs.register("train", self.run, on_abandoned=self.discard)
 
     @property
     def registry_dir(self) -> Path:
@@ -79,10 +86,21 @@ class TrainingService:
         except BaseException:
             path.unlink(missing_ok=True)
             raise
+        student_rows: dict[str, int] = {}
+        for student in students:  # keyed hashes only: the raw ids stay in the caller's file, deleted with the job
+            key = self.pseudonyms.key(tenant, student.student_id)
+            student_rows[key] = student_rows.get(key, 0) + len(student.responses)
         return self.jobs.submit("train", {
             "qmatrix_id": qmatrix_id, "qmatrix_version": stored.version, "upload": path.name,
             "students": len(students), "responses": sum(len(s.responses) for s in students),
+            "student_rows": student_rows,
         }, tenant=tenant)
+
+    def discard(self, request: dict[str, Any]) -> None:
+        """A train job cancelled without running (queued, or its worker died while cancelling): delete its upload."""
+        name = str(request.get("upload") or "")
+        if name and Path(name).name == name:  # a bare file name, never a path out of the uploads folder
+            (self.uploads / name).unlink(missing_ok=True)
 
     def _checked(self, path: Path, q: QMatrix) -> list[StudentResponses]:
         loc = ("body", "responses")
@@ -94,6 +112,13 @@ class TrainingService:
         if unknown:
             more = f" … and {len(unknown) - _LISTED} more" if len(unknown) > _LISTED else ""
             raise InputError(loc, [f"items not in Q-matrix '{q.id}': {', '.join(unknown[:_LISTED])}{more}"])
+        responses = sum(len(s.responses) for s in students)
+        if len(students) > self.settings.train_max_students:
+            raise InputError(loc, [f"{len(students)} students; an upload holds at most "
+                                   f"{self.settings.train_max_students} (FEDCD_TRAIN_MAX_STUDENTS): split it"])
+        if responses > self.settings.train_max_responses:
+            raise InputError(loc, [f"{responses} responses; an upload holds at most "
+                                   f"{self.settings.train_max_responses} (FEDCD_TRAIN_MAX_RESPONSES): split it"])
         if len(students) < self.settings.train_min_students:
             raise InputError(loc, [f"{len(students)} students; training needs at least "
                                    f"{self.settings.train_min_students} (FEDCD_TRAIN_MIN_STUDENTS)"])

@@ -19,6 +19,11 @@ class TrainingSettings(BaseModel):
     model_signing_key: Path | None = Field(default=None, description="Ed25519 private key; default in the registry")
     # Upload and train (POST /v1/qmatrices/{id}/train, app.services.training).
     train_min_students: int = Field(default=30, ge=5, description="students an upload needs to train on")
+    # An upload is bounded by the 16 MiB body limit too; these bound the work and the job row it makes.
+    train_max_students: int = Field(default=50_000, ge=5, description="students one upload may hold (more: 422)")
+    train_max_responses: int = Field(
+        default=500_000, ge=1, description="responses (CSV rows) one upload may hold (more: 422)"
+    )
     train_rounds: int = Field(default=10, ge=1, le=200, description="training rounds of an upload's model")
     train_calibration_fraction: float = Field(
         default=0.2, ge=0.0, lt=1.0, description="share of an upload's students kept for its calibration"
