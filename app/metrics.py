@@ -45,6 +45,7 @@ __all__ = [
     "HTTP_REQUESTS",
     "count_charge",
     "count_diagnosis",
+    "count_rate_limit_fail_open",
     "count_rate_limited",
     "count_refusal",
     "count_usage",
@@ -86,6 +87,11 @@ RATE_LIMITED = Counter(
     "Requests refused (429) because the tenant was over its request rate (README 'Rate limits'), by tenant",
     ["tenant"],
 )
+RATE_LIMIT_FAIL_OPEN = Counter(
+    "fedcd_rate_limit_fail_open_total",
+    "Requests let through unchecked because the rate limits' Redis could not be reached (fail-open), by tenant",
+    ["tenant"],
+)
 BUDGET_WARNINGS = Counter(
     "fedcd_privacy_budget_warnings_total",
     "Diagnoses whose response carried budget_warning (the student is near the cap), by tenant",
@@ -125,6 +131,11 @@ def count_refusal(tenant: str, source: ChargeSource) -> None:
 def count_rate_limited(tenant: str) -> None:
     """A request refused with 429: the tenant was over its request rate (not a privacy budget)."""
     RATE_LIMITED.labels(tenant).inc()
+
+
+def count_rate_limit_fail_open(tenant: str) -> None:
+    """A request let through without a rate check: the shared bucket's Redis did not answer."""
+    RATE_LIMIT_FAIL_OPEN.labels(tenant).inc()
 
 
 def count_diagnosis(tenant: str, response: DiagnoseResponse) -> None:

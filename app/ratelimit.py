@@ -11,8 +11,12 @@ Why not the ``limits`` library: it offers fixed, moving and sliding windows, not
 steady rate), and its moving window keeps one entry per request of the window. Here the Redis state is one key per
 tenant, updated by one Lua script that reads Redis' own clock, so workers with skewed clocks agree.
 
-Redis unavailable: requests are let through (and a warning logged, at most once a minute) — a rate limit that
-takes the API down with it would be worse than none, as for the circuit breakers.
+Redis unavailable: requests are let through — a rate limit that takes the API down with it would be worse than
+none, as for the circuit breakers — but never silently: each one is counted in ``fedcd_rate_limit_fail_open_total``
+and a warning is logged (at most once a minute, not once a request).
+
+Without Redis each worker process has its own buckets, so N workers let a tenant through at N times its rate:
+:func:`warn_per_worker_buckets` says so at start.
 """
 
 from __future__ import annotations
@@ -29,9 +33,12 @@ from typing import Protocol
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-__all__ = ["MemoryBuckets", "Rate", "RateLimited", "RateLimiter", "RedisBuckets", "parse_rate"]
+__all__ = [
+    "MemoryBuckets", "Rate", "RateLimited", "RateLimiter", "RedisBuckets", "parse_rate", "warn_per_worker_buckets",
+]
 
 log = logging.getLogger("fedcd.ratelimit")
+_WARN_EVERY_S = 60.0  # the fail-open warning's interval: an outage under load would otherwise log every request
 
 _UNITS = {"second": 1.0, "minute": 60.0, "hour": 3600.0, "day": 86400.0}
 _RATE = re.compile(
@@ -152,10 +159,16 @@ class RedisBuckets:
         try:
             wait_us = await self._take(keys=[self.key(tenant)], args=[interval_us, rate.burst])
         except (RedisError, OSError) as exc:
+            # Imported here: app.metrics imports the settings, which import this module (parse_rate).
+            from app.metrics import count_rate_limit_fail_open
+
+            count_rate_limit_fail_open(tenant)
             now = time.monotonic()
-            if now - self._warned_at > 60:
+            if now - self._warned_at > _WARN_EVERY_S:
                 self._warned_at = now
-                log.warning("rate limits are not enforced while Redis is unavailable: %s", type(exc).__name__)
+                log.warning("rate limits are not enforced while Redis is unavailable (%s): requests are let through, "
+                            "each counted in fedcd_rate_limit_fail_open_total; this warning repeats at most every "
+                            "%.0f s", type(exc).__name__, _WARN_EVERY_S)
             return 0.0
         return int(wait_us) / 1_000_000
 
@@ -183,3 +196,21 @@ class RateLimiter:
 
     async def aclose(self) -> None:
         await self.buckets.aclose()
+
+
+def warn_per_worker_buckets(
+    *, rate_limit: str, tenant_rates: Mapping[str, str], shared: bool, workers: int
+) -> str | None:
+    """At start: the warning (logged, and returned) that ``workers`` processes without Redis (``shared`` false) each
+    keep their own buckets, so a tenant gets ``workers`` times its rate and burst; None when that is not the case
+    (one worker, Redis, or no limit at all)."""
+    rates = [parse_rate(rate_limit), *(parse_rate(rate) for rate in tenant_rates.values())]
+    if shared or workers <= 1 or all(rate is None for rate in rates):
+        return None
+    message = (
+        f"rate limits: {workers} workers and no FEDCD_REDIS_URL: each worker keeps its own token buckets, so the "
+        f"effective limit is {workers}x the configured rate and burst per tenant (FEDCD_RATE_LIMIT={rate_limit!r}). "
+        "Set FEDCD_REDIS_URL to share one bucket per tenant across workers (README 'Rate limits')"
+    )
+    log.warning(message)
+    return message

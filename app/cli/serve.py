@@ -69,6 +69,11 @@ def serve(
         # (no student id from a URL ever reaches a log).
         uvicorn.run(create_app(settings, on_ready=announce), host=host, port=port, log_level="info", access_log=False)
         return
+    from app.ratelimit import warn_per_worker_buckets
+
+    # Without Redis each worker keeps its own token buckets: say at start that tenants get `workers` times the rate.
+    warn_per_worker_buckets(rate_limit=settings.rate_limit, tenant_rates=settings.rate_limit_tenants,
+                            shared=settings.redis_url is not None, workers=workers)
     if any(s.kind == "llamacpp" for s in settings.entity_specs):
         err.print(f"[yellow]note:[/] the embedded models load in every worker (about 0.5 GB of memory each, x{workers})")
     # Workers build their app from the environment: pass the bind on, and do the one-time work (schema, dev

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import math
 import contextlib
 import json
 from collections.abc import Iterator
@@ -87,7 +88,9 @@ def train(
         def on_round(record: object) -> None:
             r = record  # federated.RoundRecord
             table.add_row(
-                str(r.round), f"{r.train_loss:.4f}", f"{r.auc:.4f}",  # type: ignore[attr-defined]
+                # under DP the training loss is not released (NaN: outside the accounting)
+                str(r.round), "—" if math.isnan(r.train_loss) else f"{r.train_loss:.4f}",  # type: ignore[attr-defined]
+                f"{r.auc:.4f}",  # type: ignore[attr-defined]
                 "—" if r.epsilon is None else f"{r.epsilon:.3f}", f"{r.bytes_sent:,}", f"{r.seconds:.2f}",  # type: ignore[attr-defined]
             )
             bar.advance(task)

@@ -23,6 +23,7 @@ from app.auth import KeyInfo, NewKey, Principal, Role
 from app.console.views import ACTIVE_JOB, CalibrationView, EntityView, FailureEvent, JobView, Overview, QMatrixView
 from app.db import SHARED_TENANT, JobItemRow, JobRow, UsageRow
 from app.deps import AUTH_DISABLED
+from app.routes.entities import public_base_url
 from app.schemas import CalibrateRequest, DatasetRef, PrivacyPolicy, PrivacyPolicyPublic
 from app.schemas.students import StudentErasure, StudentExport
 from app.storage.calibrations import StoredCalibration
@@ -158,7 +159,8 @@ class ConsoleData:
                 input_usd_per_mtok=spec.input_usd_per_mtok if spec else 0.0,
                 output_usd_per_mtok=spec.output_usd_per_mtok if spec else 0.0,
                 concurrency=spec.concurrency if spec else 0, deadline_s=spec.deadline_s if spec else 0.0,
-                base_url=spec.base_url if spec else None,
+                # The console is admin-only; even so, never the credentials or tokens the operator's URL may hold.
+                base_url=public_base_url(spec.base_url) if spec else None,
                 weights={c.record.id: c.weight(name) for c in latest}, last_error=last.get(name),
             )
             view.calls_today = sum(n for e, _, n in calls if e == name)
@@ -211,20 +213,18 @@ class ConsoleData:
         if federation is None or "local-fed" not in federation.names:
             return None, "no local-fed entity is configured (FEDCD_LOCAL_FED)"
         from federated import ModelNotFound, RegistryError
-        from federated.registry import model_key
         from providers.local_fed import LocalFedEntity
 
         adapter = federation.adapter("local-fed")
         if not isinstance(adapter, LocalFedEntity):
             return None, "local-fed here is not the federated-trained model"
-        for key, whose in ((model_key(qid, tenant), "the tenant's own model"), (qid, "the operator's model")):
-            try:
-                return adapter.info(key), whose
-            except ModelNotFound:
-                continue
-            except RegistryError as exc:
-                return None, f"the model cannot be used: {exc}"
-        return None, "no trained model: local-fed answers with its untrained evidence model"
+        try:  # the rule GET /v1/local-model follows: the tenant's own model, else the operator's
+            info = adapter.info_for(tenant, qid)
+        except ModelNotFound:
+            return None, "no trained model: local-fed answers with its untrained evidence model"
+        except RegistryError as exc:
+            return None, f"the model cannot be used: {exc}"
+        return info, "the tenant's own model" if info["owner"] == "tenant" else "the operator's model"
 
     def reliability(self, tenant: str, stored: StoredCalibration) -> tuple[list[tuple[float, float, int]], str]:
         """Reliability bins of the calibrated estimates on the validation students it was fitted on (in-sample), read

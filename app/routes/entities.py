@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from urllib.parse import urlsplit, urlunsplit
+
 from fastapi import APIRouter
 from pydantic import BaseModel, Field
 
@@ -9,7 +11,29 @@ from app.routes.responses import AUTH_ERRORS
 from app.schemas import EntityInfo, EntityList
 from providers.circuit import CircuitStoreUnavailable
 
+__all__ = ["public_base_url", "router"]
+
 router = APIRouter(prefix="/v1/entities", tags=["entities"])
+
+
+def public_base_url(url: str | None) -> str | None:
+    """An entity's endpoint as a tenant's admin may see it (the API and the console): scheme, host, port and path.
+
+    The operator's URL may carry credentials (``user:password@``) or a token in its query string (``?key=…``, some
+    proxies' and Azure's signatures), which are the operator's, not any tenant's: both are dropped, with the
+    fragment. A URL that cannot be read is not shown at all rather than shown as written."""
+    if not url:
+        return None
+    try:
+        parts = urlsplit(url)
+        port = parts.port  # ValueError for an unreadable port: the URL is then hidden
+    except ValueError:
+        return None
+    if not parts.scheme or not parts.hostname:
+        return None
+    # Rebuilt from the host and port alone: whatever came before an "@" (the userinfo) is left out.
+    host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
+    return urlunsplit((parts.scheme, host if port is None else f"{host}:{port}", parts.path, "", ""))
 
 
 class DroppedEntityInfo(BaseModel):
@@ -30,8 +54,8 @@ class EntityListing(EntityList):
 async def read_entities(
     federation: FederationDep, principal: PrincipalDep, settings: SettingsDep, page: PageDep
 ) -> EntityListing:
-    """The federation's members, in its order; their endpoints (``base_url``), and the declared entities left out,
-    only to admin keys (``dropped``: on every page, it is short)."""
+    """The federation's members, in its order; their endpoints (``base_url``, without userinfo or query string), and
+    the declared entities left out, only to admin keys (``dropped``: on every page, it is short)."""
     # Sort key: the position in the federation (fixed while the gateway runs).
     names, last = page_of(enumerate(federation.names), page, key=lambda pair: (pair[0],))
     try:
@@ -57,7 +81,8 @@ async def read_entities(
                 input_usd_per_mtok=spec.input_usd_per_mtok if spec else 0.0,
                 output_usd_per_mtok=spec.output_usd_per_mtok if spec else 0.0,
                 tier=spec.tier if spec else 0,
-                base_url=spec.base_url if (spec and principal.is_admin) else None,
+                # Admin keys only, and never the credentials or tokens the operator's URL may hold.
+                base_url=public_base_url(spec.base_url) if (spec and principal.is_admin) else None,
             )
         )
     dropped = (

@@ -7,12 +7,24 @@ quickly or slowly the first two ran; bucket arithmetic runs on a fake clock.
 
 from __future__ import annotations
 
+import logging
+import socket
+import uuid
 from pathlib import Path
 
 import pytest
+from prometheus_client import REGISTRY
 
 from app.errors import NO_RENEWAL_RETRY_AFTER_S
-from app.ratelimit import MemoryBuckets, Rate, RateLimited, RateLimiter, RedisBuckets, parse_rate
+from app.ratelimit import (
+    MemoryBuckets,
+    Rate,
+    RateLimited,
+    RateLimiter,
+    RedisBuckets,
+    parse_rate,
+    warn_per_worker_buckets,
+)
 from tests.conftest import bearer, make_client
 from tests.factories import FakeEntity
 
@@ -139,14 +151,53 @@ def test_workers_share_the_bucket_through_redis(tmp_path: Path, redis_prefix: st
         assert two.get("/v1/qmatrices", headers=bearer(two, tenant="other")).status_code == 200
 
 
-async def test_the_limit_lets_requests_through_while_redis_is_unreachable() -> None:
-    buckets = RedisBuckets("redis://127.0.0.1:1/0", prefix="fedcd-test-unreachable:", timeout_s=0.2)
+def _closed_port() -> int:
+    """A local port nothing listens on (bound, then released)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _fail_open(tenant: str) -> float:
+    return REGISTRY.get_sample_value("fedcd_rate_limit_fail_open_total", {"tenant": tenant}) or 0.0
+
+
+async def test_the_limit_lets_requests_through_while_redis_is_unreachable(caplog: pytest.LogCaptureFixture) -> None:
+    """Let through (a down Redis must not take the API down), but never silently: each such request is counted in
+    fedcd_rate_limit_fail_open_total, and a warning is logged once per interval, not once per request."""
+    caplog.set_level(logging.WARNING, logger="fedcd.ratelimit")
+    tenant = f"fail-open-{uuid.uuid4().hex[:8]}"
+    buckets = RedisBuckets(f"redis://127.0.0.1:{_closed_port()}/0", prefix="fedcd-test-unreachable:", timeout_s=0.2)
     limiter = RateLimiter(Rate(1, 60.0, 1), buckets)
+    before = _fail_open(tenant)
     try:
-        for _ in range(3):  # would be refused from the second on; a down Redis must not take the API down
-            await limiter.check("a")
+        for _ in range(3):  # would be refused from the second on
+            await limiter.check(tenant)
     finally:
         await limiter.aclose()
+    assert _fail_open(tenant) - before == 3
+    warnings = [r for r in caplog.records if r.name == "fedcd.ratelimit" and "not enforced" in r.getMessage()]
+    assert len(warnings) == 1 and "fedcd_rate_limit_fail_open_total" in warnings[0].getMessage()
+
+
+@pytest.mark.parametrize("workers,redis,rate,tenants,warned", [
+    (4, False, "100/second burst 1000", {}, True),
+    (2, False, "off", {"big": "5/minute"}, True),  # one tenant's own limit is a limit too
+    (1, False, "100/second", {}, False),  # one worker: its bucket is the only one
+    (4, True, "100/second", {}, False),  # shared through Redis
+    (4, False, "off", {"big": "off"}, False),  # nothing to enforce
+])
+def test_several_workers_without_redis_warn_that_each_has_its_own_bucket(
+    caplog: pytest.LogCaptureFixture, workers: int, redis: bool, rate: str, tenants: dict[str, str], warned: bool
+) -> None:
+    caplog.set_level(logging.WARNING, logger="fedcd.ratelimit")
+    message = warn_per_worker_buckets(rate_limit=rate, tenant_rates=tenants, shared=redis, workers=workers)
+    logged = [r.getMessage() for r in caplog.records if r.name == "fedcd.ratelimit"]
+    if not warned:
+        assert message is None and logged == []
+        return
+    assert logged == [message] and message is not None
+    assert f"{workers}x" in message and "per tenant" in message and "FEDCD_REDIS_URL" in message
 
 
 # -- Retry-After on the privacy budget's 429s ----------------------------------------------------------------

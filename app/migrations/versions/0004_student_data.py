@@ -12,6 +12,11 @@ secret``); run the upgrade with the server's own settings. A database with ids t
 refused (nothing is changed) rather than hashed under a secret the server would not use. Downgrading keeps the
 hashes: an id cannot be recovered from its hash.
 
+Rewritten in place, the old raw ids would survive in the database's files (SQLite's free pages and WAL, PostgreSQL's
+dead tuples and index entries) until a VACUUM. This revision cannot run one (VACUUM refuses a transaction), so it
+names the tables it converted in ``config.attributes["vacuum_tables"]`` and ``app.migrate.upgrade`` vacuums them
+once the upgrade has committed.
+
 Revision ID: 0004_student_data
 Revises: 0003_usage
 Create Date: 2027-01-10 09:00:00
@@ -55,6 +60,8 @@ def upgrade() -> None:
     )
     if keys is None:
         return
+    # Read by app.migrate.upgrade after the commit: the raw ids rewritten below must not linger in free space.
+    context.config.attributes["vacuum_tables"] = ("privacy_students", "privacy_charges", "jobs")
     for tenant, student_id in conn.execute(sa.select(_students.c.tenant, _students.c.student_id)).all():
         conn.execute(sa.update(_students).where(_students.c.tenant == tenant, _students.c.student_id == student_id)
                      .values(student_id=keys.key(tenant, student_id)))
