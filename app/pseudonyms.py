@@ -7,10 +7,14 @@ keys, and without the server secret a key cannot be turned back into an id, not 
 The mapping is deterministic, so the same student always lands on the same ledger rows — which is what keeps
 erasure from resetting a budget: a new diagnosis of an erased id hashes to the key its charges are kept under.
 
-The server secret is ``FEDCD_SECRET_KEY`` when set; otherwise ``<state_dir>/server-secret`` (created once,
-mode 0600). Several hosts sharing one database
+The server secret is ``FEDCD_SECRET_KEY`` when set (at least 32 bytes); otherwise the file ``FEDCD_SECRET_FILE``,
+default ``<state_dir>/server-secret`` (32 random bytes, created once, mode 0600). Several hosts sharing one database
 must set ``FEDCD_SECRET_KEY`` to the same value: each host's own file would give the same student different keys.
-Losing or changing the secret orphans every stored key (budgets would restart): back it up with the database.
+Losing or changing the secret orphans every stored key (budgets would restart): back it up — but never in the same
+backup as the database, which with it lets anyone re-identify students by hashing candidate ids.
+
+The console signs its sessions under a secret of its own (:func:`console_secret`): ending every console session is
+then a matter of changing that one, which touches no student's key.
 """
 
 from __future__ import annotations
@@ -26,11 +30,14 @@ from pathlib import Path
 
 from app.settings import Settings
 
-__all__ = ["SECRET_FILE", "Pseudonyms", "cache_tag", "existing_server_secret", "server_secret"]
+__all__ = ["CONSOLE_SECRET_FILE", "SECRET_FILE", "Pseudonyms", "cache_tag", "console_secret", "existing_server_secret",
+           "secret_path", "server_secret"]
 
 log = logging.getLogger("fedcd.pseudonyms")
 
 SECRET_FILE = "server-secret"
+CONSOLE_SECRET_FILE = "console-secret"
+_MIN_BYTES = 32  # as MIN_SECRET_BYTES of the settings: what a generated file holds, and what a file must hold
 _KEY_CONTEXT = b"student-id:"
 _logged: set[Path] = set()  # state dirs whose secret source was logged by this process
 
@@ -43,11 +50,12 @@ def _load_or_create_secret(path: Path) -> bytes:
     except FileExistsError:
         for _ in range(100):  # another process is writing it: wait for the bytes
             data = path.read_bytes()
-            if len(data) >= 32:
+            if len(data) >= _MIN_BYTES:
                 return data
             time.sleep(0.01)
-        raise RuntimeError(f"{path} exists but holds no secret") from None
-    secret = secrets.token_bytes(32)
+        raise RuntimeError(f"{path} exists but holds fewer than {_MIN_BYTES} bytes: not a secret fedcd made "
+                           "(restore the original, or remove it only if no stored data depends on it)") from None
+    secret = secrets.token_bytes(_MIN_BYTES)
     with os.fdopen(fd, "wb") as fh:
         fh.write(secret)
         fh.flush()
@@ -55,11 +63,17 @@ def _load_or_create_secret(path: Path) -> bytes:
     return secret
 
 
+def secret_path(settings: Settings) -> Path:
+    """Where the server secret's file is (used when ``FEDCD_SECRET_KEY`` is unset): ``FEDCD_SECRET_FILE``, else
+    ``<state_dir>/server-secret``."""
+    return settings.secret_file or settings.state_dir / SECRET_FILE
+
+
 def server_secret(settings: Settings) -> bytes:
-    """The server secret: ``FEDCD_SECRET_KEY``, else ``<state_dir>/server-secret`` (created once, 0600)."""
+    """The server secret: ``FEDCD_SECRET_KEY``, else the file :func:`secret_path` (created once, 0600)."""
     if settings.secret_key is not None:
         return settings.secret_key.get_secret_value().encode()
-    path = settings.state_dir / SECRET_FILE
+    path = secret_path(settings)
     secret = _load_or_create_secret(path)
     if path.resolve() not in _logged:
         _logged.add(path.resolve())
@@ -75,16 +89,32 @@ def existing_server_secret(settings: Settings) -> bytes | None:
     not use)."""
     if settings.secret_key is not None:
         return settings.secret_key.get_secret_value().encode()
-    path = settings.state_dir / SECRET_FILE
-    return path.read_bytes() if path.is_file() and path.stat().st_size >= 32 else None
+    path = secret_path(settings)
+    return path.read_bytes() if path.is_file() and path.stat().st_size >= _MIN_BYTES else None
+
+
+def console_secret(settings: Settings) -> bytes:
+    """The key console sessions are signed under (``app.console.session``): ``FEDCD_CONSOLE_SECRET_KEY``, else
+    ``<state_dir>/console-secret`` (created once, 0600). Never the server secret: rotating this one to end every
+    session must not re-key the students (and so reset their budgets)."""
+    if settings.console_secret_key is not None:
+        return settings.console_secret_key.get_secret_value().encode()
+    path = settings.state_dir / CONSOLE_SECRET_FILE
+    secret = _load_or_create_secret(path)
+    if path.resolve() not in _logged:
+        _logged.add(path.resolve())
+        level = logging.INFO if settings.db_url.startswith("sqlite") else logging.WARNING
+        log.log(level, "console sessions are signed under the secret in %s (FEDCD_CONSOLE_SECRET_KEY is unset); "
+                "hosts without a shared state folder must set FEDCD_CONSOLE_SECRET_KEY to one shared value", path)
+    return secret
 
 
 class Pseudonyms:
     """The keyed hash of a (tenant, student id): what every store keeps instead of the id."""
 
     def __init__(self, secret: bytes) -> None:
-        if len(secret) < 16:
-            raise ValueError("the server secret must be at least 16 bytes (FEDCD_SECRET_KEY)")
+        if len(secret) < _MIN_BYTES:
+            raise ValueError(f"the server secret must be at least {_MIN_BYTES} bytes (FEDCD_SECRET_KEY)")
         self._secret = secret
 
     @classmethod

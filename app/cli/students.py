@@ -22,7 +22,7 @@ async def _run(action: str, tenant: str, student_id: str) -> dict[str, Any]:
     from app.db import Database
     from app.errors import InputError
     from app.federation import response_cache
-    from app.pseudonyms import Pseudonyms
+    from app.pseudonyms import Pseudonyms, existing_server_secret, secret_path
     from app.services.students import StudentDataService
     from app.settings import Settings
     from app.storage import PolicyStore, UsageStore, budget_rule, default_policy
@@ -30,7 +30,15 @@ async def _run(action: str, tenant: str, student_id: str) -> dict[str, Any]:
     from privacy import PrivacyLedger
 
     settings = Settings()
-    pseudonyms = Pseudonyms.from_settings(settings)
+    # Never a new secret: under one no stored student would be found, and an erasure would report "removed 0" for a
+    # student whose data is all still there (a mistyped FEDCD_STATE_DIR, another host's folder).
+    secret = existing_server_secret(settings)
+    if secret is None:
+        err.print(f"[red]error:[/] no server secret found: FEDCD_SECRET_KEY is unset and {secret_path(settings)} does "
+                  "not exist (or holds fewer than 32 bytes). Run this with the server's own FEDCD_SECRET_KEY, "
+                  "FEDCD_SECRET_FILE or FEDCD_STATE_DIR; nothing was exported or erased", soft_wrap=True)
+        raise typer.Exit(2)
+    pseudonyms = Pseudonyms(secret)
     database = Database(settings.db_url, upgrade=settings.db_upgrade_on_start, server_secret=pseudonyms.secret)
     ledger = PrivacyLedger(
         database.sessions, rule=budget_rule(default_policy(settings)), accountant=settings.privacy_accountant,

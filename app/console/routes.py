@@ -18,12 +18,25 @@ from app.console.session import (
     LOGIN_COOKIE,
     LOGIN_S,
     SESSION_S,
+    end_sessions,
     login_token,
     new_nonce,
+    session_generation,
     sign_session,
     valid_token,
 )
-from app.console.web import ConsolePage, ConsoleRoute, UserDep, base, data_of, page, posted, same_origin
+from app.console.web import (
+    ConsolePage,
+    ConsoleRoute,
+    UserDep,
+    base,
+    data_of,
+    page,
+    posted,
+    same_origin,
+    secure_cookies,
+    session_secret,
+)
 
 __all__ = ["router"]
 
@@ -34,15 +47,21 @@ _METHODS = ("stacking", "posterior", "bias", "paper")
 
 def _cookie(request: Request, response: Response, name: str, value: str, max_age: int) -> None:
     response.set_cookie(name, value, max_age=max_age, path=base(request), httponly=True, samesite="strict",
-                        secure=request.url.scheme == "https")
+                        secure=secure_cookies(request))
+
+
+def _forget(request: Request, response: Response, name: str) -> None:
+    """Clear a cookie with the attributes it was set with (a browser keeps a Secure one a plain clear misses)."""
+    response.delete_cookie(name, path=base(request), httponly=True, samesite="strict", secure=secure_cookies(request))
 
 
 # -- signing in -------------------------------------------------------------------------------------
 def _login_page(request: Request, *, status: int = 200, error: str | None = None, notice: str | None = None) -> Response:
     data = data_of(request)
     nonce = new_nonce()
-    response = page(request, "login.html", {"title": "Sign in", "csrf": login_token(data.secret, nonce), "error": error,
-                                            "notice": notice, "auth_disabled": data.auth_disabled}, status=status)
+    token = login_token(session_secret(request.app), nonce)
+    response = page(request, "login.html", {"title": "Sign in", "csrf": token, "error": error, "notice": notice,
+                                            "auth_disabled": data.auth_disabled}, status=status)
     _cookie(request, response, LOGIN_COOKIE, nonce, LOGIN_S)
     return response
 
@@ -58,7 +77,8 @@ async def login(request: Request) -> Response:
     data = data_of(request)
     form = await request.form()
     nonce, token = request.cookies.get(LOGIN_COOKIE), form.get("csrf")
-    if not nonce or not valid_token(login_token(data.secret, nonce), token if isinstance(token, str) else None):
+    secret = session_secret(request.app)
+    if not nonce or not valid_token(login_token(secret, nonce), token if isinstance(token, str) else None):
         return _login_page(request, status=403, error="The sign-in form expired or came from elsewhere: sign in here.")
     api_key = form.get("api_key")
     api_key = api_key.strip() if isinstance(api_key, str) else ""
@@ -69,18 +89,22 @@ async def login(request: Request) -> Response:
         raise ConsolePage(403, "The console needs an admin key", [(
             f"This is a client key of tenant '{principal.tenant}'. Client keys call the API (diagnoses, reports); "
             "the console is for the tenant's administrators: sign in with an admin key.")])
-    session = sign_session(data.secret, key_id=principal.key_id, tenant=principal.tenant)
+    generation = await asyncio.to_thread(session_generation, request.app.state.database.sessions, principal.key_id)
+    session = sign_session(secret, key_id=principal.key_id, tenant=principal.tenant, generation=generation)
     response = RedirectResponse(base(request), status_code=303)
     _cookie(request, response, COOKIE, session.value, SESSION_S)
-    response.delete_cookie(LOGIN_COOKIE, path=base(request))
+    _forget(request, response, LOGIN_COOKIE)
     return response
 
 
 @router.post("/logout")
 async def logout(request: Request, user: UserDep) -> Response:
+    """Sign out: ends every session of the key, not only this browser's (a clear cookie alone would leave any copy
+    of it valid until it expired)."""
     await posted(request, user)
+    await asyncio.to_thread(end_sessions, request.app.state.database.sessions, user.key_id)
     response = RedirectResponse(f"{base(request)}/login", status_code=303)
-    response.delete_cookie(COOKIE, path=base(request), httponly=True, samesite="strict")
+    _forget(request, response, COOKIE)
     return response
 
 

@@ -1,11 +1,16 @@
-"""The console's sign-in session and CSRF tokens: stateless, signed, and holding no API key.
+"""The console's sign-in session and CSRF tokens: signed, holding no API key, and ended for good by signing out.
 
 The session cookie is ``<payload>.<signature>``: the payload (base64url) names the admin key's id, its tenant, the
-expiry and a random nonce; the signature is HMAC-SHA-256 under a key derived from the server secret
-(``app.pseudonyms``), so no one without the secret can make or alter one. The API key itself is used once, at
-sign-in, and is never stored — not in the cookie, the page, a URL or the browser's storage. Every request checks
-the signature, the expiry, and that the key id is still an active admin key of the tenant (revoking the key ends
-its sessions at once).
+expiry, the key's session generation and a random nonce; the signature is HMAC-SHA-256 under a key derived from the
+console's own secret (``app.pseudonyms.console_secret``, never the secret behind the students' keyed ids: changing
+it ends every session and re-keys no student), so no one without it can make or alter one. The API key itself is
+used once, at sign-in, and is never stored — not in the cookie, the page, a URL or the browser's storage. Every
+request checks the signature, the expiry, that the key id is still an active admin key of the tenant (revoking the
+key ends its sessions at once), and that the key's session generation is still the one the cookie was signed with:
+signing out raises it, so a copy of the cookie (another browser's, a stolen one) is refused from then on.
+
+The generation is a counter in the database (``config_generations``, under the reserved name
+``console-session:<key id>``: no tenant name holds a ``:``), so every worker and host sees a sign-out at once.
 
 Every state-changing form carries a CSRF token, HMAC(secret, cookie + "csrf"), checked on POST; the cookie is also
 ``SameSite=Strict``, so a cross-site form never sends it. The sign-in form, which has no session yet, is bound the
@@ -21,14 +26,20 @@ import secrets
 import time
 from dataclasses import dataclass
 
-__all__ = ["COOKIE", "LOGIN_COOKIE", "LOGIN_S", "SESSION_S", "Session", "csrf_token", "login_token", "new_nonce",
-           "sign_session", "valid_token", "verify_session"]
+from sqlalchemy.orm import sessionmaker
+
+from app.db import engine_of
+from app.storage.generations import bump, read_generations
+
+__all__ = ["COOKIE", "LOGIN_COOKIE", "LOGIN_S", "SESSION_S", "Session", "csrf_token", "end_sessions", "login_token",
+           "new_nonce", "session_generation", "sign_session", "valid_token", "verify_session"]
 
 COOKIE = "fedcd_console"
 LOGIN_COOKIE = "fedcd_console_login"
 SESSION_S = 8 * 3600  # a working day; sign in again after it
 LOGIN_S = 3600  # how long a sign-in form stays usable
-_CONTEXT = b"fedcd-console-session/v1"
+_CONTEXT = b"fedcd-console-session/v2"  # v2: the payload holds the key's session generation
+_GENERATION = "console-session:"
 
 
 @dataclass(frozen=True)
@@ -36,6 +47,7 @@ class Session:
     key_id: str
     tenant: str
     expires_at: float
+    generation: int  # the key's session generation at sign-in
     value: str  # the cookie as sent
 
 
@@ -48,11 +60,12 @@ def _mac(secret: bytes, message: str) -> str:
     return hmac.new(_key(secret), message.encode(), hashlib.sha256).hexdigest()
 
 
-def sign_session(secret: bytes, *, key_id: str, tenant: str, now: float | None = None) -> Session:
+def sign_session(secret: bytes, *, key_id: str, tenant: str, generation: int = 0, now: float | None = None) -> Session:
     expires = int((time.time() if now is None else now) + SESSION_S)
-    raw = f"{key_id}|{tenant}|{expires}|{secrets.token_urlsafe(12)}"
+    raw = f"{key_id}|{tenant}|{expires}|{generation}|{secrets.token_urlsafe(12)}"
     payload = base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
-    return Session(key_id=key_id, tenant=tenant, expires_at=expires, value=f"{payload}.{_mac(secret, payload)}")
+    return Session(key_id=key_id, tenant=tenant, expires_at=expires, generation=generation,
+                   value=f"{payload}.{_mac(secret, payload)}")
 
 
 def verify_session(secret: bytes, value: str, *, now: float | None = None) -> Session | None:
@@ -61,13 +74,27 @@ def verify_session(secret: bytes, value: str, *, now: float | None = None) -> Se
     if not payload or not hmac.compare_digest(signature.encode(), _mac(secret, payload).encode()):
         return None
     try:
-        key_id, tenant, expires, _nonce = base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)).decode().split("|")
-        expires_at = float(int(expires))
+        key_id, tenant, expires, generation, _nonce = (
+            base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)).decode().split("|"))
+        expires_at, signed_generation = float(int(expires)), int(generation)
     except (ValueError, UnicodeDecodeError):
         return None
     if expires_at <= (time.time() if now is None else now):
         return None
-    return Session(key_id=key_id, tenant=tenant, expires_at=expires_at, value=value)
+    return Session(key_id=key_id, tenant=tenant, expires_at=expires_at, generation=signed_generation, value=value)
+
+
+def session_generation(sessions: sessionmaker, key_id: str) -> int:
+    """The key's session generation now (0 before its first sign-out). Blocking: call it from a worker thread."""
+    with engine_of(sessions).connect() as conn:
+        return read_generations(conn, _GENERATION + key_id)[0]
+
+
+def end_sessions(sessions: sessionmaker, key_id: str) -> None:
+    """End every console session opened with the key so far, copies of their cookies included (sign-out).
+    Blocking: call it from a worker thread."""
+    with sessions.begin() as session:
+        bump(session, _GENERATION + key_id)
 
 
 def csrf_token(secret: bytes, session_value: str) -> str:

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Annotated, Any
 from urllib.parse import urlsplit
 
-from fastapi import Depends, Request, Response
+from fastapi import Depends, FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, RedirectResponse
 from fastapi.routing import APIRoute
@@ -25,12 +25,14 @@ from starlette.exceptions import HTTPException
 
 from app.auth import Principal
 from app.console.data import ConsoleData
-from app.console.session import COOKIE, csrf_token, valid_token, verify_session
+from app.console.session import COOKIE, csrf_token, session_generation, valid_token, verify_session
 from app.errors import InputError
 from app.metrics import count_rate_limited
+from app.pseudonyms import console_secret
 from app.ratelimit import RateLimited
 
-__all__ = ["ConsolePage", "ConsoleRoute", "SignIn", "User", "UserDep", "base", "data_of", "page", "posted", "templates"]
+__all__ = ["ConsolePage", "ConsoleRoute", "SignIn", "User", "UserDep", "base", "data_of", "page", "posted",
+           "secure_cookies", "session_secret", "templates"]
 
 HERE = Path(__file__).parent
 templates = Jinja2Templates(directory=HERE / "templates")
@@ -109,21 +111,46 @@ def base(request: Request) -> str:
     return request.scope.get("root_path", "").rstrip("/") + "/console"
 
 
+def session_secret(app: FastAPI) -> bytes:
+    """The key console sessions and forms are signed under (``FEDCD_CONSOLE_SECRET_KEY``, else
+    ``<state_dir>/console-secret``): read, or created, once per process."""
+    secret: bytes | None = getattr(app.state, "console_secret", None)
+    if secret is None:
+        secret = app.state.console_secret = console_secret(app.state.settings)
+    return secret
+
+
+def secure_cookies(request: Request) -> bool:
+    """Whether the console's cookies are ``Secure``: ``FEDCD_CONSOLE_SECURE_COOKIE``, or on ``auto`` whether this
+    request came over HTTPS (a TLS proxy that does not forward the scheme needs ``true``)."""
+    setting = request.app.state.settings.console_secure_cookie
+    return request.url.scheme == "https" if setting == "auto" else bool(setting)
+
+
 async def _user(request: Request) -> User:
     data = data_of(request)
+    secret = session_secret(request.app)
     value = request.cookies.get(COOKIE)
-    session = verify_session(data.secret, value) if value else None
+    session = verify_session(secret, value) if value else None
     if session is None:
         raise SignIn("Your session expired: sign in again." if value else None)
-    if not await asyncio.to_thread(data.key_active, session.tenant, session.key_id):
+    sessions = request.app.state.database.sessions
+
+    def check() -> tuple[bool, int]:  # one worker thread for both reads
+        return data.key_active(session.tenant, session.key_id), session_generation(sessions, session.key_id)
+
+    active, generation = await asyncio.to_thread(check)
+    if not active:
         raise SignIn("The key this session was opened with was revoked or expired: sign in again.")
+    if generation != session.generation:
+        raise SignIn("This session was signed out (here or in another browser): sign in again.")
     try:
         await data.rate_check(session.tenant)
     except RateLimited:
         count_rate_limited(session.tenant)
         raise
     user = User(tenant=session.tenant, key_id=session.key_id, session=session.value,
-                csrf=csrf_token(data.secret, session.value))
+                csrf=csrf_token(secret, session.value))
     request.state.principal = user.principal  # the access log names the tenant
     return user
 
@@ -170,7 +197,8 @@ def _signed_out(request: Request, exc: SignIn) -> Response:
     else:
         response = _error_page(request, 401, "Signed out", [exc.reason or "Sign in to the console first."])
     if exc.reason:
-        response.delete_cookie(COOKIE, path=base(request))
+        response.delete_cookie(COOKIE, path=base(request), secure=secure_cookies(request), httponly=True,
+                               samesite="strict")
     return response
 
 

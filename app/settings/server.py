@@ -6,7 +6,9 @@ import ipaddress
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, Field, SecretStr, computed_field, model_validator
+from pydantic import BaseModel, Field, SecretStr, computed_field, field_validator, model_validator
+
+from app.settings.students import require_key_material
 
 __all__ = ["ServerSettings", "is_loopback"]
 
@@ -36,6 +38,20 @@ class ServerSettings(BaseModel):
         default=None, description="redis:// URL of the state shared by workers (circuit breakers, response cache); none: in-process"
     )
     log_level: str = "INFO"
+    # The console's sign-in (README "Console"): its own secret, so ending sessions never re-keys a student.
+    console_secret_key: SecretStr | None = Field(
+        default=None, description="signs console sessions (at least 32 bytes; several hosts: one shared value); "
+        "unset: <state_dir>/console-secret, created once. Changing it ends every console session, nothing else"
+    )
+    console_secure_cookie: bool | Literal["auto"] = Field(
+        default="auto", description="mark console cookies Secure: auto = when the request is HTTPS; true behind a "
+        "TLS-terminating proxy that does not forward the scheme"
+    )
+
+    @field_validator("console_secret_key")
+    @classmethod
+    def _console_key_material(cls, value: SecretStr | None) -> SecretStr | None:
+        return require_key_material(value, "FEDCD_CONSOLE_SECRET_KEY")
 
     @model_validator(mode="after")
     def _auth_needs_loopback(self) -> ServerSettings:

@@ -14,6 +14,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from app.console.session import COOKIE, sign_session, verify_session
+from app.console.web import session_secret
 from providers import EntityUnavailable, PromptContext
 from providers.simulated import observed_proportions
 from tests.app.conftest import make_client
@@ -81,7 +82,7 @@ def test_an_admin_key_signs_in_with_a_signed_cookie_that_holds_no_key(client: Te
     secret_part = api_key.api_key.split("_", 2)[2]  # fcd_<key id>_<secret>: the secret may hold "_" itself
     assert len(secret_part) == 43
     assert secret_part not in value and api_key.api_key not in value
-    session = verify_session(client.app.state.gateway.pseudonyms.secret, value)  # type: ignore[attr-defined]
+    session = verify_session(session_secret(client.app), value)  # type: ignore[arg-type]
     assert session is not None and (session.key_id, session.tenant) == (api_key.key_id, "default")
     # Every page after it: no key anywhere in the page, nor in the URL
     for path in PAGES:
@@ -140,7 +141,7 @@ def test_pages_without_a_session_ask_to_sign_in(client: TestClient) -> None:
 
 def test_a_forged_altered_or_expired_cookie_is_refused(client: TestClient) -> None:
     key = client.app.state.keys.create(tenant="default", role="admin")  # type: ignore[attr-defined]
-    secret = client.app.state.gateway.pseudonyms.secret  # type: ignore[attr-defined]
+    secret = session_secret(client.app)  # type: ignore[arg-type]
     good = sign_session(secret, key_id=key.key_id, tenant="default")
     other = sign_session(b"another server's secret, 32 bytes", key_id=key.key_id, tenant="default")
     payload, signature = good.value.split(".")
@@ -151,7 +152,7 @@ def test_a_forged_altered_or_expired_cookie_is_refused(client: TestClient) -> No
         r = client.get("/console", follow_redirects=False)
         assert r.status_code == 303 and "/console/login" in r.headers["location"], value
     client.cookies.set(COOKIE, good.value, path="/console")
-    assert client.get("/console").status_code == 200
+    assert client.get("/console", follow_redirects=False).status_code == 200
 
 
 def test_a_revoked_key_signs_its_sessions_out(client: TestClient) -> None:
