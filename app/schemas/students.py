@@ -24,21 +24,25 @@ __all__ = [
 _DAYS = "days; null: kept until erased"
 
 
+# A century: longer is "keep", which null says. Strict: JSON true is not a number of days (lax mode read it as 1).
+MAX_DAYS = 36500.0
+
+
 class RetentionPolicy(BaseModel):
     """How long what is stored about a tenant's students is kept; the maintenance loop purges what expired."""
 
     model_config = ConfigDict(extra="forbid")
 
     diagnoses_days: float | None = Field(
-        gt=0, description=f"released diagnoses (the stored answer of the repeat rule, the request fingerprint); the "
+        gt=0, le=MAX_DAYS, strict=True, description=f"released diagnoses (the stored answer of the repeat rule, the request fingerprint); the "
         f"spend of each charge is kept regardless (the budget). At least the repeat window. {_DAYS}"
     )
     responses_days: float | None = Field(
-        gt=0, description="an uploaded responses CSV left in the server's uploads folder (deleted when its job ends in "
+        gt=0, le=MAX_DAYS, strict=True, description="an uploaded responses CSV left in the server's uploads folder (deleted when its job ends in "
         "any case); null: until its job ends"
     )
     job_inputs_days: float | None = Field(
-        gt=0, description=f"a finished job's students: the calibration records (keyed student id, responses, truth) "
+        gt=0, le=MAX_DAYS, strict=True, description=f"a finished job's students: the calibration records (keyed student id, responses, truth) "
         f"and per-student results. {_DAYS}"
     )
 

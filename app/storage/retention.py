@@ -7,12 +7,14 @@ would turn a free repeat into a fresh, paid query — so a shorter ``diagnoses_d
 
 from __future__ import annotations
 
+import json
+
 from sqlalchemy import select
 from sqlalchemy.orm import sessionmaker
 
 from app.db import RetentionRow, utcnow
 from app.errors import InputError
-from app.schemas.students import RetentionPolicy, RetentionPolicyPublic
+from app.schemas.students import MAX_DAYS, RetentionPolicy, RetentionPolicyPublic
 from app.settings import Settings
 
 __all__ = ["RetentionStore", "default_retention"]
@@ -62,10 +64,18 @@ class RetentionStore:
         """Every tenant's own policy (tenants not listed keep the defaults)."""
         with self.sessions() as session:
             rows = session.scalars(select(RetentionRow)).all()
-        return {r.tenant: RetentionPolicy.model_validate_json(r.policy_json) for r in rows}
+        return {r.tenant: _stored(r.policy_json) for r in rows}
 
     @staticmethod
     def _public(row: RetentionRow) -> RetentionPolicyPublic:
-        policy = RetentionPolicy.model_validate_json(row.policy_json)
+        policy = _stored(row.policy_json)
         return RetentionPolicyPublic(**policy.model_dump(), tenant=row.tenant, default=False,
                                      updated_at=row.updated_at, updated_by=row.updated_by)
+
+
+def _stored(policy_json: str) -> RetentionPolicy:
+    """A stored policy. One set before days were bounded may hold more than MAX_DAYS: that kept the data for good,
+    which null now says — read as such rather than refused."""
+    raw = json.loads(policy_json)
+    return RetentionPolicy.model_validate(
+        {k: None if isinstance(v, int | float) and v > MAX_DAYS else v for k, v in raw.items()})

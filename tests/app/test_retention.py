@@ -78,6 +78,10 @@ def test_each_tenant_sets_its_own_policy_within_the_repeat_window(tmp_path: Path
         assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["body", "diagnoses_days"]
         assert client.put("/v1/admin/retention", headers=short, json={**policy, "months": 1}).status_code == 422
         assert client.put("/v1/admin/retention", headers=short, json={**policy, "responses_days": 0}).status_code == 422
+        # JSON true is not a number of days (found by schemathesis, seed 9305117), nor is a day count past a century
+        for bad in ({"diagnoses_days": True}, {"job_inputs_days": 1e300}):
+            r = client.put("/v1/admin/retention", headers=short, json={**policy, **bad})
+            assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["body", *bad], r.text
         client_key = auth_headers(client.app, tenant="short", role="client")
         assert client.put("/v1/admin/retention", headers=client_key, json=policy).status_code == 403
 
