@@ -25,6 +25,7 @@ from app.services.calibration import CalibrationService, start_default_calibrati
 from app.services.calibration_job import CalibrationJobHandler
 from app.services.cohort import CohortLimits, CohortService
 from app.services.diagnosis import BatchLimits, DiagnosisService
+from app.services.forecasts import ForecastService
 from app.services.planning import Planner
 from app.services.qmatrices import QMatrixService
 from app.services.job_queries import JobQueries
@@ -49,6 +50,7 @@ from app.webhooks import WebhookSender
 from app.workers import WorkerRegistry
 from privacy import AsyncLedger, PrivacyLedger
 from providers import Entity
+from providers.item_response import ItemResponder
 from qmatrix import example_qmatrix
 
 __all__ = ["Gateway"]
@@ -154,8 +156,10 @@ class Gateway:
         planner = Planner(
             federation=self.federation, config=self.tenant_config, settings=settings, pseudonyms=self.pseudonyms
         )
+        local_fed = self.federation.adapter("local-fed") if "local-fed" in self.federation.names else None
         self.diagnosis = DiagnosisService(
-            planner=planner, ledger=self.async_ledger, usage=self.usage, batch=BatchLimits.from_settings(settings)
+            planner=planner, ledger=self.async_ledger, usage=self.usage, batch=BatchLimits.from_settings(settings),
+            forecasts=ForecastService(local_fed if isinstance(local_fed, ItemResponder) else None),
         )
         self.cohort = CohortService(
             planner=planner, ledger=self.async_ledger, usage=self.usage, limits=CohortLimits.from_settings(settings)

@@ -39,18 +39,20 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Callable
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Generic, TypeVar
+from typing import Any
 
 import numpy as np
 import torch
 
-from federated.hocdm import HigherOrderCDM
 from federated.active import NO_POINTER
+from federated.hocdm import HigherOrderCDM
 from federated.registry import TENANT_PREFIX, LoadedModel, ModelNotFound, ModelRegistry, RegistryError, model_key
+from providers.batching import MicroBatcher
 from providers.errors import EntityRejected, EntitySkipped
+from providers.item_response import ItemResponseFunction, ItemToForecast, item_response_function
 from providers.types import EntityPrediction, PromptContext, Repair
 from providers.wrappers import timed
 
@@ -64,66 +66,6 @@ def untrained_model(concepts: tuple[str, ...]) -> LoadedModel:
     """The untrained evidence model over ``concepts`` (module docstring); deterministic, needs no data."""
     return LoadedModel(version=UNTRAINED_VERSION, model=HigherOrderCDM(concepts),
                        manifest={"untrained": True, "items": {}}, signature_verified=False)
-
-T = TypeVar("T")
-R = TypeVar("R")
-
-
-class MicroBatcher(Generic[T, R]):
-    """Collect items submitted within ``window_s`` (or until ``max_batch``) and run them as one batch.
-
-    ``run`` is a blocking function from a list of items to a list of results (same order);
-    it runs in a worker thread. An exception fails every item of its batch.
-    """
-
-    def __init__(self, run: Callable[[list[T]], list[R]], *, window_s: float = 0.005, max_batch: int = 64) -> None:
-        if window_s < 0 or max_batch < 1:
-            raise ValueError(f"need window_s >= 0 and max_batch >= 1, got {window_s}, {max_batch}")
-        self._run, self.window_s, self.max_batch = run, window_s, max_batch
-        self._pending: list[tuple[T, asyncio.Future[R]]] = []
-        self._timer: asyncio.TimerHandle | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._tasks: set[asyncio.Task[None]] = set()
-        self.batches = 0
-
-    async def submit(self, item: T) -> R:
-        loop = asyncio.get_running_loop()
-        if loop is not self._loop:  # a new event loop (tests, restarts): forget the old one's state
-            self._loop, self._pending, self._timer = loop, [], None
-        future: asyncio.Future[R] = loop.create_future()
-        self._pending.append((item, future))
-        if len(self._pending) >= self.max_batch:
-            self._flush()
-        elif self._timer is None:
-            self._timer = loop.call_later(self.window_s, self._flush)
-        return await future
-
-    def _flush(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        batch, self._pending = self._pending, []
-        if batch:
-            task = asyncio.get_running_loop().create_task(self._execute(batch))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
-
-    async def _execute(self, batch: list[tuple[T, asyncio.Future[R]]]) -> None:
-        live = [(item, future) for item, future in batch if not future.done()]  # skip cancelled callers
-        if not live:
-            return
-        self.batches += 1
-        try:
-            results = await asyncio.to_thread(self._run, [item for item, _ in live])
-        except Exception as exc:  # noqa: BLE001 - handed to every caller of the batch
-            for _, future in live:
-                if not future.done():
-                    future.set_exception(exc)
-            return
-        for (_, future), result in zip(live, results, strict=True):
-            if not future.done():
-                future.set_result(result)
-
 
 @dataclass
 class _Request:
@@ -252,6 +194,33 @@ class LocalFedEntity:
         with self._load_lock:
             self._models.clear()
 
+    def _keys(self, qmatrix_id: str | None, tenant: str | None) -> list[str]:
+        """The registry keys that may serve ``tenant``'s requests on ``qmatrix_id``, first match wins: its own model,
+        then the operator's. Inline rows (no id) have none; a registry key is never a Q-matrix id."""
+        if qmatrix_id is None or qmatrix_id.startswith(TENANT_PREFIX):
+            return []
+        return [*([model_key(qmatrix_id, tenant)] if tenant else []), qmatrix_id]
+
+    def serving_model(self, qmatrix_id: str | None, tenant: str | None, concepts: Sequence[str]) -> LoadedModel:
+        """The model answering ``tenant``'s requests on ``qmatrix_id`` — as :meth:`respond` picks it — or the
+        untrained evidence model over ``concepts`` when there is none (blocking). Raises ``RegistryError`` when the
+        active model fails verification."""
+        for key in self._keys(qmatrix_id, tenant):
+            if self.registry.pointer_stamp(key) == NO_POINTER:
+                continue
+            try:
+                return self.model_for(key)
+            except ModelNotFound:
+                continue
+        return self._untrained_for(tuple(concepts))
+
+    def item_response(
+        self, qmatrix_id: str | None, tenant: str | None, items: Sequence[ItemToForecast], concepts: Sequence[str]
+    ) -> ItemResponseFunction:
+        """The serving model's item-response function for ``items`` (item forecasts; blocking)."""
+        loaded = self.serving_model(qmatrix_id, tenant, concepts)
+        return item_response_function(loaded, items, untrained=self._untrained_for(tuple(concepts)))
+
     def visible_models(self, tenant: str) -> dict[str, str]:
         """The Q-matrix ids ``tenant`` may read a model of -> the registry key of the model serving it: the tenant's
         own models and the operator's shared ones (its own wins, as in :meth:`respond`). Another tenant's model is
@@ -347,10 +316,7 @@ class LocalFedEntity:
         if not context.concepts:
             raise EntitySkipped("the request assesses no concept", entity=self.name)
         loaded: LoadedModel | None = None
-        # inline rows (no Q-matrix id): no trained model can be keyed to them; a registry key is never a Q-matrix id
-        keys = [] if context.qmatrix_id is None or context.qmatrix_id.startswith(TENANT_PREFIX) else [
-            *([model_key(context.qmatrix_id, context.cache_scope)] if context.cache_scope else []), context.qmatrix_id]
-        for key in keys:
+        for key in self._keys(context.qmatrix_id, context.cache_scope):
             stamp = self.registry.pointer_stamp(key)
             if stamp == NO_POINTER:
                 continue  # "no model of this Q-matrix" needs no thread

@@ -24,10 +24,15 @@ __all__ = [
     "EntityReport",
     "FederationBlock",
     "FederationStage",
+    "ForecastBasis",
+    "ItemForecast",
     "PrivacyBlock",
     "SkippedEntity",
     "StudentIn",
 ]
+
+
+MAX_FORECAST_ITEMS = 20_000  # as many as a Q-matrix may hold (FEDCD_MAX_QMATRIX_ITEMS' default)
 
 
 class DiagnoseOptions(BaseModel):
@@ -56,6 +61,13 @@ class DiagnoseOptions(BaseModel):
     entities: list[Name] | None = Field(default=None, min_length=1, description="entity names; omitted: all")
     calibration_id: str | None = None
     include_entities: bool = False
+    forecast_items: Annotated[list[Identifier], Field(min_length=1, max_length=MAX_FORECAST_ITEMS)] | Literal[
+        "all"] | None = Field(
+        default=None,
+        description="items of the Q-matrix to forecast: for each, the probability that this student answers it "
+        "correctly, from the diagnosis through the serving model's item parameters (see forecasts); \"all\": every "
+        "item of the Q-matrix; omitted: none. Post-processing of the released diagnosis: no privacy cost",
+    )
     federation: Literal["all", "calibrated", "selective"] | None = Field(
         default=None,
         description="all: ask every selected entity at once; calibrated: the same, leaving out the entities the "
@@ -207,6 +219,36 @@ class FederationBlock(BaseModel):
     escalated: bool = Field(description="more than one tier was asked")
 
 
+class ItemForecast(BaseModel):
+    """The probability that the student answers one item correctly, as the diagnosis and the model see it."""
+
+    item_id: str
+    p_correct: float = Field(ge=0.0, le=1.0, description="posterior-predictive probability of a correct answer")
+    interval: tuple[float, float] | None = Field(
+        description="equal-tailed credible interval at interval_level (null when the diagnosis is a point estimate: "
+        "mean aggregation)"
+    )
+    basis: Literal["trained", "q-row", "untrained"] = Field(
+        description="trained: the item's own parameters, learned in training; q-row: a trained model's parameters "
+        "predicted from the item's Q-row (the item was not in its training data); untrained: the untrained evidence "
+        "model's (discrimination 1, intercept 0) — no trained model serves this Q-matrix, or the item requires a "
+        "concept the trained model does not know"
+    )
+    from_prior: list[str] = Field(
+        default_factory=list, description="the item's concepts this diagnosis did not assess: the model's prior "
+        "stood in for them, so the forecast is only as sure as the model is of a student it knows nothing about"
+    )
+
+
+class ForecastBasis(BaseModel):
+    """What the item forecasts rest on."""
+
+    model: str = Field(description="the model whose item parameters were used (fedcd-cdm/<version> or "
+                                   "fedcd-cdm/untrained)")
+    interval_level: float = Field(description="the credible level of every forecast's interval")
+    summary: str
+
+
 class DiagnoseResponse(BaseModel):
     student_id: str
     qmatrix_id: str | None = Field(default=None, description="the Q-matrix the diagnosis was made on")
@@ -251,6 +293,10 @@ class DiagnoseResponse(BaseModel):
         description="what this request spent, every entity together; zero for a repeat (the stored answer: no entity "
         "was asked)",
     )
+    forecasts: list[ItemForecast] | None = Field(
+        default=None, description="forecast_items only: per item, P(correct) with its interval and basis"
+    )
+    forecast_basis: ForecastBasis | None = None
 
 
 class BatchError(BaseModel):

@@ -35,6 +35,7 @@ from app.schemas import (
     Usage,
 )
 from app.services.answers import budget_block, diagnosis_response, request_fingerprint
+from app.services.forecasts import ForecastService
 from app.services.planning import Planner, RequestConfig, StudentPlan
 from app.services.usage import account_usage
 from app.settings import Settings
@@ -62,23 +63,32 @@ class BatchLimits:
 class DiagnosisService:
     """``/v1/diagnose`` and ``/v1/diagnose/batch``: plan, charge, run, settle. ``ledger`` None: the ledger is off."""
 
-    def __init__(self, *, planner: Planner, ledger: AsyncLedger | None, usage: UsageStore, batch: BatchLimits) -> None:
+    def __init__(
+        self, *, planner: Planner, ledger: AsyncLedger | None, usage: UsageStore, batch: BatchLimits,
+        forecasts: ForecastService,
+    ) -> None:
         self.planner, self.ledger, self.usage, self.batch = planner, ledger, usage, batch
+        self.forecasts = forecasts
 
     async def diagnose(self, body: DiagnoseRequest, principal: Principal) -> DiagnoseResponse:
         tenant = principal.tenant
         config = await self._configuration(body, tenant)
-        self.planner.check_responses(config.resolved.qmatrix, body.responses, ("body",))
+        q = config.resolved.qmatrix
+        self.planner.check_responses(q, body.responses, ("body",))
+        items = self.forecasts.items(body.forecast_items, q)  # a bad item id is a 422 before any charge
         planned = self.planner.plan(body, config, body, self.planner.aggregator(body, config.calibration), tenant)
-        return await _counted(tenant, self._serve(body, config, planned))
+        response = await _counted(tenant, self._serve(body, config, planned))
+        return await self.forecasts.attach(response, items, q=q, qmatrix_id=q.id, tenant=tenant)
 
     async def diagnose_batch(self, body: BatchDiagnoseRequest, principal: Principal) -> BatchDiagnoseResponse:
         if len(body.students) > self.batch.max_students:
             raise InputError(("body", "students"), [f"at most {self.batch.max_students} students per batch"])
         tenant = principal.tenant
         config = await self._configuration(body, tenant)
+        q = config.resolved.qmatrix
         for n, student in enumerate(body.students):
-            self.planner.check_responses(config.resolved.qmatrix, student.responses, ("body", "students", n))
+            self.planner.check_responses(q, student.responses, ("body", "students", n))
+        items = self.forecasts.items(body.forecast_items, q)
         aggregator = self.planner.aggregator(body, config.calibration)
         # Every student planned before anyone is charged: a bad entity name or a refused "none" is one 422.
         plans = [self.planner.plan(body, config, student, aggregator, tenant) for student in body.students]
@@ -87,7 +97,8 @@ class DiagnosisService:
         async def one(student: StudentIn, planned: StudentPlan) -> DiagnoseResponse | BatchError:
             async with gate:
                 try:
-                    return await _counted(tenant, self._serve(body, config, planned))
+                    response = await _counted(tenant, self._serve(body, config, planned))
+                    return await self.forecasts.attach(response, items, q=q, qmatrix_id=q.id, tenant=tenant)
                 except AllEntitiesFailed as exc:
                     detail = {"message": str(exc),
                               "entities": [{"name": o.name, "reason": o.reason, "error": o.error} for o in exc.outcomes]}

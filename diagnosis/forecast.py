@@ -1,0 +1,98 @@
+"""Item forecasts: the chance a student answers an item correctly, from the aggregated concept posterior through the
+serving model's item-response function (issue 31, part 1).
+
+For item ``i`` requiring concepts ``Q_i``, with the diagnosis's belief about each concept's ability
+``θ_k ~ N(m_k, s_k²)`` (``m_k = logit(mastery_k)``; ``s_k`` read off the credible interval) and the model's item
+parameters ``α_i, c_i`` (:mod:`providers.item_response`)::
+
+    η_i = α_i · mean_{k∈Q_i} θ_k + c_i,   var(η_i) = α_i² · Σ_{k∈Q_i} s_k² / |Q_i|²
+    P(correct) ≈ σ(E η_i / sqrt(1 + π/8 · var η_i))     (the probit approximation of the posterior predictive)
+    interval   = [σ(E η_i − z·sd η_i), σ(E η_i + z·sd η_i)] at the diagnosis's credible level
+
+The concepts are taken as independent given the diagnosis (only their marginals are released), as the model's own
+posterior predictive does. A concept the diagnosis did not assess (the item was not among the student's answers)
+stands at the model's prior, listed in ``from_prior``: its forecast is as uncertain as the model says a student it
+knows nothing about is. With a point estimate and no interval (``mean`` aggregation) the forecast has no interval.
+
+This is post-processing of an already released (privatized) diagnosis and the model's public parameters: it costs
+no ε and reads no response.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.special import expit, logit
+from scipy.stats import norm
+
+from providers.item_response import ItemBasis, ItemResponseFunction
+
+__all__ = ["ConceptBelief", "ItemForecast", "concept_beliefs", "forecast_items"]
+
+_CLIP = 1e-4  # a mastery of exactly 0 or 1 would be an infinite ability
+DEFAULT_LEVEL = 0.9
+
+
+@dataclass(frozen=True)
+class ConceptBelief:
+    """The diagnosis's belief about one concept's ability θ (logit scale): mean and sd (None: a point estimate)."""
+
+    theta: float
+    sd: float | None
+    assessed: bool
+
+
+@dataclass(frozen=True)
+class ItemForecast:
+    item_id: str
+    p_correct: float
+    interval: tuple[float, float] | None
+    basis: ItemBasis
+    from_prior: tuple[str, ...]
+
+
+def _logit(p: float) -> float:
+    return float(logit(min(max(p, _CLIP), 1 - _CLIP)))
+
+
+def concept_beliefs(
+    mastery: Mapping[str, float], intervals: Mapping[str, tuple[float, float]] | None, level: float | None,
+    irf: ItemResponseFunction,
+) -> dict[str, ConceptBelief]:
+    """Beliefs for every concept the forecast items require: the diagnosis's where it assessed the concept (its
+    interval read as ±z·sd on the logit scale), else the model's prior."""
+    z = float(norm.ppf(0.5 + (level or DEFAULT_LEVEL) / 2))
+    beliefs: dict[str, ConceptBelief] = {}
+    for concept in {c for row in irf.concepts for c in row}:
+        if concept in mastery:
+            bounds = (intervals or {}).get(concept)
+            sd = None if bounds is None else max(_logit(bounds[1]) - _logit(bounds[0]), 0.0) / (2 * z)
+            beliefs[concept] = ConceptBelief(_logit(mastery[concept]), sd, assessed=True)
+        else:
+            beliefs[concept] = ConceptBelief(irf.prior_mean.get(concept, 0.0), irf.prior_sd.get(concept, 1.0),
+                                             assessed=False)
+    return beliefs
+
+
+def forecast_items(
+    irf: ItemResponseFunction, beliefs: Mapping[str, ConceptBelief], *, level: float | None
+) -> list[ItemForecast]:
+    """One forecast per item of ``irf`` (its order), at credible ``level`` (default 90 %)."""
+    z = float(norm.ppf(0.5 + (level or DEFAULT_LEVEL) / 2))
+    out: list[ItemForecast] = []
+    for n, (item_id, concepts) in enumerate(zip(irf.item_ids, irf.concepts, strict=True)):
+        alpha, c = float(irf.alpha[n]), float(irf.intercept[n])
+        held: Sequence[ConceptBelief] = [beliefs[k] for k in concepts]
+        mean = alpha * float(np.mean([b.theta for b in held])) + c
+        if any(b.sd is None for b in held):
+            p, interval = float(expit(mean)), None
+        else:
+            sd = alpha * math.sqrt(sum(b.sd**2 for b in held)) / len(held)  # type: ignore[operator]
+            p = float(expit(mean / math.sqrt(1 + math.pi / 8 * sd**2)))
+            interval = (float(expit(mean - z * sd)), float(expit(mean + z * sd)))
+        out.append(ItemForecast(item_id=item_id, p_correct=p, interval=interval, basis=irf.basis[n],
+                                from_prior=tuple(k for k, b in zip(concepts, held, strict=True) if not b.assessed)))
+    return out
