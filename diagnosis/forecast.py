@@ -21,7 +21,7 @@ no ε and reads no response.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -30,7 +30,7 @@ from scipy.stats import norm
 
 from providers.item_response import ItemBasis, ItemResponseFunction
 
-__all__ = ["ConceptBelief", "ItemForecast", "concept_beliefs", "forecast_items"]
+__all__ = ["DEFAULT_LEVEL", "ConceptBelief", "ItemForecast", "concept_beliefs", "forecast_items", "item_forecast", "z_of"]
 
 _CLIP = 1e-4  # a mastery of exactly 0 or 1 would be an infinite ability
 DEFAULT_LEVEL = 0.9
@@ -58,15 +58,19 @@ def _logit(p: float) -> float:
     return float(logit(min(max(p, _CLIP), 1 - _CLIP)))
 
 
+def z_of(level: float | None) -> float:
+    return float(norm.ppf(0.5 + (level or DEFAULT_LEVEL) / 2))
+
+
 def concept_beliefs(
     mastery: Mapping[str, float], intervals: Mapping[str, tuple[float, float]] | None, level: float | None,
-    irf: ItemResponseFunction,
+    irf: ItemResponseFunction, *, concepts: Iterable[str] | None = None,
 ) -> dict[str, ConceptBelief]:
-    """Beliefs for every concept the forecast items require: the diagnosis's where it assessed the concept (its
-    interval read as ±z·sd on the logit scale), else the model's prior."""
-    z = float(norm.ppf(0.5 + (level or DEFAULT_LEVEL) / 2))
+    """Beliefs for ``concepts`` (default: every concept the forecast items require): the diagnosis's where it
+    assessed the concept (its interval read as ±z·sd on the logit scale), else the model's prior."""
+    z = z_of(level)
     beliefs: dict[str, ConceptBelief] = {}
-    for concept in {c for row in irf.concepts for c in row}:
+    for concept in set(concepts) if concepts is not None else {c for row in irf.concepts for c in row}:
         if concept in mastery:
             bounds = (intervals or {}).get(concept)
             sd = None if bounds is None else max(_logit(bounds[1]) - _logit(bounds[0]), 0.0) / (2 * z)
@@ -81,18 +85,24 @@ def forecast_items(
     irf: ItemResponseFunction, beliefs: Mapping[str, ConceptBelief], *, level: float | None
 ) -> list[ItemForecast]:
     """One forecast per item of ``irf`` (its order), at credible ``level`` (default 90 %)."""
-    z = float(norm.ppf(0.5 + (level or DEFAULT_LEVEL) / 2))
+    z = z_of(level)
     out: list[ItemForecast] = []
     for n, (item_id, concepts) in enumerate(zip(irf.item_ids, irf.concepts, strict=True)):
-        alpha, c = float(irf.alpha[n]), float(irf.intercept[n])
-        held: Sequence[ConceptBelief] = [beliefs[k] for k in concepts]
-        mean = alpha * float(np.mean([b.theta for b in held])) + c
-        if any(b.sd is None for b in held):
-            p, interval = float(expit(mean)), None
-        else:
-            sd = alpha * math.sqrt(sum(b.sd**2 for b in held)) / len(held)  # type: ignore[operator]
-            p = float(expit(mean / math.sqrt(1 + math.pi / 8 * sd**2)))
-            interval = (float(expit(mean - z * sd)), float(expit(mean + z * sd)))
+        held = [beliefs[k] for k in concepts]
+        p, interval = item_forecast(float(irf.alpha[n]), float(irf.intercept[n]), held, z=z)
         out.append(ItemForecast(item_id=item_id, p_correct=p, interval=interval, basis=irf.basis[n],
                                 from_prior=tuple(k for k, b in zip(concepts, held, strict=True) if not b.assessed)))
     return out
+
+
+def item_forecast(
+    alpha: float, intercept: float, held: Sequence[ConceptBelief], *, z: float
+) -> tuple[float, tuple[float, float] | None]:
+    """(P(correct), its interval at ±z) of one item with parameters ``alpha``, ``intercept`` requiring the concepts
+    whose beliefs are ``held`` (the module docstring's formulas)."""
+    mean = alpha * float(np.mean([b.theta for b in held])) + intercept
+    if any(b.sd is None for b in held):
+        return float(expit(mean)), None
+    sd = alpha * math.sqrt(sum(b.sd**2 for b in held)) / len(held)  # type: ignore[operator]
+    p = float(expit(mean / math.sqrt(1 + math.pi / 8 * sd**2)))
+    return p, (float(expit(mean - z * sd)), float(expit(mean + z * sd)))

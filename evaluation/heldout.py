@@ -1,7 +1,10 @@
 """The held-out protocol: 20 % of each validation and test student's responses are hidden (seeded), the
 diagnosis sees the rest, and every row predicts the hidden ones.
 
-* Federation rows (``single:*``, ``simple-ensemble``, ``fed-*``, ``full``, ``served``) predict
+* ``served`` and ``single:local-fed`` are scored as served: by the item forecasts ``/v1/diagnose``
+  returns (:mod:`evaluation.forecasts`), when the federation has ``local-fed``; their link scoring
+  is beside them as ``served (link)`` and ``single:local-fed (link)``.
+* The other federation rows (``single:*``, ``simple-ensemble``, ``fed-*``, ``full``) predict
   through the monotone link of :mod:`evaluation.link` (mastery and the item's train easiness,
   fitted on validation); ``item-difficulty`` is that link without mastery, the floor a diagnosis
   must clear.
@@ -23,6 +26,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from evaluation.baselines import CDMBaseline, response_matrix
+from evaluation.forecasts import FORECAST_ROWS, LINK_SUFFIX, ForecastScorer, item_responder
 from evaluation.harness import (EvaluationConfig, Federation, Mastery, Progress, assessed, baseline_mastery, baselines,
                                 collect, fill_uncovered, served_setting)
 from evaluation.link import ItemEasiness, fit_link, item_easiness
@@ -134,14 +138,26 @@ async def heldout_protocol(
         estimates.append(await served_via(HeldoutStudents(
             qmatrix=q, history=[*split.train, *split.validation], validation=val_obs, test=test_obs)))
     scorer = HeldoutScorer(q, train_easiness(split.train), val_held, test_held)
+    responder = item_responder(fed.entities)
+    forecasts = ForecastScorer(q, responder, test_held) if responder is not None else None
     y = scorer.test_y
     probs: dict[tuple[str, float | None, str], np.ndarray] = {}  # (row, ε, mechanism) -> test P(correct)
     for est in estimates:
         p, filled = scorer.probabilities(est)
+        if forecasts is not None and est.name in FORECAST_ROWS:  # scored as served; the link beside it
+            result.rows.append(_row(est.name + LINK_SUFFIX, est.epsilon, p, y, mechanism=est.mechanism, filled=filled))
+            p, filled = forecasts.probabilities(est), 0
         probs[(est.name, est.epsilon, est.mechanism)] = p
         result.rows.append(_row(est.name, est.epsilon, p, y, mechanism=est.mechanism, filled=filled))
         if est.name.startswith("single:") and est.epsilon is None:
             result.reliability[est.name.removeprefix("single:")] = list(zip(p.tolist(), y.tolist()))
+    if forecasts is not None:
+        bases = ", ".join(f"{n} {b}" for b, n in sorted(forecasts.basis_counts().items()))
+        result.notes.append(
+            f"`served` and `single:local-fed` are scored by the item forecasts the API returns (forecast_items: the "
+            f"diagnosis through {forecasts.irf.model}'s item parameters; held-out responses by item basis: {bases}); "
+            f"the same rows through the concept-mastery link are `<row>{LINK_SUFFIX}`"
+        )
     probs[("item-difficulty", None, "none")] = scorer.item_only()
     result.rows.append(_row("item-difficulty", None, probs[("item-difficulty", None, "none")], y))
     for name, model in baselines(split.train, q, ncdm).items():

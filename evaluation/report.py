@@ -180,7 +180,7 @@ def _markdown(result: EvaluationResult, command: str, plots: list[str]) -> str:
         best_single = (min if lower_better else max)(singles_clean, key=lambda r: getattr(r, metric) or (math.inf if lower_better else -math.inf), default=None)
         out += [f"## Table 2: main comparison{suffix}", ""]
         served = _served_noise(result)
-        main_rows = [r for r in rows if (r.name.startswith("single:") and (r.epsilon is None or (r.epsilon, r.mechanism) == served)) or r.name in ("served", VIA_API_ROW) or r.name in CLASSICAL or r.name in ("simple-ensemble", "fed-nodp-rc") or (r.name in FED_ROWS and r.epsilon == headline)]
+        main_rows = [r for r in rows if (r.name.startswith("single:") and (r.epsilon is None or (r.epsilon, r.mechanism) == served)) or r.name in ("served", "served (link)", VIA_API_ROW) or r.name in CLASSICAL or r.name in ("simple-ensemble", "fed-nodp-rc") or (r.name in FED_ROWS and r.epsilon == headline)]
         out += _table(main_rows, metrics)
         out += _targets(result, rows)
         full = next((r for r in rows if r.name == "full" and r.epsilon == headline), None)

@@ -37,6 +37,9 @@ class Estimates:
     validation: list[Mastery]
     test: list[Mastery]
     mechanism: str = "none"
+    # the served rows' credible intervals per test student and their level (None: point estimates only)
+    test_intervals: list[dict[str, tuple[float, float]]] | None = None
+    interval_level: float | None = None
 
 
 def _plain(preds: Sequence[dict[str, dict[str, float]]], concepts: Sequence[Sequence[str]]) -> list[Mastery]:

@@ -153,22 +153,34 @@ def train_local_fed(
     return entity, facts
 
 
+@dataclass(frozen=True)
+class _Diagnosed:
+    """What the served rows keep of each student's diagnosis: the mastery, its credible intervals and their level."""
+
+    mastery: list[Mastery]
+    intervals: list[dict[str, tuple[float, float]]]
+    level: float | None
+
+
 async def _diagnose_all(
     pipeline: DiagnosisPipeline, q: QMatrix, students: Sequence[Sequence[Response]], level: NoiseLevel,
     aggregator: Aggregator, gate: asyncio.Semaphore,
-) -> list[Mastery]:
-    async def one(i: int, responses: Sequence[Response]) -> Mastery:
+) -> _Diagnosed:
+    async def one(i: int, responses: Sequence[Response]) -> tuple[Mastery, dict[str, tuple[float, float]], float | None]:
         async with gate:
             request = DiagnosisRequest(
                 student_id=f"served-{i}", qmatrix=q, responses=responses, epsilon=level.epsilon,
                 mechanism=level.mechanism, sensitivity=level.sensitivity, delta=level.delta,  # type: ignore[arg-type]
             )
             try:
-                return (await pipeline.diagnose(request, aggregator)).mastery
+                result = await pipeline.diagnose(request, aggregator)
             except AllEntitiesFailed:
-                return {}
+                return {}, {}, None
+            return result.mastery, dict(result.intervals), result.interval_level
 
-    return list(await asyncio.gather(*(one(i, r) for i, r in enumerate(students))))
+    done = await asyncio.gather(*(one(i, r) for i, r in enumerate(students)))
+    levels = {lv for _, _, lv in done if lv is not None}
+    return _Diagnosed([m for m, _, _ in done], [iv for _, iv, _ in done], levels.pop() if len(levels) == 1 else None)
 
 
 async def served_estimates(
@@ -195,11 +207,12 @@ async def served_estimates(
             pipeline, q, validation=validation, validation_truths=validation_truths, level=level, config=config,
             seed=seed, gate=gate,
         )
+        tested = await _diagnose_all(pipeline, q, test, level, aggregator, gate)
         run.estimates.append(Estimates(
             name="served", epsilon=level.epsilon,
-            validation=await _diagnose_all(pipeline, q, validation, level, aggregator, gate),
-            test=await _diagnose_all(pipeline, q, test, level, aggregator, gate),
-            mechanism="none" if level.noiseless else level.mechanism,
+            validation=(await _diagnose_all(pipeline, q, validation, level, aggregator, gate)).mastery,
+            test=tested.mastery, mechanism="none" if level.noiseless else level.mechanism,
+            test_intervals=tested.intervals if tested.level is not None else None, interval_level=tested.level,
         ))
         run.calibrations.append({"noise": level.fields(), "method": record.method, "aggregation": aggregator.kind,
                                  "metrics": record.metrics, "params": _summary(record.params.to_json())})

@@ -84,6 +84,10 @@ async def test_heldout_with_partial_credit_scores_every_row_on_the_same_response
     rows = {(r.name, r.epsilon, r.mechanism): r for r in result.rows}
     assert ("served", 32.0, "piecewise") in rows and ("served", None, "none") in rows
     assert ("single:local-fed", None, "none") in rows and ("single:local-fed", 32.0, "piecewise") in rows
+    # served and single:local-fed are scored by the item forecasts the API returns, the link beside them (issue 31)
+    assert ("served (link)", None, "none") in rows and ("single:local-fed (link)", None, "none") in rows
+    assert rows[("served", None, "none")].auc != rows[("served (link)", None, "none")].auc
+    assert any("scored by the item forecasts" in n and "fedcd-cdm/v0001" in n for n in result.notes)
     assert {"ncdm", "irt", "dina", "proportion-correct", "item-difficulty"} <= {r.name for r in result.rows}
     assert len({r.n for r in result.rows}) == 1 and result.rows[0].n > 0
     for r in result.rows:
