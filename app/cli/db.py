@@ -24,13 +24,16 @@ def _engine():  # type: ignore[no-untyped-def]
 def upgrade_db(revision: Annotated[str, typer.Option(help="target revision")] = "head") -> None:
     """Migrate FEDCD_DATABASE_URL's schema (under the start-up lock: safe while workers start)."""
     from app.migrate import SchemaOutdated, upgrade
-    from app.pseudonyms import server_secret
+    from app.pseudonyms import existing_server_secret
     from app.settings import Settings
 
     engine = _engine()
-    try:  # the server's secret: revision 0004 turns stored student ids into keyed hashes under it (app.pseudonyms)
-        before, after = upgrade(engine, revision, server_secret=server_secret(Settings()))
-    except SchemaOutdated as exc:
+    # The server's secret: revision 0004 turns stored student ids into keyed hashes under it (app.pseudonyms). Never
+    # a new one: ids hashed under a secret the server does not hold would re-key every student (a fresh budget each);
+    # without it the revision refuses when it has ids to convert, and a database with none needs no secret.
+    try:
+        before, after = upgrade(engine, revision, server_secret=existing_server_secret(Settings()))
+    except (SchemaOutdated, RuntimeError) as exc:  # RuntimeError: a revision refused (0004 without the secret)
         err.print(f"[red]error:[/] {exc}")
         raise typer.Exit(2) from exc
     finally:

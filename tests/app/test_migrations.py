@@ -153,3 +153,23 @@ def test_migration_0004_rewrites_the_converted_postgres_tables(postgres_url: str
     finally:
         engine.dispose()
     assert all(after[t] != before[t] for t in tables), (before, after)
+
+
+def test_the_cli_never_invents_a_secret_to_convert_stored_ids(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`fedcd db upgrade` pointed at a database whose server secret is elsewhere (another state folder, no
+    FEDCD_SECRET_KEY) refuses: hashing the ids under a new secret would re-key every student, resetting budgets."""
+    _store_raw_ids(f"sqlite:///{tmp_path / 'fedcd.db'}", students=3)
+    monkeypatch.setenv("FEDCD_STATE_DIR", str(tmp_path))
+    monkeypatch.delenv("FEDCD_SECRET_KEY", raising=False)
+    result = CliRunner().invoke(cli, ["db", "upgrade"])
+    assert result.exit_code != 0
+    assert "needs the server's secret" in str(result.exception) + result.output
+    assert not (tmp_path / "server-secret").exists()
+    engine = create_engine(f"sqlite:///{tmp_path / 'fedcd.db'}")
+    try:
+        assert schema_revision(engine) == "0003_usage"
+        with engine.connect() as conn:
+            assert conn.execute(text("SELECT count(*) FROM privacy_students WHERE student_id = :s"),
+                                {"s": RAW_ID}).scalar() == 1
+    finally:
+        engine.dispose()
