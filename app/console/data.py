@@ -48,10 +48,6 @@ class ConsoleData:
 
     # -- sign-in ----------------------------------------------------------------------------------
     @property
-    def secret(self) -> bytes:
-        return self.state.gateway.pseudonyms.secret
-
-    @property
     def auth_disabled(self) -> bool:
         return self.state.settings.auth == "disabled"
 
