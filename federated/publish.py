@@ -51,6 +51,8 @@ class TrainResult:
     heldout_metrics: dict[str, Any]
     model: CDModel
     seconds: float
+    epsilon: float | None = None  # what the whole run spent under DP (every candidate kind's rounds composed)
+    selection: dict[str, Any] | None = None  # the candidate kinds' held-out AUCs and the one chosen (the manifest's)
 
     @property
     def published(self) -> bool:
@@ -100,7 +102,9 @@ class HeldOut:
 class TrainingRun:
     """What a trainer reports about its run for the manifest: why it stopped, its DP mode and δ, how many students
     it trained on (None: unknown to the coordinator), its configuration, and when it started (``time.perf_counter``).
-    ``extra`` adds (or replaces) top-level manifest fields."""
+    ``extra`` adds (or replaces) top-level manifest fields. ``epsilon``: the ε the whole run spent, where it is
+    more than the published model's own history says (several candidate kinds trained on the same students);
+    None: the history's last ε."""
 
     stop_reason: str | None
     dp: str
@@ -109,6 +113,7 @@ class TrainingRun:
     config: dict[str, Any]
     started: float
     extra: dict[str, Any] | None = None
+    epsilon: float | None = None
 
 
 def gate_and_publish(
@@ -144,8 +149,9 @@ def gate_and_publish(
                                   qmatrix=dataset.qmatrix, heldout=heldout_students,
                                   active_version=target.active_version, policy=options.gate, force=options.force)
     version = manifest = None
+    spent = (run.epsilon if run.epsilon is not None else history[-1].epsilon if history else None) \
+        if dp != "none" else None
     if decision.accepted:
-        spent = history[-1].epsilon if dp != "none" else None
         version, manifest = target.registry.publish(model, activate=options.activate, manifest={
             "trained_at": utc_now(), "rounds": len(history), "stop_reason": stop_reason,
             "dp_mode": dp, "epsilon": spent, "delta": run.delta if dp != "none" else None,
@@ -159,7 +165,8 @@ def gate_and_publish(
         })
     return TrainResult(version=version, history=history, manifest=manifest, decision=decision,
                        stop_reason=stop_reason, heldout_metrics=metrics, model=model,
-                       seconds=time.perf_counter() - run.started)
+                       seconds=time.perf_counter() - run.started, epsilon=spent,
+                       selection=(run.extra or {}).get("model_selection"))
 
 
 def publish_trained(

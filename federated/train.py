@@ -12,9 +12,12 @@ budget stop before a round, ε composed over all rounds); ``fedavg``/``fedprox``
 :func:`federated.inprocess.fedavg_round` with the same ``rng``, so the draws are those of one
 :func:`~federated.inprocess.run_fedavg` call.
 ``trimmed_mean`` and ``median`` (robust to a few bad clients) aggregate the sampled
-clients' updates coordinate-wise with the small pure functions below; they are refused
+clients' updates coordinate-wise (:mod:`federated.candidates`); they are refused
 with client-level DP, whose noise is calibrated to a clipped *sum* of updates (with
 student-level DP each update is already private, and any aggregate of them is too).
+
+``model_kind="auto"`` (the default) trains every candidate kind and publishes the one with the best
+held-out AUC on the coordinator's held-out students, each at its best round (:mod:`federated.candidates`).
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ import contextlib
 import copy
 import logging
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -32,53 +35,21 @@ import numpy as np
 import torch
 
 from federated.accountant import noise_multiplier_for
-from federated.data import (
-    ResponseTensors,
-    dirichlet_partition,
-    encode_dataset,
-    iid_partition,
-    split_student_indices,
-)
-from federated.dp import poisson_sample, update_nbytes
+from federated.candidates import (Plan, choose, coordinate_median, fit_candidate, selection_record, trimmed_mean,
+                                  warm_start)
+from federated.data import dirichlet_partition, encode_dataset, iid_partition, split_student_indices
+from federated.inprocess import AGGREGATIONS, Aggregation, DPMode, FedConfig, RoundRecord
+from federated.local import LocalConfig, StudentDP
+from federated.model import Interaction
+from federated.models import AUTO, candidate_kinds, new_model
 from federated.publish import HeldOut, PublishOptions, PublishTarget, TrainingRun, TrainResult, gate_and_publish
-from federated.inprocess import (AGGREGATIONS, Aggregation, DPMode, FedConfig, RoundRecord, evaluation_mask,
-                                 fedavg_round)
-from federated.local import LocalConfig, StudentDP, add_update, get_parameters, set_parameters, train_local
-from federated.metrics import evaluate_masked
-from federated.model import CDModel, Interaction
-from federated.hocdm import HigherOrderCDM
-from federated.models import DEFAULT_KIND, new_model
 from federated.registry import ModelRegistry, model_key
-from federated.rounds import run_rounds
 from qmatrix import Dataset, example_qmatrix, simulate_dina
 
 __all__ = ["AGGREGATIONS", "DEFAULT_MODEL", "Aggregation", "TrainResult", "TrainingConfig", "coordinate_median",
-           "default_model_if_missing", "torch_threads", "train_federated", "trimmed_mean"]
+           "default_model_if_missing", "torch_threads", "train_federated", "trimmed_mean", "warm_start"]
 
 log = logging.getLogger(__name__)
-Update = Sequence[np.ndarray]
-
-
-def trimmed_mean(updates: Sequence[Update], *, trim: float) -> list[np.ndarray]:
-    """Coordinate-wise mean after dropping the ``floor(trim * n)`` lowest and highest values (Yin et al. 2018)."""
-    if not 0 <= trim < 0.5:
-        raise ValueError(f"trim must be in [0, 0.5), got {trim}")
-    n = len(updates)
-    k = min(int(trim * n), (n - 1) // 2)
-    return [np.sort(np.stack(arrays), axis=0)[k:n - k].mean(0) for arrays in zip(*updates, strict=True)]
-
-
-def coordinate_median(updates: Sequence[Update]) -> list[np.ndarray]:
-    """Coordinate-wise median of the updates."""
-    return [np.median(np.stack(arrays), axis=0) for arrays in zip(*updates, strict=True)]
-
-
-def warm_start(model: HigherOrderCDM, clients: Sequence[ResponseTensors], *, table: np.ndarray) -> None:
-    """Round 0 without DP: every client sends its per-item (sum of scores, responses), the server pools
-    them and starts each item's intercept there (``HigherOrderCDM.warm_start``). Under DP these sums
-    would be an unprivatised release, so DP runs start from the feature fallback instead."""
-    sums = [model.item_sums(c.features, c.item_index, c.observed, c.scores) for c in clients]
-    model.warm_start(table, sum(s[0] for s in sums), sum(s[1] for s in sums))
 
 
 @contextlib.contextmanager
@@ -92,33 +63,6 @@ def torch_threads(n: int | None) -> Iterator[None]:
     finally:
         torch.set_num_threads(before)
 
-
-def _robust_round(model: CDModel, clients: Sequence[ResponseTensors], evaluation: ResponseTensors,
-                  hidden: torch.Tensor, config: FedConfig, rng: np.random.Generator,
-                  aggregate: Callable[[list[Update]], list[np.ndarray]]) -> RoundRecord:
-    start = time.perf_counter()
-    global_params, worker = get_parameters(model), copy.deepcopy(model)
-    sampled = poisson_sample(len(clients), config.client_sample_rate, rng)
-    results = []
-    for c in sampled:
-        set_parameters(worker, global_params)
-        generator = torch.Generator().manual_seed(int(rng.integers(2**62)))
-        results.append(train_local(worker, clients[c], config=config.local, generator=generator,
-                                   dp=config.student_dp if config.dp == "student" else None))
-    if results:
-        add_update(model, aggregate([r.update for r in results]), scale=config.server_lr)
-    for c in sampled:  # as in run_fedavg: under DP the public bank, not what clients answered
-        model.mark_seen(clients[c].answered_items() if config.dp == "none" else clients[c].item_ids)
-    evaluation_result = evaluate_masked(model, evaluation, hidden)
-    losses = [r.loss for r in results if r.loss == r.loss]
-    norms = [x for r in results for x in r.pre_clip_norms]
-    return RoundRecord(round=0, sampled_clients=tuple(int(c) for c in sampled),
-                       train_loss=float(np.mean(losses)) if losses else float("nan"),
-                       eval_loss=evaluation_result.loss, auc=evaluation_result.auc, epsilon=None,
-                       bytes_sent=sum(update_nbytes(r.update) for r in results), seconds=time.perf_counter() - start,
-                       student_norm_median=float(np.median(norms)) if norms else None)
-
-
 @dataclass(frozen=True, kw_only=True)
 class TrainingConfig:
     """How :func:`train_federated` trains: the simulated federation, DP, the optimiser and the model (defaults:
@@ -128,6 +72,12 @@ class TrainingConfig:
     ``rounds`` rounds spend at most ``epsilon`` (or ``noise_multiplier`` is taken as given), and
     a round that would exceed ``epsilon`` is not run. ``clip_norm`` defaults to 1.0 per student
     (student DP) or 0.1 per client update (client DP). ``threads``: torch threads while training.
+
+    ``model_kind``: one of ``federated.models.MODEL_KINDS``, or ``auto`` (the default): fit every kind of
+    ``CANDIDATE_KINDS`` on the same students and publish the one with the best held-out AUC. Under DP the
+    candidates compose: the noise is calibrated so all of them together spend at most ``epsilon``.
+    ``keep``: publish each kind's weights after its ``best`` held-out round (the default), or after the ``last``
+    round (kept to measure what the choice of round buys, docs/results/local-fed-kinds).
     """
 
     clients: int = 3
@@ -151,7 +101,8 @@ class TrainingConfig:
     interaction: Interaction = "dina"
     hidden: int = 32
     text_dim: int = 0
-    model_kind: str = DEFAULT_KIND
+    model_kind: str = AUTO
+    keep: Literal["best", "last"] = "best"
     threads: int | None = None
 
     def __post_init__(self) -> None:
@@ -171,7 +122,9 @@ class TrainingConfig:
             raise ValueError(f"noise_multiplier must be > 0, got {self.noise_multiplier}")
         if self.dp == "none" and self.epsilon is not None:
             raise ValueError("epsilon is a DP budget; pass dp='student' or dp='client'")
-
+        candidate_kinds(self.model_kind)  # raises for an unknown kind
+        if self.keep not in ("best", "last"):
+            raise ValueError(f"keep must be 'best' or 'last', got {self.keep!r}")
 
 def train_federated(
     *,
@@ -184,45 +137,39 @@ def train_federated(
 ) -> TrainResult:
     """Train over ``config.clients`` simulated federation members, gate, sign and publish (see the module
     docstring). ``tenant``: the model is that tenant's own (``federated.registry.model_key``), gated against its
-    active one. ``progress`` sees each round's record as it finishes."""
+    active one. ``progress`` sees each round's record as it finishes (every candidate kind's, in turn)."""
     c = config or TrainingConfig()
     started = time.perf_counter()
+    kinds = candidate_kinds(c.model_kind)
     target = PublishTarget.open(registry, model_key(dataset.qmatrix.id, tenant))
     rng = np.random.default_rng(c.seed)
     with torch_threads(c.threads):
-        model = new_model(c.model_kind, dataset.qmatrix, seed=c.seed, text_dim=c.text_dim, hidden=c.hidden,
-                          interaction=c.interaction)
-        data = encode_dataset(dataset, table=model.item_table(dataset.qmatrix))
-        split = split_student_indices(len(data), rng=rng, validation=0.0, test=c.heldout_fraction)
-        train, evaluation = data.subset(split.train), data.subset(split.test)
+        proportion = encode_dataset(dataset, table=new_model(kinds[0], dataset.qmatrix, seed=c.seed).item_table(
+            dataset.qmatrix))
+        split = split_student_indices(len(proportion), rng=rng, validation=0.0, test=c.heldout_fraction)
+        train = proportion.subset(split.train)
         parts = (iid_partition(len(train), n_clients=c.clients, rng=rng) if c.partition == "iid" else
                  dirichlet_partition(train.proportion_correct(), n_clients=c.clients, alpha=c.alpha, rng=rng))
-        shards = [train.subset(p) for p in parts]
-        if c.dp == "none" and c.rounds > 0 and isinstance(model, HigherOrderCDM):  # rounds=0: the untrained model
-            warm_start(model, shards, table=data.features.numpy())
         local = LocalConfig(epochs=c.local_epochs, lr=c.local_lr,
                             prox_mu=c.prox_mu if c.aggregation == "fedprox" else 0.0)
         steps = max(1, round(c.local_epochs / c.student_sample_rate)) if c.dp == "student" else 1
         sigma = c.noise_multiplier
-        if c.dp != "none" and sigma is None:
+        if c.dp != "none" and sigma is None:  # the budget covers every candidate's rounds: they compose
             q, total = ((c.student_sample_rate, c.rounds * steps) if c.dp == "student" else
                         (c.client_sample_rate, c.rounds))
             sigma = noise_multiplier_for(target_epsilon=float(c.epsilon or 0), delta=c.delta, sample_rate=q,
-                                         steps=total)
+                                         steps=total * len(kinds))
         student_dp = StudentDP(noise_multiplier=sigma, clip_norm=c.clip_norm or 1.0, sample_rate=c.student_sample_rate,
                                steps=steps) if c.dp == "student" and sigma else None
         fed = FedConfig(rounds=c.rounds, client_sample_rate=c.client_sample_rate, local=local, dp=c.dp,
                         noise_multiplier=sigma if c.dp == "client" and sigma else 1.0, clip_norm=c.clip_norm or 0.1,
                         student_dp=student_dp, delta=c.delta, epsilon_budget=c.epsilon if c.dp != "none" else None)
-        hidden_eval, worker = evaluation_mask(evaluation, fed), copy.deepcopy(model)
-        robust = {"trimmed_mean": lambda u: trimmed_mean(u, trim=c.trim_fraction), "median": coordinate_median}
-
-        def play(_: int) -> RoundRecord:
-            if c.aggregation in robust:
-                return _robust_round(model, shards, evaluation, hidden_eval, fed, rng, robust[c.aggregation])
-            return fedavg_round(model, worker, shards, evaluation, hidden_eval, fed, rng)
-
-        history, stop_reason, _ = run_rounds(fed, play, on_round=progress)
+        plan = Plan(c, dataset, split, parts, fed, copy.deepcopy(rng.bit_generator.state))
+        fitted, accountant = [], None
+        for kind in kinds:
+            one, accountant = fit_candidate(kind, plan, accountant, progress)
+            fitted.append(one)
+        chosen = choose(fitted)
         mechanism = fed.round_mechanism()
         config_row = {
             "clients": c.clients, "rounds": c.rounds, "dp": c.dp, "epsilon_budget": c.epsilon, "delta": c.delta,
@@ -231,19 +178,24 @@ def train_federated(
             "trim_fraction": c.trim_fraction if c.aggregation == "trimmed_mean" else None,
             "client_sample_rate": c.client_sample_rate, "local_epochs": c.local_epochs, "local_lr": c.local_lr,
             "prox_mu": local.prox_mu, "heldout_fraction": c.heldout_fraction, "model_kind": c.model_kind,
+            "keep": c.keep,
             "noise_multiplier": mechanism[0] if mechanism else None,
             "sample_rate": mechanism[1] if mechanism else None,
             "steps_per_round": mechanism[2] if mechanism else None,
             "clip_norm": (student_dp.clip_norm if student_dp else fed.clip_norm) if c.dp != "none" else None,
         }
-        run = TrainingRun(stop_reason=stop_reason, dp=c.dp, delta=c.delta, train_students=len(train),
-                          config=config_row, started=started, extra={"tenant": tenant} if tenant is not None else None)
+        extra: dict[str, Any] = {"model_selection": selection_record(fitted, chosen, c.dp)}
+        if tenant is not None:
+            extra["tenant"] = tenant
+        run = TrainingRun(stop_reason=chosen.stop_reason, dp=c.dp, delta=c.delta, train_students=len(train),
+                          config=config_row, started=started, extra=extra,
+                          epsilon=accountant.get_epsilon(c.delta) if accountant is not None and len(accountant)
+                          else None)
         return gate_and_publish(
-            model, history, dataset=dataset, target=target,
-            heldout=HeldOut(split.test, evaluation, hidden_eval, fed.eval_mask_frac), run=run,
+            chosen.model, chosen.history, dataset=dataset, target=target,
+            heldout=HeldOut(split.test, chosen.evaluation, chosen.hidden, fed.eval_mask_frac), run=run,
             options=publish or PublishOptions(),
         )
-
 
 # The default model: SIMULATED DINA students on the project's example Q-matrix, without DP.
 # No real student is in its training data, so DP noise would protect nobody and only cost

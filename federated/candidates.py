@@ -1,0 +1,172 @@
+"""Candidate model kinds in one training run: each trained on the same students, kept at its best round, one chosen.
+
+:func:`federated.train.train_federated` fits every kind ``model_kind`` names (``auto``: every kind of
+``federated.models.CANDIDATE_KINDS``) on the same split, shards and round draws, keeps each kind's weights after
+its best round on the coordinator's held-out students (:class:`federated.rounds.BestRound`), and publishes the
+kind with the best held-out AUC. Under DP every kind's rounds are charged to one accountant: what is published
+depends on all of them. Also here: the robust aggregation rules and the non-DP warm start the rounds use.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+
+from federated.accountant import PrivacyAccountant
+from federated.data import ResponseTensors, Split, encode_dataset
+from federated.dp import poisson_sample, update_nbytes
+from federated.inprocess import FedConfig, RoundRecord, evaluation_mask, fedavg_round
+from federated.itembank import ItemBank
+from federated.local import add_update, get_parameters, set_parameters, train_local
+from federated.metrics import evaluate_masked
+from federated.model import CDModel
+from federated.models import DiagnosisModel, new_model
+from federated.rounds import BestRound, run_rounds
+from qmatrix import Dataset
+
+if TYPE_CHECKING:
+    from federated.train import TrainingConfig
+
+__all__ = ["Fitted", "Plan", "choose", "coordinate_median", "fit_candidate", "selection_record", "trimmed_mean",
+           "warm_start"]
+
+Update = Sequence[np.ndarray]
+
+
+def trimmed_mean(updates: Sequence[Update], *, trim: float) -> list[np.ndarray]:
+    """Coordinate-wise mean after dropping the ``floor(trim * n)`` lowest and highest values (Yin et al. 2018)."""
+    if not 0 <= trim < 0.5:
+        raise ValueError(f"trim must be in [0, 0.5), got {trim}")
+    n = len(updates)
+    k = min(int(trim * n), (n - 1) // 2)
+    return [np.sort(np.stack(arrays), axis=0)[k:n - k].mean(0) for arrays in zip(*updates, strict=True)]
+
+
+def coordinate_median(updates: Sequence[Update]) -> list[np.ndarray]:
+    """Coordinate-wise median of the updates."""
+    return [np.median(np.stack(arrays), axis=0) for arrays in zip(*updates, strict=True)]
+
+
+def warm_start(model: ItemBank, clients: Sequence[ResponseTensors], *, table: np.ndarray) -> None:
+    """Round 0 without DP: every client sends its per-item (sum of scores, responses), the server pools
+    them and starts each item's intercept there (``ItemBank.warm_start``). Under DP these sums
+    would be an unprivatised release, so DP runs start from the feature fallback instead."""
+    sums = [model.item_sums(c.features, c.item_index, c.observed, c.scores) for c in clients]
+    model.warm_start(table, sum(s[0] for s in sums), sum(s[1] for s in sums))
+
+
+def robust_round(model: CDModel, clients: Sequence[ResponseTensors], evaluation: ResponseTensors,
+                  hidden: torch.Tensor, config: FedConfig, rng: np.random.Generator,
+                  aggregate: Callable[[list[Update]], list[np.ndarray]]) -> RoundRecord:
+    start = time.perf_counter()
+    global_params, worker = get_parameters(model), copy.deepcopy(model)
+    sampled = poisson_sample(len(clients), config.client_sample_rate, rng)
+    results = []
+    for c in sampled:
+        set_parameters(worker, global_params)
+        generator = torch.Generator().manual_seed(int(rng.integers(2**62)))
+        results.append(train_local(worker, clients[c], config=config.local, generator=generator,
+                                   dp=config.student_dp if config.dp == "student" else None))
+    if results:
+        add_update(model, aggregate([r.update for r in results]), scale=config.server_lr)
+    for c in sampled:  # as in run_fedavg: under DP the public bank, not what clients answered
+        model.mark_seen(clients[c].answered_items() if config.dp == "none" else clients[c].item_ids)
+    evaluation_result = evaluate_masked(model, evaluation, hidden)
+    losses = [r.loss for r in results if r.loss == r.loss]
+    norms = [x for r in results for x in r.pre_clip_norms]
+    return RoundRecord(round=0, sampled_clients=tuple(int(c) for c in sampled),
+                       train_loss=float(np.mean(losses)) if losses else float("nan"),
+                       eval_loss=evaluation_result.loss, auc=evaluation_result.auc, epsilon=None,
+                       bytes_sent=sum(update_nbytes(r.update) for r in results), seconds=time.perf_counter() - start,
+                       student_norm_median=float(np.median(norms)) if norms else None)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What every candidate kind of one run shares: the same held-out and training students, shards, federation
+    settings and round draws (``rng_state``), so their held-out AUCs compare like with like."""
+
+    config: TrainingConfig
+    dataset: Dataset
+    split: Split
+    parts: list[np.ndarray]
+    fed: FedConfig
+    rng_state: dict[str, Any]
+
+
+@dataclass
+class Fitted:
+    kind: str
+    model: DiagnosisModel
+    history: list[RoundRecord]
+    stop_reason: str | None
+    served_round: int | None  # the round whose weights are kept (None: no round with a finite AUC)
+    evaluation: ResponseTensors
+    hidden: torch.Tensor
+    seconds: float
+
+    @property
+    def auc(self) -> float:
+        best = [r.auc for r in self.history if r.round == self.served_round]
+        return best[0] if best else float("nan")
+
+    def describe(self) -> dict[str, Any]:
+        return {"kind": self.kind, "heldout_auc": self.auc, "served_round": self.served_round,
+                "rounds_run": len(self.history), "stop_reason": self.stop_reason, "seconds": round(self.seconds, 2)}
+
+
+def fit_candidate(kind: str, plan: Plan, accountant: PrivacyAccountant | None,
+         progress: Callable[[RoundRecord], None] | None) -> tuple[Fitted, PrivacyAccountant | None]:
+    """Train one candidate kind on the plan's shards; its weights are those of its best held-out round."""
+    c, started = plan.config, time.perf_counter()
+    model = new_model(kind, plan.dataset.qmatrix, seed=c.seed, text_dim=c.text_dim, hidden=c.hidden,
+                      interaction=c.interaction)
+    data = encode_dataset(plan.dataset, table=model.item_table(plan.dataset.qmatrix))
+    train, evaluation = data.subset(plan.split.train), data.subset(plan.split.test)
+    shards = [train.subset(p) for p in plan.parts]
+    if c.dp == "none" and c.rounds > 0 and isinstance(model, ItemBank):  # rounds=0: the untrained model
+        warm_start(model, shards, table=data.features.numpy())
+    rng = np.random.default_rng()
+    rng.bit_generator.state = copy.deepcopy(plan.rng_state)
+    hidden, worker, fed = evaluation_mask(evaluation, plan.fed), copy.deepcopy(model), plan.fed
+    robust = {"trimmed_mean": lambda u: trimmed_mean(u, trim=c.trim_fraction), "median": coordinate_median}
+
+    def play(_: int) -> RoundRecord:
+        if c.aggregation in robust:
+            return robust_round(model, shards, evaluation, hidden, fed, rng, robust[c.aggregation])
+        return fedavg_round(model, worker, shards, evaluation, hidden, fed, rng)
+
+    best = BestRound(model)
+
+    def seen(record: RoundRecord) -> None:
+        best(record)
+        if progress is not None:
+            progress(record)
+
+    history, stop_reason, accountant = run_rounds(fed, play, on_round=seen, accountant=accountant)
+    served = best.restore() if c.keep == "best" else (len(history) or None)
+    return Fitted(kind, model, history, stop_reason, served, evaluation, hidden,
+                   time.perf_counter() - started), accountant
+
+
+def choose(fitted: Sequence[Fitted]) -> Fitted:
+    """The candidate with the best held-out AUC (a NaN counts as worst; the first of equals, so the default kind
+    wins a tie)."""
+    return max(fitted, key=lambda f: f.auc if f.auc == f.auc else float("-inf"))
+
+
+def selection_record(fitted: Sequence[Fitted], chosen: Fitted, dp: str) -> dict[str, Any]:
+    """The manifest's record of the choice: every candidate's held-out AUC (at its served round) and the rule."""
+    rule = ("every candidate kind trained on the same students and shards; the published one has the highest "
+            "held-out AUC on the coordinator's held-out students (never trained on), each at its best round")
+    if dp != "none":
+        rule += ("; choosing by those held-out students costs no privacy, but every candidate trained on the "
+                 "training students, so the epsilon recorded is all candidates' rounds composed")
+    return {"chosen": chosen.kind, "served_round": chosen.served_round, "rule": rule,
+            "candidates": [f.describe() for f in fitted]}
