@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any, ClassVar, Self
 
 from calibration.exclusion import ExcludingPosteriorAggregator, ExcludingResidualAggregator, ExcludingStackingAggregator
+from calibration.selection import SelectedStackingAggregator
 from diagnosis import (
     DEFAULT_ALPHA,
     DEFAULT_ENTITY_ERROR_SD,
@@ -98,7 +99,13 @@ class BiasParams(_Residuals):
 @dataclass(frozen=True)
 class StackingParams(CalibrationParams):
     """Per-concept non-negative entity weights and intercepts, optional isotonic maps applied first, and
-    the weights pooled over all concepts for concepts with too few validation students of their own."""
+    the weights pooled over all concepts for concepts with too few validation students of their own.
+
+    ``selection`` (empty in records written before it existed) records the cross-validated choice between the
+    full stack and each member alone (:mod:`calibration.selection`): every candidate's score and the one served.
+    When a single member was chosen, ``weights``/``pooled_weights`` give every other entity 0 and ``fallback`` holds
+    that member's name and the stack of the other members ({member, weights, intercepts, pooled_weights,
+    pooled_intercept}), which answers a concept the member did not."""
 
     method: ClassVar[str] = "stacking"
     weights: dict[str, dict[str, float]] = field(default_factory=dict)  # concept -> entity -> w ≥ 0
@@ -106,8 +113,21 @@ class StackingParams(CalibrationParams):
     isotonic: dict[str, dict[str, list[list[float]]]] = field(default_factory=dict)  # entity -> concept -> [[x], [y]]
     pooled_weights: dict[str, float] = field(default_factory=dict)  # entity -> w ≥ 0
     pooled_intercept: float = 0.0
+    selection: dict[str, Any] = field(default_factory=dict)
+    fallback: dict[str, Any] = field(default_factory=dict)
+
+    def _stacking(self, fitted: Mapping[str, Any]) -> StackingAggregator:
+        return StackingAggregator(weights=fitted.get("weights", {}), intercepts=fitted.get("intercepts", {}),
+                                  isotonic=self.isotonic, pooled_weights=fitted.get("pooled_weights", {}),
+                                  pooled_intercept=fitted.get("pooled_intercept", 0.0))
 
     def aggregator(self, *, calibration: CalibrationTag | None = None, estimate: Estimate = "mean") -> Aggregator:
+        if self.fallback:
+            served = {"weights": self.weights, "intercepts": self.intercepts, "pooled_weights": self.pooled_weights,
+                      "pooled_intercept": self.pooled_intercept}
+            return SelectedStackingAggregator(member=self.fallback["member"], selected=self._stacking(served),
+                                              others=self._stacking(self.fallback), excluded=self.excluded,
+                                              calibration=calibration)
         options: dict[str, Any] = {
             "weights": self.weights, "intercepts": self.intercepts, "isotonic": self.isotonic,
             "pooled_weights": self.pooled_weights, "pooled_intercept": self.pooled_intercept, "calibration": calibration,
@@ -131,10 +151,15 @@ class StackingParams(CalibrationParams):
         """Also shows each left-out entity's weight as 0 wherever weights were fitted. Never in empty weights: those
         mean "the plain mean", and a dict of zeros would turn that into the intercept."""
         zero = dict.fromkeys(excluded, 0.0)
+        fallback = dict(self.fallback)
+        if fallback:
+            fallback["weights"] = {c: {**w, **zero} for c, w in fallback.get("weights", {}).items()}
+            fallback["pooled_weights"] = {**fallback.get("pooled_weights", {}), **zero} if fallback.get("pooled_weights") else {}
         return replace(
             super().with_excluded(excluded),
             weights={c: {**w, **zero} for c, w in self.weights.items()},
             pooled_weights={**self.pooled_weights, **zero} if self.pooled_weights else {},
+            fallback=fallback,
         )
 
 

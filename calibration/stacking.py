@@ -6,20 +6,30 @@ Rows are (student, concept) pairs where every entity answered. A concept with at
 (one fit for the whole Q-matrix, so a concept seen by few validation students is not left to the
 plain mean, which would drag a strong member down to the weak ones). With ``isotonic`` each
 entity's answers are first mapped through a monotone curve fitted per concept.
+
+With ``select`` (the default) the fitted stack must earn its place: by cross-validation over the validation
+students it is compared with each member fitted alone, and kept only if it beats the best of them by more than
+one standard error; otherwise that member is served alone (:mod:`calibration.selection`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from typing import Any
 
 import numpy as np
 from scipy.optimize import isotonic_regression, nnls
 
-from calibration.calibrators import Calibrator
+from calibration.calibrators import DEFAULT_FOLDS, Calibrator, FittedCalibration
 from calibration.params import CalibrationParams, StackingParams
 from calibration.release import noisy_stacking
+from calibration.selection import STACK, Selection, choose, cross_validated_losses
 from calibration.validation import Predictions, Truth, ValidationSet, stacking_rows
+from diagnosis import Aggregator
 from diagnosis.aggregation import apply_isotonic
+
+SINGLE = "single:"  # a candidate that serves one member alone: "single:<entity>"
 
 __all__ = ["StackingCalibrator"]
 
@@ -29,12 +39,34 @@ class StackingCalibrator(Calibrator):
 
     method = "stacking"
 
-    def __init__(self, *, ridge: float = 0.0, min_students: int = 20, isotonic: bool = False) -> None:
+    def __init__(
+        self, *, ridge: float = 0.0, min_students: int = 20, isotonic: bool = False, select: bool = True,
+        folds: int = DEFAULT_FOLDS,
+    ) -> None:
         if ridge < 0:
             raise ValueError("ridge must be >= 0")
         if min_students < 2:
             raise ValueError("min_students must be >= 2")
+        if folds < 2:
+            raise ValueError("folds must be >= 2")
         self.ridge, self.min_students, self.isotonic = ridge, min_students, isotonic
+        self.select, self.folds = select, folds
+
+    def fit(self, data: ValidationSet, *, release_epsilon: float | None = None, **options: Any) -> FittedCalibration:
+        """As :meth:`Calibrator.fit`; a DP release re-derives the full stack from noisy statistics, so no selection
+        is made then (its cross-validated scores are statistics of the students that are not privatized)."""
+        if release_epsilon is not None and self.select:
+            plain = StackingCalibrator(ridge=self.ridge, min_students=self.min_students, isotonic=self.isotonic,
+                                       select=False, folds=self.folds)
+            return plain.fit(data, release_epsilon=release_epsilon, **options)
+        fitted = super().fit(data, release_epsilon=release_epsilon, **options)
+        # The choice also as metrics (flat numbers: what reports and the job's result show of every record).
+        selection = getattr(fitted.params, "selection", {})
+        for name, score in selection.get("scores", {}).items():
+            fitted.metrics[f"selection_cv_mse:{name}"] = score
+        if selection:
+            fitted.metrics["selection_stack_kept"] = float(selection["chosen"] == STACK)
+        return fitted
 
     def _nnls(self, x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, float]:
         x_mean, y_mean = x.mean(axis=0), y.mean()
@@ -66,6 +98,47 @@ class StackingCalibrator(Calibrator):
         return maps
 
     def _fit(self, data: ValidationSet) -> tuple[CalibrationParams, list[str]]:
+        stack, notes = self._fit_stack(data)
+        entities = sorted({e for preds in data.answers for e, values in preds.items() if values})
+        if not self.select or len(entities) < 2 or len(data) < 2:
+            return stack, notes
+        selection = choose(*cross_validated_losses(self._candidates(entities), data, self.folds), min(self.folds, len(data)))
+        notes.append(selection.note())
+        if selection.chosen == STACK:
+            return replace(stack, selection=selection.to_json()), notes
+        return self._single(selection.chosen.removeprefix(SINGLE), entities, stack.isotonic, data, selection), notes
+
+    def _candidates(self, entities: Sequence[str]) -> Callable[[ValidationSet], dict[str, Aggregator]]:
+        """The full stack and each member alone, fitted on a part of the validation students."""
+
+        def fit(part: ValidationSet) -> dict[str, Aggregator]:
+            stack = self._fit_stack(part)[0]
+            out: dict[str, Aggregator] = {STACK: stack.aggregator()}
+            for entity in entities:
+                out[SINGLE + entity] = self._single(entity, entities, stack.isotonic, part, None).aggregator()
+            return out
+
+        return fit
+
+    def _single(
+        self, entity: str, entities: Sequence[str], isotonic: dict[str, dict[str, list[list[float]]]],
+        data: ValidationSet, selection: Selection | None,
+    ) -> StackingParams:
+        """``entity`` alone, fitted as the stack is fitted (its scale calibrated per concept), every other entity at
+        weight 0; where it did not answer, the stack of the other members (fitted on their own complete rows, so it
+        does not lean on the missing one) answers: the ``fallback``."""
+        alone = self._fit_stack(data.without([e for e in entities if e != entity]))[0]
+        others = self._fit_stack(data.without([entity]))[0]
+        zero = dict.fromkeys(entities, 0.0)
+        return StackingParams(
+            weights={c: {**zero, **w} for c, w in alone.weights.items()}, intercepts=alone.intercepts,
+            isotonic=isotonic, pooled_weights={**zero, **alone.pooled_weights} if alone.pooled_weights else {},
+            pooled_intercept=alone.pooled_intercept, selection=selection.to_json() if selection else {},
+            fallback={"member": entity, "weights": others.weights, "intercepts": others.intercepts,
+                      "pooled_weights": others.pooled_weights, "pooled_intercept": others.pooled_intercept},
+        )
+
+    def _fit_stack(self, data: ValidationSet) -> tuple[StackingParams, list[str]]:
         predictions = data.answers
         isotonic = self._isotonic_maps(predictions, data.truths) if self.isotonic else {}
         if isotonic:

@@ -1,0 +1,140 @@
+"""Stack or single member: the choice that keeps a calibrated federation from falling below its best member.
+
+A stack fitted on a few hundred validation students can lose to one of its own members on new students: its
+weights are fitted in-sample, per concept, on rows a weak member fits by chance. So the stacking calibration
+scores, by k-fold cross-validation over the validation students (each fold predicted by parameters fitted on the
+other folds), the full stack and each member on its own (the same stacking fit on that member's answers alone, so
+its scale is calibrated too), on the loss the stack is fitted on: squared error against the truth, per
+(student, concept) pair, through the aggregator a diagnosis uses.
+
+**The rule.** The stack is kept only when it beats the best single member by more than one standard error of
+their paired difference (errors summed per student, the unit the folds split on: the "one-standard-error rule"
+of Hastie, Tibshirani and Friedman, §7.10, which prefers the simpler model unless the evidence says otherwise).
+Otherwise the best member is served and every other member gets weight 0. The record's ``params.selection``
+holds every candidate's cross-validated score, the margin and the choice.
+
+Where the served member did not answer a concept (it failed, or was never asked) its weights would leave only the
+intercept: there the stack of the other members answers instead (:class:`SelectedStackingAggregator`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from calibration.validation import Predictions, ValidationSet
+from diagnosis import NO_NOISE, Aggregation, Aggregator, CalibrationTag, StackingAggregator
+from privacy import Mechanism
+
+__all__ = ["STACK", "SelectedStackingAggregator", "Selection", "choose", "cross_validated_losses"]
+
+STACK = "stack"
+CRITERION = "cross-validated squared error against the truth, per (student, concept) pair"
+RULE = "stack kept only if its loss is below the best single member's by more than one standard error"
+
+# The candidates fitted on a part of the validation students: candidate name -> the aggregator that scores it.
+FitCandidates = Callable[[ValidationSet], Mapping[str, Aggregator]]
+
+
+@dataclass(frozen=True)
+class Selection:
+    """What the choice saw: each candidate's cross-validated loss, the stack's margin over the best member (and
+    one standard error of it), and the candidate served."""
+
+    chosen: str
+    scores: dict[str, float]
+    best_single: str | None
+    margin: float  # best single's loss − the stack's (positive: the stack is better)
+    standard_error: float
+    folds: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"chosen": self.chosen, "criterion": CRITERION, "rule": RULE, "folds": self.folds,
+                "scores": dict(self.scores), "best_single": self.best_single, "margin": self.margin,
+                "standard_error": self.standard_error}
+
+    def note(self) -> str:
+        scores = ", ".join(f"{name} {loss:.5f}" for name, loss in sorted(self.scores.items(), key=lambda kv: kv[1]))
+        if self.chosen == STACK:
+            verdict = (f"the stack is served: it beats the best single member ({self.best_single}) by {self.margin:.5f}, "
+                       f"more than one standard error ({self.standard_error:.5f})")
+        else:
+            verdict = (f"{self.chosen} alone is served (the others get weight 0): the stack beats it by "
+                       f"{self.margin:+.5f}, not more than one standard error ({self.standard_error:.5f})")
+        return f"stack or single member, by {self.folds}-fold {CRITERION}: {scores}; {verdict}"
+
+
+def _squared_errors(aggregator: Aggregator, data: ValidationSet) -> list[dict[str, float]]:
+    """Per student: concept -> squared error of the aggregate against the truth (concepts it produced)."""
+    out: list[dict[str, float]] = []
+    for answers, truth, mechanism in zip(data.answers, data.truths, data.mechanisms):
+        got = aggregator.aggregate(answers, list(truth), mechanism=mechanism).mastery
+        out.append({c: (got[c] - truth[c]) ** 2 for c in truth if c in got})
+    return out
+
+
+def cross_validated_losses(fit: FitCandidates, data: ValidationSet, folds: int) -> tuple[dict[str, np.ndarray], int]:
+    """candidate -> per validation student, the summed squared error of its held-out predictions over the pairs
+    every candidate predicted (so the candidates are compared on the same pairs); and the pairs counted. The fold
+    assignment is seeded, as for the record's ``validation_mae``."""
+    k = min(folds, len(data))
+    fold_of = np.random.default_rng(0).permutation(len(data)) % k
+    errors: dict[str, list[dict[str, float]]] = {}
+    for f in range(k):
+        train_idx, held_idx = np.flatnonzero(fold_of != f).tolist(), np.flatnonzero(fold_of == f).tolist()
+        train, held = data.subset(train_idx), data.subset(held_idx)
+        for name, aggregator in fit(train).items():
+            per_student = errors.setdefault(name, [{} for _ in range(len(data))])
+            for i, per_concept in zip(held_idx, _squared_errors(aggregator, held)):
+                per_student[i] = per_concept
+    candidates = list(errors)
+    losses = {name: np.zeros(len(data)) for name in candidates}
+    pairs = 0
+    for i in range(len(data)):
+        shared = set.intersection(*(set(errors[name][i]) for name in candidates))
+        pairs += len(shared)
+        for name in candidates:
+            losses[name][i] = sum(errors[name][i][c] for c in shared)
+    return losses, pairs
+
+
+def choose(losses: Mapping[str, np.ndarray], pairs: int, folds: int) -> Selection:
+    """The one-standard-error rule between the stack (``STACK``) and the best of the other candidates."""
+    scores = {name: float(v.sum() / pairs) if pairs else float("nan") for name, v in losses.items()}
+    singles = {name: s for name, s in scores.items() if name != STACK}
+    if not singles or not pairs:
+        return Selection(chosen=STACK, scores=scores, best_single=None, margin=float("nan"),
+                         standard_error=float("nan"), folds=folds)
+    best = min(singles, key=lambda name: (singles[name], name))
+    diff = losses[best] - losses[STACK]  # per student; the margin is their pooled mean
+    n = diff.size
+    standard_error = float(np.sqrt(n) * diff.std(ddof=1) / pairs) if n > 1 else float("inf")
+    margin = float(diff.sum() / pairs)
+    chosen = STACK if margin > standard_error else best
+    return Selection(chosen=chosen, scores=scores, best_single=best, margin=margin, standard_error=standard_error,
+                     folds=folds)
+
+
+class SelectedStackingAggregator(Aggregator):
+    """One member's stack (``selected``: its weights, every other entity at 0) where ``member`` answered a concept;
+    the other members' stack (``others``) where it did not (it failed, or was not asked), not the intercept alone.
+    Entities in ``excluded`` are dropped first, as :mod:`calibration.exclusion` prescribes."""
+
+    def __init__(
+        self, *, member: str, selected: StackingAggregator, others: StackingAggregator, excluded: Iterable[str] = (),
+        calibration: CalibrationTag | None = None,
+    ) -> None:
+        super().__init__(calibration=calibration)
+        self.member, self.selected, self.others, self.excluded = member, selected, others, frozenset(excluded)
+
+    def aggregate(self, predictions: Predictions, concepts: Sequence[str], *, mechanism: Mechanism = NO_NOISE) -> Aggregation:
+        kept = {e: v for e, v in predictions.items() if e not in self.excluded}
+        result = self.selected.aggregate(kept, concepts, mechanism=mechanism)
+        uncovered = [c for c, names in result.contributors.items() if self.member not in names]
+        if not uncovered:
+            return result
+        backup = self.others.aggregate(kept, uncovered, mechanism=mechanism)
+        return replace(result, mastery={**result.mastery, **backup.mastery})
