@@ -32,6 +32,7 @@ from evaluation.heldout import HeldoutScorer, train_easiness
 from evaluation.metrics import auc
 from evaluation.rows import Estimates
 from evaluation.served import LocalFedTraining, local_fed_folder
+from federated.models import DEFAULT_KIND
 from evaluation.significance import BOOTSTRAP_RESAMPLES, paired_bootstrap_auc
 from qmatrix.splits import split_holdout, split_students
 from federated import ModelRegistry, PublishOptions, train_federated
@@ -48,13 +49,15 @@ class Variant:
 
 
 DEFAULT_VARIANTS: tuple[Variant, ...] = (
-    Variant("untrained", LocalFedTraining(rounds=0)),
-    Variant("1 round", LocalFedTraining(rounds=1)),
-    Variant("trained", LocalFedTraining()),
-    Variant("centralized", LocalFedTraining(clients=1)),
-    Variant("DP ε=1", LocalFedTraining(epsilon=1.0)),
-    Variant("DP ε=2", LocalFedTraining(epsilon=2.0)),
-    Variant("DP ε=8", LocalFedTraining(epsilon=8.0)),
+    # v2 (higher-order IRT) throughout: the ablation measures what training buys one model kind; the kind chosen on
+    # held-out students (model "auto") is measured by evaluation.kinds
+    Variant("untrained", LocalFedTraining(rounds=0, model=DEFAULT_KIND)),
+    Variant("1 round", LocalFedTraining(rounds=1, model=DEFAULT_KIND)),
+    Variant("trained", LocalFedTraining(model=DEFAULT_KIND)),
+    Variant("centralized", LocalFedTraining(clients=1, model=DEFAULT_KIND)),
+    Variant("DP ε=1", LocalFedTraining(epsilon=1.0, model=DEFAULT_KIND)),
+    Variant("DP ε=2", LocalFedTraining(epsilon=2.0, model=DEFAULT_KIND)),
+    Variant("DP ε=8", LocalFedTraining(epsilon=8.0, model=DEFAULT_KIND)),
     Variant("v1 (evidence encoder)", LocalFedTraining(model="evidence-encoder")),
 )
 # (row, reference) pairs reported with a paired interval besides the CDM comparisons
@@ -138,7 +141,7 @@ def run_ablation(
                 publish=PublishOptions(force=True, activate=False),  # every variant is measured, gate or not
             )
         model = trained.model
-        spent = trained.history[-1].epsilon if trained.history and variant.training.epsilon is not None else None
+        spent = trained.epsilon if variant.training.epsilon is not None else None
         facts = {**variant.training.describe(), "rounds_run": len(trained.history), "epsilon_spent": spent,
                  "seconds": round(trained.seconds, 1)}
         estimates = Estimates(

@@ -37,7 +37,7 @@ from calibration.fitting import validation_set
 from diagnosis import NO_NOISE_LEVEL, Aggregator, AllEntitiesFailed, DiagnosisPipeline, DiagnosisRequest, NoiseLevel
 from evaluation.rows import Estimates
 from federated import ModelRegistry, PublishOptions, TrainingConfig, train_federated
-from federated.models import DEFAULT_KIND, MODEL_KINDS
+from federated.models import AUTO, TRAINABLE_KINDS
 from providers import Entity
 from providers.local_fed import LocalFedEntity
 from qmatrix import Dataset, QMatrix, Response, StudentResponses
@@ -67,15 +67,15 @@ class LocalFedTraining:
     clients: int = 3
     rounds: int = 10
     local_epochs: int = 2
-    model: str = DEFAULT_KIND
+    model: str = AUTO  # as upload-and-train serves: the best kind on the coordinator's held-out students
     epsilon: float | None = None
     threads: int = 2
 
     def __post_init__(self) -> None:
         if self.clients < 1 or self.rounds < 0 or self.local_epochs < 1:
             raise ValueError(f"local-fed training needs clients >= 1, rounds >= 0, local_epochs >= 1: {self}")
-        if self.model not in MODEL_KINDS:
-            raise ValueError(f"local-fed model must be one of {', '.join(MODEL_KINDS)}, got {self.model!r}")
+        if self.model not in TRAINABLE_KINDS:
+            raise ValueError(f"local-fed model must be one of {', '.join(TRAINABLE_KINDS)}, got {self.model!r}")
         if self.epsilon is not None and not self.epsilon > 0:
             raise ValueError(f"local-fed epsilon must be > 0, got {self.epsilon}")
 
@@ -146,9 +146,10 @@ def train_local_fed(
         raise RuntimeError(f"local-fed was not published: {result.decision}")
     entity = LocalFedEntity(registry=ModelRegistry(folder))
     entity.load()
-    spent = result.history[-1].epsilon if result.history and training.epsilon is not None else None
+    spent = result.epsilon if training.epsilon is not None else None  # every candidate kind's rounds composed
     facts = {**training.describe(), "version": result.version, "train_students": len(train),
              "rounds": len(result.history), "epsilon_spent": spent,
+             "kind": (result.selection or {}).get("chosen", training.model),
              "trainer_heldout_auc": result.heldout_metrics.get("auc"), "seconds": round(result.seconds, 1)}
     return entity, facts
 

@@ -41,7 +41,7 @@ from federated.data import dirichlet_partition, encode_dataset, iid_partition, s
 from federated.inprocess import AGGREGATIONS, Aggregation, DPMode, FedConfig, RoundRecord
 from federated.local import LocalConfig, StudentDP
 from federated.model import Interaction
-from federated.models import AUTO, candidate_kinds, new_model
+from federated.models import AUTO, DEFAULT_KIND, candidate_kinds, new_model
 from federated.publish import HeldOut, PublishOptions, PublishTarget, TrainingRun, TrainResult, gate_and_publish
 from federated.registry import ModelRegistry, model_key
 from qmatrix import Dataset, example_qmatrix, simulate_dina
@@ -213,8 +213,10 @@ def default_model_if_missing(
         return None
     started = time.perf_counter()
     dataset = simulate_dina(example_qmatrix(), n_students=DEFAULT_MODEL["students"], seed=seed)
+    # One kind: choosing between kinds on SIMULATED students says nothing, and this runs before the first request.
     config = TrainingConfig(clients=DEFAULT_MODEL["clients"], rounds=DEFAULT_MODEL["rounds"],
-                            local_epochs=DEFAULT_MODEL["local_epochs"], seed=seed, threads=threads)
+                            local_epochs=DEFAULT_MODEL["local_epochs"], seed=seed, threads=threads,
+                            model_kind=DEFAULT_KIND)
     result = train_federated(dataset=dataset, registry=registry, config=config)
     log.info("trained the default local-fed model %s in %.1f s (held-out AUC %.3f, SIMULATED data)",
              result.version, time.perf_counter() - started, result.heldout_metrics["auc"])

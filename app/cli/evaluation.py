@@ -85,8 +85,10 @@ def evaluate(
     ncdm: Annotated[bool, typer.Option("--ncdm/--no-ncdm", help="fit the NCDM baseline (PyTorch) on the train split")] = True,
     ncdm_batch_size: Annotated[int, typer.Option(min=1, help="NCDM minibatch size")] = 64,
     local_fed_model: Annotated[
-        str, typer.Option(help="local-fed's model: higher-order-irt (v2) | evidence-encoder (v1)")
-    ] = "higher-order-irt",
+        str, typer.Option(help="local-fed's model: auto (every candidate kind, the best on the coordinator's held-out "
+                          "students: what upload-and-train serves) | higher-order-irt (v2) | irt-2pl | evidence-encoder "
+                          "(v1)")
+    ] = "auto",
     local_fed_rounds: Annotated[int, typer.Option(min=0, help="local-fed federated rounds; 0 = untrained")] = 10,
     local_fed_epochs: Annotated[int, typer.Option(min=1, help="local-fed local epochs per round")] = 2,
     local_fed_clients: Annotated[int, typer.Option(min=1, help="local-fed simulated institutions; 1 = centralized")] = 3,

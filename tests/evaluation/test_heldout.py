@@ -102,5 +102,6 @@ async def test_heldout_with_partial_credit_scores_every_row_on_the_same_response
     # local-fed on its own is compared with the CDMs too
     assert {"irt", "dina", "ncdm"} <= {d["baseline"] for d in result.significance if d["row"] == "single:local-fed"}
     assert result.served["local_fed"]["train_students"] == result.split["train"]
-    assert result.served["local_fed"]["model"] == "higher-order-irt" and result.served["local_fed"]["rounds"] == 3
+    assert result.served["local_fed"]["model"] == "auto" and result.served["local_fed"]["rounds"] == 3
+    assert result.served["local_fed"]["kind"] in ("higher-order-irt", "irt-2pl")  # the kind "auto" chose
     assert result.baselines["ncdm"]["hidden"] == [32, 16] or result.baselines["ncdm"]["hidden"] == (32, 16)
