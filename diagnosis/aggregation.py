@@ -150,10 +150,18 @@ def apply_isotonic(
     return out
 
 
+# A fitted weight below this is a zero (NNLS leaves ~1e-16 for members it drops): scaling one of those up to the
+# fitted total would multiply its answer by ~1e16.
+NEGLIGIBLE_WEIGHT = 1e-6
+
+
 def _stack(values: Mapping[str, float], weights: Mapping[str, float], intercept: float) -> float:
-    """b + Σ_j w'_j ŷ_j over the entities that answered, the weights of those present scaled up to the fitted total."""
-    total = sum(weights.values())
-    available = sum(weights.get(n, 0.0) for n in values)
+    """b + Σ_j w'_j ŷ_j over the entities that answered, the weights of those present scaled up to the fitted total;
+    when only members of negligible weight answered, the intercept alone (they carry no fitted information)."""
+    kept = {n: w for n, w in weights.items() if w >= NEGLIGIBLE_WEIGHT}
+    total = sum(kept.values())
+    available = sum(kept.get(n, 0.0) for n in values)
+    weights = kept
     scale = total / available if available > 0 else 0.0
     return float(np.clip(intercept + sum(scale * weights.get(n, 0.0) * v for n, v in values.items()), 0.0, 1.0))
 

@@ -65,3 +65,17 @@ def test_aggregator_echoes_its_calibration_id() -> None:
 def test_a_mean_has_no_intervals() -> None:
     result = ResidualAggregator().aggregate({"a": {"x": 0.2}}, ["x", "y"], mechanism=NO_NOISE)
     assert result.intervals == {} and result.level is None and result.missing == ["y"]
+
+
+def test_a_member_of_negligible_weight_is_never_scaled_up_to_the_total() -> None:
+    """NNLS leaves ~1e-16 on the members it drops; when only such a member answered, renormalising handed it the
+    whole fitted weight (0.05 + 0.9 x 0.2 here), while a weight of exactly 0 gave the intercept: a dropped member is a
+    dropped member, its answer carries no fitted information either way."""
+    from diagnosis.aggregation import stacked_aggregate
+
+    weights = {"c": {"good": 0.9, "dropped": 1e-16}}
+    only_dropped = stacked_aggregate({"dropped": {"c": 0.2}}, ["c"], weights=weights, intercepts={"c": 0.05})
+    assert only_dropped.mastery["c"] == pytest.approx(0.05)
+    both = stacked_aggregate({"good": {"c": 0.5}, "dropped": {"c": 0.2}}, ["c"], weights=weights,
+                             intercepts={"c": 0.05})
+    assert both.mastery["c"] == pytest.approx(0.05 + 0.9 * 0.5)
