@@ -118,7 +118,9 @@ class CalibrationPublic(BaseModel):
     method: str
     params: dict[str, Any] = Field(
         description="what the method fitted: paper/bias {alpha, residuals}; stacking {weights, intercepts, isotonic, "
-        "pooled_weights, pooled_intercept}; posterior {priors: concept -> Beta(a, b), entity_error_sd: entity -> τ}; "
+        "pooled_weights, pooled_intercept, selection: the cross-validated choice between the stack and each member "
+        "alone (every candidate's score, the margin, the rule), fallback: the other members' stack where the chosen "
+        "member did not answer}; posterior {priors: concept -> Beta(a, b), entity_error_sd: entity -> τ}; "
         "every method: excluded {entity: {answers, students}}, the entities left out for too few successful "
         "validation answers (FEDCD_CALIBRATION_MIN_ANSWERS): no weight, their answers are not aggregated"
     )
