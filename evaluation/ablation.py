@@ -98,6 +98,7 @@ def run_ablation(
     *,
     seed: int = 0,
     variants: Sequence[Variant] = DEFAULT_VARIANTS,
+    pairs: Sequence[tuple[str, str]] = PAIRS,
     ncdm: NCDMSettings | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> AblationResult:
@@ -142,8 +143,10 @@ def run_ablation(
             )
         model = trained.model
         spent = trained.epsilon if variant.training.epsilon is not None else None
+        selection = trained.selection or {}
         facts = {**variant.training.describe(), "rounds_run": len(trained.history), "epsilon_spent": spent,
-                 "seconds": round(trained.seconds, 1)}
+                 "seconds": round(trained.seconds, 1), "kind_served": selection.get("chosen", ""),
+                 "served_round": selection.get("served_round")}
         estimates = Estimates(
             name=variant.name, epsilon=None,
             validation=_assessed(q, predict_mastery_batch(model, q, _students(val_obs)), val_obs),
@@ -157,7 +160,7 @@ def run_ablation(
             reference = probs.get((cdm, "own")) if cdm in CDMS else probs.get((cdm, "link"))
             if reference is not None:
                 result.comparisons.append(_compare(name, scoring, cdm, p, reference, y, owner, seed))
-    for name, reference in PAIRS:
+    for name, reference in pairs:
         for scoring in ("link", "own"):
             if (name, scoring) in probs and (reference, scoring) in probs:
                 result.comparisons.append(_compare(name, scoring, reference, probs[(name, scoring)],

@@ -17,9 +17,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from unittest import mock
 
-from evaluation import ablation
 from evaluation.ablation import Variant, run_ablation
 from evaluation.baselines import NCDMSettings
 from federated.train import TrainingConfig
@@ -91,23 +89,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
     dataset = load_dataset(args.dataset, data_dir=args.data_dir)
-    served: list[dict[str, Any]] = []
-    real_train = ablation.train_federated
-
-    def train_and_note(**kwargs: Any) -> Any:  # the kind and round each variant served, for the table
-        result = real_train(**kwargs)
-        served.append({"kind_served": result.selection["chosen"] if result.selection else "",
-                       "served_round": result.selection["served_round"] if result.selection else None})
-        return result
-
-    # run_ablation's pair list and trainer are module names: swapped for this run only
-    with mock.patch.object(ablation, "PAIRS", PAIRS), mock.patch.object(ablation, "train_federated", train_and_note):
-        result = run_ablation(dataset, seed=args.seed, variants=VARIANTS,
-                              ncdm=NCDMSettings() if args.ncdm else None, progress=print)
+    result = run_ablation(dataset, seed=args.seed, variants=VARIANTS, pairs=PAIRS,
+                          ncdm=NCDMSettings() if args.ncdm else None, progress=print)
     data = result.to_json()
-    trained = [r for r in data["rows"] if "rounds_run" in r]
-    for row in trained:  # two rows (link, own) per variant, in variant order
-        row.update(served[[v.name for v in VARIANTS].index(row["name"])])
     command = "python -m evaluation.kinds " + " ".join(argv if argv is not None else __import__("sys").argv[1:])
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "results.json").write_text(json.dumps({**data, "command": command}, indent=2, ensure_ascii=False)
