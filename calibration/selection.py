@@ -7,11 +7,12 @@ other folds), the full stack and each member on its own (the same stacking fit o
 its scale is calibrated too), on the loss the stack is fitted on: squared error against the truth, per
 (student, concept) pair, through the aggregator a diagnosis uses.
 
-**The rule.** The stack is kept only when it beats the best single member by more than one standard error of
-their paired difference (errors summed per student, the unit the folds split on: the "one-standard-error rule"
-of Hastie, Tibshirani and Friedman, §7.10, which prefers the simpler model unless the evidence says otherwise).
-Otherwise the best member is served and every other member gets weight 0. The record's ``params.selection``
-holds every candidate's cross-validated score, the margin and the choice.
+**The rule.** The best single member replaces the stack only when it beats the stack by more than one standard
+error of their paired difference (errors summed per student, the unit the folds split on); otherwise the stack is
+kept. Clear evidence is asked of the change, not of the status quo: with few validation students the standard error
+is wide, and dropping every other member on a noisy margin would change who is asked (and charged) on chance.
+When the member wins, it is served and every other member gets weight 0. The record's ``params.selection`` holds
+every candidate's cross-validated score, the margin and the choice.
 
 Where the served member did not answer a concept (it failed, or was never asked) its weights would leave only the
 intercept: there the stack of the other members answers instead (:class:`SelectedStackingAggregator`).
@@ -33,7 +34,8 @@ __all__ = ["STACK", "SelectedStackingAggregator", "Selection", "choose", "cross_
 
 STACK = "stack"
 CRITERION = "cross-validated squared error against the truth, per (student, concept) pair"
-RULE = "stack kept only if its loss is below the best single member's by more than one standard error"
+RULE = ("the best single member replaces the stack only if its loss is below the stack's by more than one standard "
+        "error")
 
 # The candidates fitted on a part of the validation students: candidate name -> the aggregator that scores it.
 FitCandidates = Callable[[ValidationSet], Mapping[str, Aggregator]]
@@ -59,11 +61,11 @@ class Selection:
     def note(self) -> str:
         scores = ", ".join(f"{name} {loss:.5f}" for name, loss in sorted(self.scores.items(), key=lambda kv: kv[1]))
         if self.chosen == STACK:
-            verdict = (f"the stack is served: it beats the best single member ({self.best_single}) by {self.margin:.5f}, "
-                       f"more than one standard error ({self.standard_error:.5f})")
+            verdict = (f"the stack is served: the best single member ({self.best_single}) does not beat it by more "
+                       f"than one standard error ({self.standard_error:.5f}; the stack's margin {self.margin:+.5f})")
         else:
-            verdict = (f"{self.chosen} alone is served (the others get weight 0): the stack beats it by "
-                       f"{self.margin:+.5f}, not more than one standard error ({self.standard_error:.5f})")
+            verdict = (f"{self.chosen} alone is served (the others get weight 0): it beats the stack by "
+                       f"{-self.margin:.5f}, more than one standard error ({self.standard_error:.5f})")
         return f"stack or single member, by {self.folds}-fold {CRITERION}: {scores}; {verdict}"
 
 
@@ -113,7 +115,7 @@ def choose(losses: Mapping[str, np.ndarray], pairs: int, folds: int) -> Selectio
     n = diff.size
     standard_error = float(np.sqrt(n) * diff.std(ddof=1) / pairs) if n > 1 else float("inf")
     margin = float(diff.sum() / pairs)
-    chosen = STACK if margin > standard_error else best
+    chosen = best if -margin > standard_error else STACK  # the member only on clear evidence (module docstring)
     return Selection(chosen=chosen, scores=scores, best_single=best, margin=margin, standard_error=standard_error,
                      folds=folds)
 
