@@ -69,19 +69,26 @@ def secret_path(settings: Settings) -> Path:
     return settings.secret_file or settings.state_dir / SECRET_FILE
 
 
-def server_secret(settings: Settings) -> bytes:
-    """The server secret: ``FEDCD_SECRET_KEY``, else the file :func:`secret_path` (created once, 0600)."""
-    if settings.secret_key is not None:
-        return settings.secret_key.get_secret_value().encode()
-    path = secret_path(settings)
+def _configured_or_file(configured: str | None, path: Path, settings: Settings, *, what: str, variable: str,
+                        shared: str) -> bytes:
+    """``configured`` (a setting's value), else the secret file at ``path`` (created once, 0600) — logged once per
+    file, loudly where several hosts are plausible (with SQLite the database is this host's own file)."""
+    if configured is not None:
+        return configured.encode()
     secret = _load_or_create_secret(path)
     if path.resolve() not in _logged:
         _logged.add(path.resolve())
-        # Loud only where several hosts are plausible: with SQLite the database is this host's own file.
         level = logging.INFO if settings.db_url.startswith("sqlite") else logging.WARNING
-        log.log(level, "student ids are stored as keyed hashes under the secret in %s (FEDCD_SECRET_KEY is unset); "
-                "multi-host deployments must set FEDCD_SECRET_KEY to one shared value", path)
+        log.log(level, "%s under the secret in %s (%s is unset); %s must set %s to one shared value",
+                what, path, variable, shared, variable)
     return secret
+
+
+def server_secret(settings: Settings) -> bytes:
+    """The server secret: ``FEDCD_SECRET_KEY``, else the file :func:`secret_path` (created once, 0600)."""
+    configured = settings.secret_key.get_secret_value() if settings.secret_key is not None else None
+    return _configured_or_file(configured, secret_path(settings), settings, what="student ids are stored as keyed "
+                               "hashes", variable="FEDCD_SECRET_KEY", shared="multi-host deployments")
 
 
 def existing_server_secret(settings: Settings) -> bytes | None:
@@ -97,16 +104,10 @@ def console_secret(settings: Settings) -> bytes:
     """The key console sessions are signed under (``app.console.session``): ``FEDCD_CONSOLE_SECRET_KEY``, else
     ``<state_dir>/console-secret`` (created once, 0600). Never the server secret: rotating this one to end every
     session must not re-key the students (and so reset their budgets)."""
-    if settings.console_secret_key is not None:
-        return settings.console_secret_key.get_secret_value().encode()
-    path = settings.state_dir / CONSOLE_SECRET_FILE
-    secret = _load_or_create_secret(path)
-    if path.resolve() not in _logged:
-        _logged.add(path.resolve())
-        level = logging.INFO if settings.db_url.startswith("sqlite") else logging.WARNING
-        log.log(level, "console sessions are signed under the secret in %s (FEDCD_CONSOLE_SECRET_KEY is unset); "
-                "hosts without a shared state folder must set FEDCD_CONSOLE_SECRET_KEY to one shared value", path)
-    return secret
+    configured = settings.console_secret_key.get_secret_value() if settings.console_secret_key is not None else None
+    return _configured_or_file(configured, settings.state_dir / CONSOLE_SECRET_FILE, settings,
+                               what="console sessions are signed", variable="FEDCD_CONSOLE_SECRET_KEY",
+                               shared="hosts without a shared state folder")
 
 
 class Pseudonyms:
