@@ -15,6 +15,7 @@ Parameters are registered here first (``feature_w``, ``feature_b``, ``item_delta
 from __future__ import annotations
 
 import math
+from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from typing import Any
 
@@ -33,7 +34,7 @@ def inv_softplus(y: float) -> float:
     return math.log(math.expm1(y))
 
 
-class ItemBank(nn.Module):
+class ItemBank(nn.Module, ABC):
     """Item rows and per-item parameters (see the module docstring). A subclass adds the student side and
     ``config()`` (what :func:`federated.models.build_model` rebuilds it from)."""
 
@@ -56,8 +57,9 @@ class ItemBank(nn.Module):
         self.feature_b = nn.Parameter(torch.tensor([inv_softplus(1.0), 0.0]))
         self.item_delta = nn.Parameter(torch.zeros(len(self.items) + 1, 2))  # row 0: outside the bank, never trained
 
+    @abstractmethod
     def config(self) -> dict[str, Any]:
-        raise NotImplementedError
+        """The kind's build configuration, written to the manifest (each kind names itself and its own options)."""
 
     # --- inputs --------------------------------------------------------------------
     @property

@@ -28,7 +28,8 @@ import numpy as np
 if TYPE_CHECKING:  # torch is imported only when a forecast is made: the gateway starts without it
     from federated.registry import LoadedModel
 
-__all__ = ["ItemBasis", "ItemResponder", "ItemResponseFunction", "ItemToForecast", "item_response_function"]
+__all__ = ["ItemBasis", "ItemResponder", "ItemResponseFunction", "ItemToForecast", "item_response_function",
+           "trained_row"]
 
 ItemBasis = Literal["trained", "q-row", "untrained"]
 _UNTRAINED = "untrained"
@@ -70,6 +71,13 @@ class ItemResponder(Protocol):
     ) -> ItemResponseFunction: ...
 
 
+def trained_row(loaded: LoadedModel, item_id: str) -> set[str] | None:
+    """The Q-row the model was trained with for ``item_id`` (None: not in its training data). One lookup: the
+    manifest's item table is never copied per request (a bank holds thousands of items)."""
+    row = (loaded.manifest.get("items") or {}).get(item_id)
+    return None if row is None else set(row)
+
+
 def _prior(loaded: LoadedModel) -> tuple[dict[str, float], dict[str, float]]:
     import torch
 
@@ -98,14 +106,12 @@ def item_response_function(
     readable = hasattr(model, "item_parameters")
     trained = loaded.version != _UNTRAINED
     rows: list[tuple[LoadedModel, ItemToForecast, ItemBasis]] = []
-    trained_rows = {k: set(v) for k, v in (loaded.manifest.get("items") or {}).items()}
     for item in items:
         if not readable or not item.concepts or not set(item.concepts) <= known:
             rows.append((untrained, item, "untrained"))
         elif not trained:
             rows.append((loaded, item, "untrained"))
-        elif item.item_id in model.seen_item_ids and trained_rows.get(item.item_id, set(item.concepts)) == set(
-                item.concepts):
+        elif item.item_id in model.seen_item_ids and trained_row(loaded, item.item_id) in (None, set(item.concepts)):
             rows.append((loaded, item, "trained"))
         else:
             rows.append((loaded, item, "q-row"))

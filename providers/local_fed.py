@@ -52,7 +52,7 @@ from federated.hocdm import HigherOrderCDM
 from federated.registry import TENANT_PREFIX, LoadedModel, ModelNotFound, ModelRegistry, RegistryError, model_key
 from providers.batching import MicroBatcher
 from providers.errors import EntityRejected, EntitySkipped
-from providers.item_response import ItemResponseFunction, ItemToForecast, item_response_function
+from providers.item_response import ItemResponseFunction, ItemToForecast, item_response_function, trained_row
 from providers.types import EntityPrediction, PromptContext, Repair
 from providers.wrappers import timed
 
@@ -80,7 +80,6 @@ class _Request:
 def _encode(context: PromptContext, loaded: LoadedModel) -> _Request:
     model = loaded.model
     column = {c: k for k, c in enumerate(model.concepts)}
-    trained_rows = {k: set(v) for k, v in (loaded.manifest.get("items") or {}).items()}
     repairs: list[Repair] = []
     unknown = [c for c in context.concepts if c not in column]
     repairs += [Repair(rule="unknown_concept", concept=c, detail="the local model was not trained on this concept")
@@ -97,7 +96,7 @@ def _encode(context: PromptContext, loaded: LoadedModel) -> _Request:
         elif item.item_id not in model.seen_item_ids:
             repairs.append(Repair(rule="unseen_item", detail=f"item '{item.item_id}' was not in the training data; "
                                   "its parameters come from its Q-row" + (" and text" if model.text_dim else "")))
-        elif item.item_id in trained_rows and trained_rows[item.item_id] != set(item.concepts):
+        elif trained_row(loaded, item.item_id) not in (None, set(item.concepts)):
             repairs.append(Repair(rule="unseen_item", detail=f"item '{item.item_id}' has another Q-row than the "
                                   "training item with that id; predicted from its Q-row"))
             rows.append(model.item_row("", item.concepts, item.text))  # not the parameters learned for that id
