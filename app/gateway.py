@@ -144,10 +144,12 @@ class Gateway:
             federation=self.federation, qmatrices=self.qmatrices, calibrations=self.calibrations, jobs=self.jobs,
             job_queries=self.job_queries, settings=settings, usage=self.usage, pseudonyms=self.pseudonyms,
         )
+        local_fed = self.federation.adapter("local-fed") if "local-fed" in self.federation.names else None
+        forecasts = ForecastService(local_fed if isinstance(local_fed, ItemResponder) else None)
         self.jobs.register("calibrate", CalibrationJobHandler(
             federation=self.federation, validation=ValidationLoader(qmatrices=self.qmatrices, settings=settings),
             calibrations=self.calibrations, policies=self.policies, settings=settings, usage=self.usage,
-            ledger=self.async_ledger,
+            ledger=self.async_ledger, forecasts=forecasts,
         ).run)
         self.training = TrainingService(
             qmatrices=self.qmatrices, jobs=self.jobs, calibration=self.calibration, settings=settings,
@@ -156,10 +158,9 @@ class Gateway:
         planner = Planner(
             federation=self.federation, config=self.tenant_config, settings=settings, pseudonyms=self.pseudonyms
         )
-        local_fed = self.federation.adapter("local-fed") if "local-fed" in self.federation.names else None
         self.diagnosis = DiagnosisService(
             planner=planner, ledger=self.async_ledger, usage=self.usage, batch=BatchLimits.from_settings(settings),
-            forecasts=ForecastService(local_fed if isinstance(local_fed, ItemResponder) else None),
+            forecasts=forecasts,
         )
         self.cohort = CohortService(
             planner=planner, ledger=self.async_ledger, usage=self.usage, limits=CohortLimits.from_settings(settings)

@@ -2,6 +2,7 @@
 method, each producing its typed parameters, which build their own aggregator), the DP release of
 what was fitted (``calibration.release``), and the record a diagnosis applies."""
 
+from calibration.ability_truth import SERVING_SCALE, ability_truth, ability_truths, trained_scale
 from calibration.calibrators import (
     DEFAULT_FOLDS,
     BiasCalibrator,
@@ -38,6 +39,7 @@ __all__ = [
     "DEFAULT_FOLDS",
     "DEFAULT_MIN_ANSWERS",
     "PARAMS_BY_METHOD",
+    "SERVING_SCALE",
     "AggregationMode",
     "BiasCalibrator",
     "BiasParams",
@@ -52,6 +54,8 @@ __all__ = [
     "StackingCalibrator",
     "StackingParams",
     "TooFewAnswers",
+    "ability_truth",
+    "ability_truths",
     "ValidationAnswer",
     "ValidationSet",
     "aggregator_for",
@@ -62,5 +66,6 @@ __all__ = [
     "make_calibrator",
     "params_from_json",
     "validation_mae",
+    "trained_scale",
     "validation_set",
 ]

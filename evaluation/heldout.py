@@ -25,6 +25,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from calibration.ability_truth import ability_truths, restrict, trained_scale
 from evaluation.baselines import CDMBaseline, response_matrix
 from evaluation.forecasts import FORECAST_ROWS, LINK_SUFFIX, ForecastScorer, item_responder
 from evaluation.harness import (EvaluationConfig, Federation, Mastery, Progress, assessed, baseline_mastery, baselines,
@@ -120,6 +121,11 @@ async def heldout_protocol(
     test_obs, test_held = split_holdout(split.test, seed)
     result.split = {"train": len(split.train), "validation": len(val_obs), "test": len(test_obs)}
     val_truth = validation_truths(q, split.validation, val_obs)
+    responder = item_responder(fed.entities)
+    forecasts = ForecastScorer(q, responder, test_held) if responder is not None else None
+    # the served calibration's truth on the scale its forecasts read, as the calibrate job derives it
+    served_truth = val_truth if forecasts is None or not trained_scale(forecasts.irf) else restrict(
+        ability_truths(forecasts.irf, [s.responses for s in split.validation]), val_truth)
     val_c, test_c, result.entity_failures = await collect(
         fed, q, val_obs, test_obs, epsilons, seed=seed, options=options, extra=served_setting(served),
     )
@@ -130,7 +136,7 @@ async def heldout_protocol(
     for setting in served_setting(served):
         estimates += single_estimates(val_c, test_c, entity_names=list(fed.entities), setting=setting)
     if served is not None:
-        run = await served_estimates(fed.entities, q, validation=val_obs, validation_truths=val_truth, test=test_obs,
+        run = await served_estimates(fed.entities, q, validation=val_obs, validation_truths=served_truth, test=test_obs,
                                      config=served, seed=seed, concurrency=options.concurrency)
         estimates += run.estimates
         result.served["calibrations"] = run.calibrations
@@ -138,8 +144,6 @@ async def heldout_protocol(
         estimates.append(await served_via(HeldoutStudents(
             qmatrix=q, history=[*split.train, *split.validation], validation=val_obs, test=test_obs)))
     scorer = HeldoutScorer(q, train_easiness(split.train), val_held, test_held)
-    responder = item_responder(fed.entities)
-    forecasts = ForecastScorer(q, responder, test_held) if responder is not None else None
     y = scorer.test_y
     probs: dict[tuple[str, float | None, str], np.ndarray] = {}  # (row, ε, mechanism) -> test P(correct)
     for est in estimates:

@@ -16,28 +16,34 @@ import contextlib
 import logging
 import time
 import uuid
+from dataclasses import replace
 from typing import Any
 
 from app.federation import Federation
 from app.metrics import count_charge
 from app.pseudonyms import cache_tag
 from app.schemas import CalibrateRequest, PrivacyPolicy
+from app.services.forecasts import ForecastService
 from app.services.job_context import JobContext
 from app.services.usage import account_usage
 from app.services.validation import ValidationCohort, ValidationLoader
 from app.settings import Settings
 from app.storage import CalibrationStore, PolicyStore, UsageStore, budget_rule
 from calibration import (
+    SERVING_SCALE,
     TooFewAnswers,
+    trained_scale,
     ValidationAnswer,
     answer_validation_student,
     calibration_record,
     make_calibrator,
+    ability_truth,
     validation_set,
 )
 from diagnosis import DiagnosisPipeline, NoiseLevel
 from privacy import AsyncLedger, ReleaseCost, make_rng
 from providers.cache import tagged_as
+from providers.item_response import ItemToForecast
 from providers.wrappers import Cached
 
 __all__ = ["CalibrationJobHandler"]
@@ -58,9 +64,34 @@ class CalibrationJobHandler:
         settings: Settings,
         usage: UsageStore,
         ledger: AsyncLedger | None = None,
+        forecasts: ForecastService | None = None,
     ) -> None:
         self.federation, self.validation, self.calibrations, self.policies = federation, validation, calibrations, policies
-        self.settings, self.usage, self.ledger = settings, usage, ledger
+        self.settings, self.usage, self.ledger, self.forecasts = settings, usage, ledger, forecasts
+
+    async def _on_serving_scale(self, cohort: ValidationCohort, tenant: str) -> ValidationCohort:
+        """``cohort`` with every truth derived from responses replaced by the student's abilities read through the
+        item parameters the tenant's forecasts use (``calibration.ability_truth``: the aggregate is then fitted on the
+        scale an item forecast reads it on). Provided and simulated truths are kept as given, and so is every truth
+        when no trained model serves the Q-matrix (``trained_scale``)."""
+        if self.forecasts is None or not any(cohort.derived):
+            return cohort
+        q = cohort.stored.qmatrix
+        answered = {r.item_id for s, d in zip(cohort.students, cohort.derived, strict=True) if d for r in s.responses}
+        items = [ItemToForecast(i.id, tuple(i.concepts), i.text) for i in q.items if i.id in answered]
+        irf = await asyncio.to_thread(self.forecasts.item_response, items, q, q.id, tenant)
+        if not trained_scale(irf):
+            return cohort
+        students = [
+            replace(s, truth=ability_truth(irf, s.responses, list(s.truth))) if d else s
+            for s, d in zip(cohort.students, cohort.derived, strict=True)
+        ]
+        derived = sum(cohort.derived)
+        note = (f"truth: for the {derived} of {len(students)} validation students whose truth was derived from their "
+                f"responses, their abilities read through {irf.model}'s item parameters (maximum a posteriori under "
+                "the model's prior; the scale item forecasts read the aggregate on), not the proportion correct")
+        source = SERVING_SCALE if derived == len(students) else "mixed"
+        return replace(cohort, students=students, truth_source=source, notes=[*cohort.notes, note])
 
     def _release_epsilon(self, request: CalibrateRequest, simulated: bool) -> float | None:
         """ε the fitted parameters are released with: the request's; omitted, none for SIMULATED students (there is
@@ -86,7 +117,7 @@ class CalibrationJobHandler:
         start = time.perf_counter()
         tenant = job.tenant
         request = CalibrateRequest.model_validate(raw_request)
-        cohort = await asyncio.to_thread(self.validation.load, request, tenant)
+        cohort = await self._on_serving_scale(await asyncio.to_thread(self.validation.load, request, tenant), tenant)
         job.set_total(len(cohort.students))
         policy = await asyncio.to_thread(self.policies.current, tenant)
         noise = self._noise(request, policy)
@@ -165,7 +196,7 @@ class CalibrationJobHandler:
     def _notes(request: CalibrateRequest, cohort: ValidationCohort, release: float | None) -> list[str]:
         """What the record says about its validation students beyond the fit's own notes."""
         notes = list(cohort.notes)
-        if cohort.truth_source == "proportion-correct":
+        if cohort.truth_source == "proportion-correct":  # only without a forecast service (see _on_serving_scale)
             notes.append("truth: the paper's rule, per-concept proportion correct over each record's responses")
         if release is None and cohort.simulated and request.release_epsilon is None:
             notes.append("released without noise by default: the validation students are SIMULATED, nobody to protect")

@@ -49,7 +49,7 @@ class ForecastService:
         """``response`` with the forecasts of ``items`` (unchanged when there are none)."""
         if not items:
             return response
-        irf = await asyncio.to_thread(self._item_response, items, q, qmatrix_id, tenant)
+        irf = await asyncio.to_thread(self.item_response, items, q, qmatrix_id, tenant)
         level = response.interval_level or DEFAULT_LEVEL
         beliefs = concept_beliefs(response.mastery, response.mastery_interval, level, irf)
         forecasts = forecast_items(irf, beliefs, level=level)
@@ -63,9 +63,10 @@ class ForecastService:
             "forecast_basis": ForecastBasis(model=irf.model, interval_level=level, summary=summary),
         })
 
-    def _item_response(
+    def item_response(
         self, items: list[ItemToForecast], q: QMatrix, qmatrix_id: str | None, tenant: str
     ) -> ItemResponseFunction:
+        """The item-response function the tenant's forecasts on ``q`` go through (blocking: it may load a model)."""
         concepts = tuple(q.concepts)
         if self.local_fed is not None:
             return self.local_fed.item_response(qmatrix_id, tenant, items, concepts)

@@ -24,6 +24,9 @@ class ValidationCohort:
     students: list[ValidationStudent]
     truth_source: str  # provided | proportion-correct | mixed | simulated-true-mastery
     simulated: bool = False
+    # per student: its truth was derived from its responses (the paper's rule), not provided or simulated; the job
+    # puts such truths on the serving model's scale (calibration.ability_truth)
+    derived: list[bool] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     metrics: dict[str, float] = field(default_factory=dict)
 
@@ -49,7 +52,7 @@ class ValidationLoader:
             source = "provided" if all(r.truth is not None for r in request.records) else (
                 "proportion-correct" if all(r.truth is None for r in request.records) else "mixed"
             )
-            return ValidationCohort(stored, students, source)
+            return ValidationCohort(stored, students, source, derived=[r.truth is None for r in request.records])
         assert request.dataset is not None
         ref = request.dataset
         if ref.name == "synthetic":
@@ -63,15 +66,17 @@ class ValidationLoader:
         else:
             stored = self.qmatrices.ensure(tenant, dataset.qmatrix)  # so the tenant's diagnoses can name it
         q = stored.qmatrix
+        part = split_students(dataset.students, seed=ref.seed).part(ref.part)
         students = [
             ValidationStudent(
                 s.student_id, s.responses,
                 dataset.true_mastery.get(s.student_id) or proportion_correct_truth(q, s.responses),
             )
-            for s in split_students(dataset.students, seed=ref.seed).part(ref.part)
+            for s in part
         ]
         return ValidationCohort(stored, students, "simulated-true-mastery" if dataset.simulated else "proportion-correct",
-                                simulated=dataset.simulated)
+                                simulated=dataset.simulated,
+                                derived=[not dataset.true_mastery.get(s.student_id) for s in part])
 
     def _simulated(self, request: CalibrateRequest, tenant: str) -> ValidationCohort:
         """SIMULATED DINA students on the request's own Q-matrix (the example when it names none), seeded by the

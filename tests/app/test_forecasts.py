@@ -14,6 +14,7 @@ from app import Settings, create_app
 from diagnosis.forecast import concept_beliefs, forecast_items
 from federated import default_model_if_missing
 from providers.item_response import ItemResponseFunction
+from tests.app.waiting import finished_job
 from tests.conftest import auth_headers
 
 SIM = {"name": "sim:confident", "kind": "simulated", "simulated_style": "confident", "seed": 1}
@@ -115,3 +116,39 @@ def test_the_forecast_follows_mastery_and_its_uncertainty() -> None:
     prior = _irf(1.0, ("a", "b"))
     both = forecast_items(prior, concept_beliefs({"a": 0.9}, {"a": (0.85, 0.95)}, 0.9, prior), level=0.9)[0]
     assert both.from_prior == ("b",)
+
+
+def _validation_records(n: int, *, truth_for: set[int] = frozenset()) -> list[dict[str, object]]:
+    items = ["q01", "q02", "q03", "q04", "q05", "q07", "q09", "q10"]
+    return [{"student_id": f"v{s}", "responses": [{"item_id": i, "correct": bool((s >> k) & 1)} for k, i in enumerate(items)],
+             **({"truth": {"Add and subtract fractions": 0.5}} if s in truth_for else {})} for s in range(n)]
+
+
+def test_a_calibration_reads_derived_truths_on_the_serving_models_scale(tmp_path: Path, registry: Path) -> None:
+    """Issue 31, part 4: with a trained model serving the Q-matrix, a truth derived from a record's responses is the
+    student's ability through that model's item parameters (the scale the forecasts read), said in the record;
+    provided truths are kept (the record says mixed)."""
+    with _client(tmp_path, [_local_fed(registry), SIM]) as client:
+        derived = client.post("/v1/calibrate", json={"qmatrix_id": "example-prealgebra", "epsilon": "none",
+                                                     "method": "stacking", "records": _validation_records(24)})
+        assert derived.status_code == 202, derived.text
+        job = finished_job(client, derived.json()["job_id"], path="/v1/calibrate/{job_id}")
+        assert job["status"] == "succeeded", job
+        record = client.get(f"/v1/calibrations/{job['calibration_id']}").json()
+        assert record["truth_source"] == "serving-model-ability"
+        assert any("fedcd-cdm/v0001's item parameters" in n for n in record["notes"]), record["notes"]
+        mixed = client.post("/v1/calibrate", json={"qmatrix_id": "example-prealgebra", "epsilon": "none",
+                                                   "method": "stacking", "records": _validation_records(24, truth_for={0, 1})})
+        job = finished_job(client, mixed.json()["job_id"], path="/v1/calibrate/{job_id}")
+        record = client.get(f"/v1/calibrations/{job['calibration_id']}").json()
+        assert record["truth_source"] == "mixed"
+        assert any("22 of 24 validation students" in n for n in record["notes"]), record["notes"]
+
+
+def test_without_a_trained_model_the_truth_stays_the_papers_rule(tmp_path: Path) -> None:
+    with _client(tmp_path, [SIM]) as client:
+        r = client.post("/v1/calibrate", json={"qmatrix_id": "example-prealgebra", "epsilon": "none",
+                                               "method": "stacking", "records": _validation_records(24)})
+        job = finished_job(client, r.json()["job_id"], path="/v1/calibrate/{job_id}")
+        record = client.get(f"/v1/calibrations/{job['calibration_id']}").json()
+        assert record["truth_source"] == "proportion-correct"
