@@ -33,8 +33,8 @@ from qmatrix import Dataset
 if TYPE_CHECKING:
     from federated.train import TrainingConfig
 
-__all__ = ["Fitted", "Plan", "choose", "coordinate_median", "fit_candidate", "selection_record", "trimmed_mean",
-           "warm_start"]
+__all__ = ["Fitted", "Plan", "choose", "coordinate_median", "fit_candidate", "selection_record", "selection_rule",
+           "trimmed_mean", "warm_start"]
 
 Update = Sequence[np.ndarray]
 
@@ -161,12 +161,17 @@ def choose(fitted: Sequence[Fitted]) -> Fitted:
     return max(fitted, key=lambda f: f.auc if f.auc == f.auc else float("-inf"))
 
 
-def selection_record(fitted: Sequence[Fitted], chosen: Fitted, dp: str) -> dict[str, Any]:
-    """The manifest's record of the choice: every candidate's held-out AUC (at its served round) and the rule."""
+def selection_rule(dp: str) -> str:
+    """How the published kind is chosen (every trainer, every engine), and what that means under DP."""
     rule = ("every candidate kind trained on the same students and shards; the published one has the highest "
             "held-out AUC on the coordinator's held-out students (never trained on), each at its best round")
     if dp != "none":
         rule += ("; choosing by those held-out students costs no privacy, but every candidate trained on the "
                  "training students, so the epsilon recorded is all candidates' rounds composed")
-    return {"chosen": chosen.kind, "served_round": chosen.served_round, "rule": rule,
+    return rule
+
+
+def selection_record(fitted: Sequence[Fitted], chosen: Fitted, dp: str) -> dict[str, Any]:
+    """The manifest's record of the choice: every candidate's held-out AUC (at its served round) and the rule."""
+    return {"chosen": chosen.kind, "served_round": chosen.served_round, "rule": selection_rule(dp),
             "candidates": [f.describe() for f in fitted]}

@@ -29,7 +29,7 @@ import copy
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -107,10 +107,16 @@ class RoundRecord:
 
 @dataclass
 class FedResult:
+    """A finished run: the model (its weights those of ``served_round``, when the trainer keeps the best round;
+    None: the last), every round's record, why it stopped early, its accountant; ``selection``: where several kinds
+    were fitted, the record of the choice (``federated.candidates.selection_record``)."""
+
     model: CDModel
     history: list[RoundRecord]
     stop_reason: str | None
     accountant: PrivacyAccountant | None
+    served_round: int | None = None
+    selection: dict[str, Any] | None = None
 
 
 def _aggregate(

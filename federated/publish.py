@@ -188,10 +188,14 @@ def publish_trained(
     split = split_student_indices(len(data), rng=rng, validation=0.0, test=heldout_fraction)
     evaluation = data.subset(split.test)
     accountant = getattr(fed, "accountant", None)
+    selection = getattr(fed, "selection", None)
+    delta = options.get("delta", 1e-5)
     run = TrainingRun(
-        stop_reason=getattr(fed, "stop_reason", None), dp=options.get("dp", "none"), delta=options.get("delta", 1e-5),
+        stop_reason=getattr(fed, "stop_reason", None), dp=options.get("dp", "none"), delta=delta,
         train_students=len(split.train), config={**options, "engine": "flower", "accountant": accountant is not None},
-        started=started,
+        started=started, extra={"model_selection": selection} if selection else None,
+        # several candidate kinds trained on the same students: the composed accountant, not the chosen run's history
+        epsilon=accountant.get_epsilon(delta) if accountant is not None and len(accountant) else None,
     )
     return gate_and_publish(
         fed.model, list(fed.history), dataset=dataset, target=target,

@@ -164,8 +164,12 @@ def coordinator(
     force: Annotated[bool, typer.Option("--force", help="publish even if the promotion gate refuses (recorded)")] = False,
     seed: Annotated[int, typer.Option(help="seed for the starting model, node sampling and seeds")] = 0,
     timeout: Annotated[float, typer.Option(min=1.0, help="give up after this many seconds")] = 3600.0,
+    model: Annotated[str, typer.Option(help="higher-order-irt | irt-2pl | evidence-encoder: one kind per federation "
+                                            "(comparing kinds would spend the nodes' budget once per kind)")]
+    = "higher-order-irt",
 ) -> None:
-    """Start the SuperLink (TLS, only registered nodes), train across the nodes, gate, and publish the signed model."""
+    """Start the SuperLink (TLS, only registered nodes), train across the nodes, gate, and publish the signed model
+    (the weights after the best held-out round)."""
     from federated.flower import CoordinatorLink, FlowerConfig, LinkTLS, coordinate, plan_config
     from federated.inprocess import FedConfig
     from federated.publish import publish_federated
@@ -213,8 +217,10 @@ def coordinator(
         link = CoordinatorLink(tls=tls, node_keys=node_key, host=host, port=port, min_nodes=min_nodes,
                                timeout_s=timeout)
         result = coordinate(qmatrix=q, heldout=students, link=link, config=config, work_dir=folder, seed=seed,
-                            progress=on_round, on_event=lambda line: console.print(line, soft_wrap=True))
-        options = {"rounds": rounds, "dp": "student", "epsilon_budget": epsilon, "delta": delta, "secagg": secagg,
+                            progress=on_round, on_event=lambda line: console.print(line, soft_wrap=True),
+                            model_kind=model)
+        options = {"model_kind": model, "served_round": result.fed.served_round, "rounds": rounds, "dp": "student",
+                   "epsilon_budget": epsilon, "delta": delta, "secagg": secagg,
                    "aggregation": aggregation, "client_sample_rate": client_rate, "seed": seed,
                    "noise_multiplier": config.fed.student_dp.noise_multiplier if config.fed.student_dp else None,
                    "student_sample_rate": config.fed.student_dp.sample_rate if config.fed.student_dp else None,

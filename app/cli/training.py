@@ -40,20 +40,23 @@ def train(
     data_dir: Annotated[Optional[Path], typer.Option(help="folder holding the public datasets")] = None,
     out: Annotated[Optional[Path], typer.Option("--out", help="model registry folder (default: the gateway's)")] = None,
     model: Annotated[
-        str, typer.Option(help="higher-order-irt (local-fed v2, per-item parameters) | evidence-encoder (v1); "
-                          "--engine flower trains v2")
-    ] = "higher-order-irt",
+        str, typer.Option(help="auto (every candidate kind, the best held-out one published) | higher-order-irt "
+                          "(local-fed v2) | irt-2pl (a federated 2PL) | evidence-encoder (v1); either engine")
+    ] = "auto",
 ) -> None:
     """SIMULATION: train local-fed across institutions partitioned from one dataset, and publish it, signed.
 
     For experiments. Real institutions, each keeping its own data, use `fedcd federation`."""
     from qmatrix.catalog import load_dataset
     from federated import PublishOptions, TrainingConfig, train_federated
+    from federated.models import TRAINABLE_KINDS, candidate_kinds
 
     aggregation = {"trimmed": "trimmed_mean"}.get(aggregation, aggregation)
     problems = []
     if dp not in ("none", "student", "client"):
         problems.append("--dp must be none, student or client")
+    if model not in TRAINABLE_KINDS:
+        problems.append(f"--model: unknown model kind {model!r}; one of {', '.join(TRAINABLE_KINDS)}")
     if dp != "none" and epsilon is None:
         problems.append("--epsilon is required with --dp student|client")
     if dp == "none" and epsilon is not None:
@@ -83,7 +86,7 @@ def train(
     for column in ("round", "loss", "held-out AUC", "ε spent", "bytes sent", "seconds"):
         table.add_column(column, justify="right")
     with Progress(TextColumn("training"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=err) as bar:
-        task = bar.add_task("rounds", total=rounds)
+        task = bar.add_task("rounds", total=rounds * len(candidate_kinds(model)))  # every candidate kind's rounds
 
         def on_round(record: object) -> None:
             r = record  # federated.RoundRecord
@@ -100,7 +103,7 @@ def train(
                 result = _train_with_flower(
                     data, registry, clients=clients, rounds=rounds, dp=dp, epsilon=epsilon, delta=delta, secagg=secagg,
                     aggregation=aggregation, partition=partition, alpha=alpha, seed=seed, deployment=deployment,
-                    progress=on_round, force=force,
+                    model_kind=model, progress=on_round, force=force,
                 )
             else:
                 config = TrainingConfig(

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from federated.inprocess import AGGREGATIONS, Aggregation, FedConfig
 from federated.local import LocalConfig, StudentDP
@@ -51,8 +51,12 @@ class FlowerConfig:
     secagg_clipping_range: float = 8.0
     secagg_timeout: float | None = None
     node_wait_s: float = 120.0
+    # publish the weights after the best held-out round (as the in-process trainer does) or after the last
+    keep: Literal["best", "last"] = "best"
 
     def __post_init__(self) -> None:
+        if self.keep not in ("best", "last"):
+            raise ValueError(f"keep must be 'best' or 'last', got {self.keep!r}")
         if self.aggregation not in AGGREGATIONS:
             raise ValueError(f"aggregation must be one of {', '.join(AGGREGATIONS)}; got {self.aggregation!r}")
         if self.secagg and self.aggregation in ROBUST:

@@ -64,4 +64,4 @@ def read_result(out_dir: Path, data_dir: Path) -> FedResult:
         accountant = PrivacyAccountant()
         accountant.load_state_dict(json.loads((out_dir / "accountant.json").read_text()))
     return FedResult(model=model, history=list(history["rounds"]), stop_reason=history["stop_reason"],
-                     accountant=accountant)
+                     accountant=accountant, served_round=history.get("served_round"))

@@ -19,7 +19,8 @@ Both engines run this same function: the in-process driver (:mod:`federated.flow
 calls it with an in-memory grid; in the deployment engine the ServerApp in
 :mod:`federated.flower.apps` calls it with the SuperLink's grid. After every round it
 writes ``history.json`` to the run's ``out-dir`` (the marker the deployment engine reads),
-and at the end ``model.pt``.
+and at the end ``model.pt``: the weights after the round with the best held-out AUC (``FlowerConfig.keep``,
+as the in-process trainer keeps them; ``served_round`` in ``history.json``), or after the last.
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ from federated.flower.strategy import build_strategy
 from federated.inprocess import FedResult, RoundRecord, evaluation_mask
 from federated.local import get_parameters, set_parameters
 from federated.metrics import evaluate_masked
-from federated.rounds import run_rounds
+from federated.rounds import BestRound, run_rounds
 
 __all__ = ["FlowerRoundRecord", "read_history", "serve"]
 
@@ -82,8 +83,8 @@ def _register_nodes(grid: Grid, manager: ClientManager, n_clients: int, min_clie
 
 
 def _write_history(out_dir: Path, history: list[FlowerRoundRecord], status: str, stop_reason: str | None,
-                   nodes: list[int]) -> None:
-    payload = {"status": status, "stop_reason": stop_reason, "nodes": nodes,
+                   nodes: list[int], served_round: int | None = None) -> None:
+    payload = {"status": status, "stop_reason": stop_reason, "nodes": nodes, "served_round": served_round,
                "rounds": [dataclasses.asdict(r) for r in history]}
     tmp = out_dir / "history.json.tmp"
     tmp.write_text(json.dumps(payload, indent=1))
@@ -158,16 +159,20 @@ def serve(grid: Grid, context: Context, *,
         )
 
     history: list[FlowerRoundRecord] = []
+    best = BestRound(model)  # ASSIST0910-sized banks overfit rare items after the first rounds: keep the best
 
     def record(done: FlowerRoundRecord) -> None:
+        best(done)
         history.append(done)
         _write_history(out_dir, history, "running", None, node_ids)
         if on_round is not None:
             on_round(done)
 
     _, stop_reason, accountant = run_rounds(fed, play, on_round=record)
+    served = best.restore() if config.keep == "best" else (len(history) or None)
     torch.save(model.state_dict(), out_dir / "model.pt")
     if accountant is not None:
         (out_dir / "accountant.json").write_text(json.dumps(accountant.state_dict()))
-    _write_history(out_dir, history, "stopped" if stop_reason else "completed", stop_reason, node_ids)
-    return FedResult(model=model, history=list(history), stop_reason=stop_reason, accountant=accountant)
+    _write_history(out_dir, history, "stopped" if stop_reason else "completed", stop_reason, node_ids, served)
+    return FedResult(model=model, history=list(history), stop_reason=stop_reason, accountant=accountant,
+                     served_round=served)

@@ -7,12 +7,18 @@ institutions (IID, or ability-skewed Dirichlet), writes the run folder
 (:mod:`federated.flower.deployment`). Either way it returns a
 :class:`~federated.inprocess.FedResult` whose history holds
 :class:`~federated.flower.server.FlowerRoundRecord` rows, and leaves in ``out_dir``:
-``history.json`` (per-round history and status), ``model.pt`` (final weights),
+``history.json`` (per-round history and status), ``model.pt`` (the weights after the best held-out round),
 ``accountant.json`` (DP runs), ``data/`` and, for deployment, ``app/`` and ``logs/``.
 
 With DP and an ``epsilon``, the noise multiplier is calibrated (PLD) so that all planned
 rounds fit the budget, and the accountant still stops the run before any round that would
 exceed it.
+
+``model_kind="auto"`` (the default, as for the in-process trainer) runs one Flower run per candidate kind of
+:mod:`federated.models` on the same split and institutions (``out_dir/candidates/<kind>``) and keeps the one with the
+best held-out AUC at its best round; its files are copied to ``out_dir`` and ``FedResult.selection`` records every
+candidate. Under DP the candidates' rounds compose: the noise is calibrated for all of them, and the result's
+accountant holds every candidate's steps.
 """
 
 from __future__ import annotations
@@ -37,7 +43,9 @@ from federated.flower.runs import follow_run, read_result
 from federated.flower.server import FlowerRoundRecord
 from federated.inprocess import DPMode, FedResult
 from federated.local import StudentDP
-from federated.models import DEFAULT_KIND, new_model
+from federated.accountant import PrivacyAccountant
+from federated.candidates import selection_rule
+from federated.models import AUTO, candidate_kinds, new_model
 from qmatrix import Dataset
 
 __all__ = ["FlowerDeployment", "FlowerTraining", "plan_config", "train_flower"]
@@ -46,9 +54,9 @@ Progress = Callable[[FlowerRoundRecord], None]
 
 
 def plan_config(base: FlowerConfig | None, *, rounds: int, dp: DPMode, epsilon: float | None, delta: float,
-                secagg: bool, aggregation: Aggregation) -> FlowerConfig:
+                secagg: bool, aggregation: Aggregation, candidates: int = 1) -> FlowerConfig:
     """``base`` with these fields; with DP and ``epsilon``, the noise multiplier calibrated (PLD) so that
-    all ``rounds`` fit the budget."""
+    all ``rounds`` of all ``candidates`` kinds (trained on the same students, so they compose) fit the budget."""
     base = base or FlowerConfig()
     if epsilon is not None and dp == "none":
         raise ValueError("an epsilon budget needs dp='student' or dp='client'")
@@ -57,14 +65,14 @@ def plan_config(base: FlowerConfig | None, *, rounds: int, dp: DPMode, epsilon: 
         student = base.fed.student_dp or StudentDP(noise_multiplier=1.0, clip_norm=1.0, sample_rate=0.2, steps=5)
         if epsilon is not None:
             sigma = noise_multiplier_for(target_epsilon=epsilon, delta=delta, sample_rate=student.sample_rate,
-                                         steps=rounds * student.steps)
+                                         steps=rounds * student.steps * candidates)
             student = dataclasses.replace(student, noise_multiplier=sigma)
         fed = dataclasses.replace(fed, dp="student", student_dp=student, epsilon_budget=epsilon)
     elif dp == "client":
         sigma = base.fed.noise_multiplier
         if epsilon is not None:
             sigma = noise_multiplier_for(target_epsilon=epsilon, delta=delta, sample_rate=fed.client_sample_rate,
-                                         steps=rounds)
+                                         steps=rounds * candidates)
         fed = dataclasses.replace(fed, dp="client", noise_multiplier=sigma, epsilon_budget=epsilon)
     elif dp != "none":
         raise ValueError(f"dp must be 'none', 'student' or 'client', got {dp!r}")
@@ -102,6 +110,10 @@ class FlowerTraining:
     partition: Literal["iid", "dirichlet"] = "iid"
     alpha: float = 0.5
     test_fraction: float = 0.2
+    model_kind: str = AUTO  # a kind of federated.models, or auto: every candidate kind, the best held-out one kept
+
+    def __post_init__(self) -> None:
+        candidate_kinds(self.model_kind)  # raises for an unknown kind
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -134,10 +146,49 @@ def train_flower(
     Raises ``ValueError`` for refused combinations (e.g. ``secagg`` with a robust
     aggregation) before anything runs.
     """
+    kinds = candidate_kinds(plan.model_kind)
+    # Under DP every candidate trains on the same students: the noise is calibrated for all their rounds composed.
     flower_config = plan_config(config, rounds=plan.rounds, dp=plan.dp, epsilon=plan.epsilon, delta=plan.delta,
-                                secagg=plan.secagg, aggregation=plan.aggregation)
+                                secagg=plan.secagg, aggregation=plan.aggregation, candidates=len(kinds))
     out_dir = Path(out_dir)
-    model = new_model(DEFAULT_KIND, dataset.qmatrix, seed=plan.seed)
+    if len(kinds) == 1:  # its files are already in out_dir
+        return _chosen([(kinds[0], _train_kind(kinds[0], dataset, plan, out_dir, flower_config, deployment, progress))],
+                       out_dir, dp=plan.dp, delta=plan.delta)
+    fitted = [(kind, _train_kind(kind, dataset, plan, out_dir / "candidates" / kind, flower_config, deployment,
+                                 progress)) for kind in kinds]
+    return _chosen(fitted, out_dir, dp=plan.dp, delta=plan.delta)
+
+
+def _served_auc(result: FedResult) -> float:
+    auc = [r.auc for r in result.history if r.round == result.served_round]
+    return float(auc[0]) if auc and auc[0] == auc[0] else float("-inf")
+
+
+def _chosen(fitted: list[tuple[str, FedResult]], out_dir: Path, *, dp: DPMode, delta: float) -> FedResult:
+    """The candidate with the best held-out AUC at its served round (the first of equals: the default kind wins a
+    tie), its files copied to ``out_dir``, the accountant of every candidate's rounds composed, and the record of the
+    choice, as the in-process trainer makes it (``federated.candidates``)."""
+    kind, chosen = max(fitted, key=lambda kr: _served_auc(kr[1]))
+    source = out_dir / "candidates" / kind
+    for name in ("history.json", "model.pt", "accountant.json"):
+        if (source / name).exists():
+            shutil.copyfile(source / name, out_dir / name)
+    composed = None
+    if any(r.accountant is not None for _, r in fitted):
+        composed = PrivacyAccountant()
+        composed.history = [step for _, r in fitted if r.accountant is not None for step in r.accountant.history]
+    selection = {"chosen": kind, "served_round": chosen.served_round, "rule": selection_rule(dp), "candidates": [
+        {"kind": k, "heldout_auc": _served_auc(r) if r.history else float("nan"), "served_round": r.served_round,
+         "rounds_run": len(r.history), "stop_reason": r.stop_reason} for k, r in fitted]}
+    if composed is not None:
+        selection["epsilon_composed"] = composed.get_epsilon(delta)
+    return dataclasses.replace(chosen, accountant=composed or chosen.accountant, selection=selection)
+
+
+def _train_kind(kind: str, dataset: Dataset, plan: FlowerTraining, out_dir: Path, flower_config: FlowerConfig,
+                deployment: FlowerDeployment | None, progress: Progress | None) -> FedResult:
+    """One Flower run of one model kind on the plan's split and institutions (the same for every kind: seeded)."""
+    model = new_model(kind, dataset.qmatrix, seed=plan.seed)
     data = encode_dataset(dataset, table=model.item_table(dataset.qmatrix))
     rng = np.random.default_rng(plan.seed)
     split = split_student_indices(len(data), rng=rng, validation=0.0, test=plan.test_fraction)

@@ -22,7 +22,7 @@ def test_train_in_process_publishes_a_signed_model(tmp_path: Path) -> None:
 
 def test_train_on_flower_with_secure_aggregation(tmp_path: Path) -> None:
     out = tmp_path / "models"
-    result = runner.invoke(cli, ["train", "--engine", "flower", "--secagg", "--dataset", "synthetic", "--max-students", "150",
+    result = runner.invoke(cli, ["train", "--engine", "flower", "--model", "higher-order-irt", "--secagg", "--dataset", "synthetic", "--max-students", "150",
                                  "--clients", "3", "--rounds", "2", "--out", str(out)])
     assert result.exit_code == 0, result.output
     manifest = ModelRegistry(out).load().manifest

@@ -36,7 +36,7 @@ def test_superlink_and_supernodes_train_three_rounds_and_leave_no_process(sim: P
     seen: list[FlowerRoundRecord] = []
 
     # Execute
-    result = train_flower(dataset=sim.dataset, plan=FlowerTraining(clients=2, rounds=3, seed=1), out_dir=out,
+    result = train_flower(dataset=sim.dataset, plan=FlowerTraining(clients=2, rounds=3, seed=1, model_kind="higher-order-irt"), out_dir=out,
                           deployment=FlowerDeployment(flower_home=home, timeout_s=480), progress=seen.append)
 
     # Assert: the ServerApp's marker, flwr ls, the progress callback, and no survivors
