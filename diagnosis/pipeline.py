@@ -29,6 +29,7 @@ import numpy as np
 from diagnosis.aggregation import Aggregation, Aggregator, ResidualAggregator
 from diagnosis.calibrated import calibration_mismatch
 from diagnosis.plan import DiagnosisPlan, DiagnosisRequest, UnknownEntities, build_context, request_mechanism
+from diagnosis.posterior import UncertainAnswer
 from diagnosis.results import AllEntitiesFailed, DiagnosisResult, EntityOutcome, NoEntitySelected
 from diagnosis.tiers import FederationReport, Stage, StageReport
 from privacy import Mechanism, make_rng
@@ -163,6 +164,7 @@ class DiagnosisPipeline:
             completion_tokens=prediction.usage.completion_tokens,
             cost_usd=self.prices.get(entity.name, FREE).cost_usd(prediction.usage),
             cache=prediction.cache,
+            uncertainty=prediction.uncertainty,
         )
 
     def mechanism_for(self, request: DiagnosisRequest) -> Mechanism:
@@ -223,7 +225,8 @@ class DiagnosisPipeline:
                     reason="tier failed: " + ("; ".join(f"{o.name} {o.reason or o.status}" for o in asked) or "no entity"),
                 ))
                 continue
-            answered = {o.name: o.mastery for o in outcomes if o.mastery is not None}
+            # each answer carries the entity's own uncertainty, where it has one (diagnosis.posterior.spread)
+            answered = {o.name: UncertainAnswer(o.mastery, o.uncertainty) for o in outcomes if o.mastery is not None}
             cells = len(context.concepts) * len(answered)
             aggregation = await _off_loop(
                 cells, partial(aggregator.aggregate, answered, context.concepts, mechanism=mechanism)

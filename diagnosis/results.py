@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from diagnosis.tiers import FederationReport
+from providers import MasteryUncertainty
 
 __all__ = ["AllEntitiesFailed", "DiagnosisResult", "EntityOutcome", "NoEntitySelected"]
 
@@ -44,6 +45,7 @@ class EntityOutcome:
     completion_tokens: int = 0
     cost_usd: float = 0.0
     cache: Literal["hit", "miss"] | None = None
+    uncertainty: dict[str, MasteryUncertainty] = field(default_factory=dict)  # the entity's own (score-free)
 
 
 @dataclass(frozen=True)

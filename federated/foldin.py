@@ -20,7 +20,7 @@ from typing import NamedTuple
 import torch
 import torch.nn.functional as F
 
-__all__ = ["Evidence", "Prior", "fold_in"]
+__all__ = ["Evidence", "Prior", "fold_in", "predictive_variance"]
 
 STEP_SIZES = (1.0, 0.5, 0.25, 0.125)  # the backtracking line search's candidates
 
@@ -51,11 +51,19 @@ def _scatter(values: torch.Tensor, index: torch.Tensor, k: int) -> torch.Tensor:
 
 
 def _hessian_pieces(prior: Prior, info: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """H = diag(A) − u uᵀ: returns (A, u, 1 − uᵀA⁻¹u)."""
+    """H = diag(A) − u uᵀ: returns (A, u, 1 − uᵀA⁻¹u).
+
+    The last piece is not computed as written: with s = Σ λ²/ψ, uᵀA⁻¹u = Σ_k (λ_k²/ψ_k)/(1 + ψ_k·info_k) / (1 + s),
+    so 1 − uᵀA⁻¹u = (1 + Σ_k λ_k²·info_k/(1 + ψ_k·info_k)) / (1 + s): a sum of non-negative terms, never below
+    1/(1 + s) > 0. The difference form cancels catastrophically in float32 once the loadings are large (s ≫ 1) and
+    could turn negative, which flipped the Newton step and the variance.
+    """
     _, lam, psi = prior
-    u = (lam / psi) / torch.sqrt(1 + (lam.pow(2) / psi).sum())
+    s = (lam.pow(2) / psi).sum()
+    u = (lam / psi) / torch.sqrt(1 + s)
     a = 1 / psi + info
-    return a, u, 1 - (u.pow(2) / a).sum(-1, keepdim=True)
+    denom = (1 + (lam.pow(2) * info / (1 + psi * info)).sum(-1, keepdim=True)) / (1 + s)
+    return a, u, denom
 
 
 def _newton(prior: Prior, theta: torch.Tensor, e: Evidence) -> tuple[torch.Tensor, torch.Tensor]:
@@ -115,3 +123,35 @@ def fold_in(prior: Prior, evidence: Evidence, *, steps: int) -> tuple[torch.Tens
         a, u, denom = _hessian_pieces(frozen, info)
         var = 1 / a + (u / a).pow(2) / denom
     return theta, var
+
+
+def predictive_variance(prior: Prior, evidence: Evidence, theta: torch.Tensor) -> torch.Tensor:
+    """The Laplace variance of each θ_k (B, K) under the model that *predicts*, at abilities ``theta`` (B, K).
+
+    The fold-in's own variance (:func:`fold_in`) comes from the split likelihood, where an item requiring |Q_i|
+    concepts counts 1/|Q_i| of its information on each of them as if each alone explained the answer, and drops
+    every covariance: intervals from it were too narrow (a "90 %" interval covered 74–85 % of simulated truth, issue
+    33). Responses are predicted from P(correct) = σ(α_i · Σ_k w_ik θ_k + c_i) with w_ik = 1/|Q_i| (the same
+    weights), so that model's negative Hessian is the full K × K matrix
+    H = Σ⁻¹ + Σ_i α_i² p_i (1 − p_i) w_i w_iᵀ, and the variance is diag(H⁻¹). It is solved in float64 by
+    Cholesky (K ≤ a few hundred: cheap next to the fold-in), with Σ⁻¹ = diag(1/ψ) − v vᵀ from Woodbury.
+    """
+    _, lam, psi = (t.detach().double() for t in prior)
+    th = theta.detach().double()
+    k = th.shape[-1]
+    weight = evidence.weight.detach().double()
+    alpha = evidence.alpha.detach().double()
+    rows = th.new_zeros(*weight.shape[:-1], k).scatter_add(-1, evidence.index, weight)  # w_i (B, L, K)
+    logit = alpha * (rows * th.unsqueeze(-2)).sum(-1) + evidence.intercept.detach().double()
+    p = torch.sigmoid(logit)
+    used = (weight.sum(-1) > 0).double()  # padding and unused responses carry no information
+    j = rows * (alpha * torch.sqrt(p * (1 - p) * used)).unsqueeze(-1)  # (B, L, K)
+    v = (lam / psi) / torch.sqrt(1 + (lam.pow(2) / psi).sum())
+    precision = torch.diag(1 / psi) - torch.outer(v, v)
+    h = precision + j.transpose(-1, -2) @ j
+    chol, info = torch.linalg.cholesky_ex(h)
+    if bool((info != 0).any()):  # cannot happen for a valid prior; a tiny ridge rather than a crash
+        chol = torch.linalg.cholesky(h + 1e-9 * torch.eye(k, dtype=h.dtype))
+    eye = torch.eye(k, dtype=h.dtype).expand_as(h)
+    cov = torch.cholesky_solve(eye, chol)
+    return cov.diagonal(dim1=-2, dim2=-1).to(theta.dtype)

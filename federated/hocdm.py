@@ -48,7 +48,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from federated.foldin import Evidence, Prior, fold_in
+from federated.foldin import Evidence, Prior, fold_in, predictive_variance
 from federated.itembank import ItemBank, inv_softplus
 
 __all__ = ["HigherOrderCDM", "MODEL_KIND"]
@@ -115,12 +115,16 @@ class HigherOrderCDM(ItemBank):
         present, index = q.topk(min(width, k), dim=-1)
         return index, present / q.sum(-1, keepdim=True).clamp(min=1.0)
 
-    def posterior(self, feats: torch.Tensor, scores: torch.Tensor, context: torch.Tensor
-                  ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Posterior mode θ* (B, K) and the Laplace posterior variance of each θ_k (B, K)."""
+    def _fold_in_inputs(self, feats: torch.Tensor, scores: torch.Tensor, context: torch.Tensor) -> tuple[Prior, Evidence]:
         index, w = self._evidence(feats, context)
         alpha, c = self.item_parameters(feats)
-        return fold_in(Prior(*self.prior()), Evidence(alpha, c, index, w, scores), steps=self.newton_steps)
+        return Prior(*self.prior()), Evidence(alpha, c, index, w, scores)
+
+    def posterior(self, feats: torch.Tensor, scores: torch.Tensor, context: torch.Tensor
+                  ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Posterior mode θ* (B, K) and the split likelihood's Laplace variance of each θ_k (B, K) (training's
+        posterior-predictive spread; intervals use :meth:`mastery_interval`'s full curvature)."""
+        return fold_in(*self._fold_in_inputs(feats, scores, context), steps=self.newton_steps)
 
     def mastery(self, feats: torch.Tensor, scores: torch.Tensor, context: torch.Tensor) -> torch.Tensor:
         """Mastery σ(θ*_k) (B, K), non-decreasing in every score in ``context``."""
@@ -128,10 +132,28 @@ class HigherOrderCDM(ItemBank):
 
     def mastery_interval(self, feats: torch.Tensor, scores: torch.Tensor, context: torch.Tensor
                          ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(mastery, 5 % bound, 95 % bound), each (B, K): the 90 % Laplace credible interval."""
-        theta, var = self.posterior(feats, scores, context)
-        sd = var.sqrt()
+        """(mastery, 5 % bound, 95 % bound), each (B, K): the 90 % Laplace credible interval of the model that
+        predicts (:func:`federated.foldin.predictive_variance`: full curvature, covariances kept) at the mode."""
+        prior, evidence = self._fold_in_inputs(feats, scores, context)
+        theta, _ = fold_in(prior, evidence, steps=self.newton_steps)
+        sd = predictive_variance(prior, evidence, theta).sqrt()
         return torch.sigmoid(theta), torch.sigmoid(theta - _Z90 * sd), torch.sigmoid(theta + _Z90 * sd)
+
+    def logit_sd_curve(self, feats: torch.Tensor, context: torch.Tensor, shifts: Sequence[float]
+                       ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(mastery points, posterior sd of θ_k there), each (S, B, K): the Laplace sd of the predictive model
+        evaluated at θ = μ + t for each shift t, *not* at the student's mode.
+
+        It depends on which items were answered, never on the scores, so an entity may release it next to its
+        privatized mastery without spending privacy; the aggregator reads it at the mastery it is weighing
+        (:mod:`diagnosis.posterior.spread`). Where the mode lies along the same shift it equals the sd at the mode.
+        """
+        prior, evidence = self._fold_in_inputs(feats, torch.zeros_like(feats[..., 0]), context)
+        mu = prior.mean.detach()
+        base = mu.expand(*feats.shape[:-2], mu.shape[-1])
+        sds = [predictive_variance(prior, evidence, base + t).sqrt() for t in shifts]
+        points = [torch.sigmoid(base + t) for t in shifts]
+        return torch.stack(points), torch.stack(sds)
 
     # --- responses -----------------------------------------------------------------
     def response_logit(self, theta: torch.Tensor, feats: torch.Tensor) -> torch.Tensor:

@@ -18,7 +18,7 @@ from providers.factory import build_adapter, build_entity
 from providers.parsing import ParsedMastery, parse_mastery
 from providers.pricing import FREE, Price, price_of
 from providers.prompts import SYSTEM_PROMPT, build_messages, mastery_schema, user_prompt
-from providers.types import Entity, EntityPrediction, PromptContext, PromptItem, Repair, TokenUsage
+from providers.types import Entity, EntityPrediction, MasteryUncertainty, PromptContext, PromptItem, Repair, TokenUsage
 from providers.untrusted import scrub_untrusted_text
 from providers.observed import Observed
 from providers.wrappers import ConcurrencyLimited, RetryPolicy, Retrying, WithDeadline, build_chain
@@ -47,6 +47,7 @@ __all__ = [
     "EntitySpec",
     "EntityTimeout",
     "EntityUnavailable",
+    "MasteryUncertainty",
     "MemoryCacheStore",
     "MemoryCircuitStore",
     "Observed",

@@ -30,6 +30,11 @@ A request is mapped onto the model's inputs:
   Q-row. An item not trained on is flagged with ``Repair(rule="unseen_item")``: its id was not
   trained on, or the training item with that id had another Q-row.
 
+**Uncertainty.** A v2 answer carries the model's own uncertainty per concept (``EntityPrediction.uncertainty``):
+the spread of logit mastery from the full curvature of the model that predicts, as a curve over mastery levels,
+computed without the scores (:meth:`federated.hocdm.HigherOrderCDM.logit_sd_curve`), so it travels next to the
+privatized mastery without spending privacy; ``measured`` is False for the untrained evidence model.
+
 Inference runs in a worker thread (``asyncio.to_thread``), never on the event loop.
 Concurrent ``respond`` calls arriving within ``batch_window_s`` (5 ms) are answered by one
 batched forward pass (:class:`MicroBatcher`); ``forward_passes`` counts the passes.
@@ -38,7 +43,9 @@ batched forward pass (:class:`MicroBatcher`); ``forward_passes`` counts the pass
 from __future__ import annotations
 
 import asyncio
+import math
 import threading
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,25 +53,43 @@ from typing import Any
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
 from federated.active import NO_POINTER
 from federated.hocdm import HigherOrderCDM
+from federated.itembank import inv_softplus
 from federated.registry import TENANT_PREFIX, LoadedModel, ModelNotFound, ModelRegistry, RegistryError, model_key
 from providers.batching import MicroBatcher
 from providers.errors import EntityRejected, EntitySkipped
 from providers.item_response import ItemResponseFunction, ItemToForecast, item_response_function, trained_row
-from providers.types import EntityPrediction, PromptContext, Repair
+from providers.types import EntityPrediction, MasteryUncertainty, PromptContext, Repair
 from providers.wrappers import timed
 
-__all__ = ["UNTRAINED_VERSION", "LocalFedEntity", "MicroBatcher", "untrained_model"]
+__all__ = ["SPREAD_SHIFTS", "UNTRAINED_VERSION", "LocalFedEntity", "MicroBatcher", "uncertainty_curve", "untrained_model"]
 
 UNTRAINED_VERSION = "untrained"
 _UNTRAINED_CACHE_MAX = 256
+_UNTRAINED_LOADING = 1e-3  # λ of the untrained prior: (almost) no link between concepts
+_UNTRAINED_VARIANCE = math.pi**2 / 3  # ψ of the untrained prior: the variance of logit(U), U uniform
+# θ − μ at which an answer's uncertainty curve is evaluated (MasteryUncertainty: score-free); the aggregator
+# interpolates between them in logit space, so they reach as far as a mastery of about 0.02 or 0.98 from the mean.
+SPREAD_SHIFTS = (-4.0, -3.0, -2.0, -1.0, -0.5, 0.0, 0.5, 1.0, 2.0, 3.0, 4.0)
 
 
 def untrained_model(concepts: tuple[str, ...]) -> LoadedModel:
-    """The untrained evidence model over ``concepts`` (module docstring); deterministic, needs no data."""
-    return LoadedModel(version=UNTRAINED_VERSION, model=HigherOrderCDM(concepts),
+    """The untrained evidence model over ``concepts`` (module docstring); deterministic, needs no data.
+
+    Nothing about the concepts is known, so its prior claims nothing (issue 33): no general ability links the
+    concepts (a loading near 0: an answer on one concept says nothing about another, and a right answer is never
+    outweighed by wrong ones elsewhere), and each ability's variance is the logistic's, π²/3, the logit of a uniform
+    mastery: its intervals are then about as wide as the uniform prior's Beta-Bernoulli ones.
+    """
+    model = HigherOrderCDM(concepts)
+    with torch.no_grad():
+        model.loading.fill_(inv_softplus(_UNTRAINED_LOADING))
+        floor = float(model.prior()[2][0] - F.softplus(model.unique_var)[0])  # ψ = softplus(·) + a floor
+        model.unique_var.fill_(inv_softplus(_UNTRAINED_VARIANCE - floor))
+    return LoadedModel(version=UNTRAINED_VERSION, model=model,
                        manifest={"untrained": True, "items": {}}, signature_verified=False)
 
 @dataclass
@@ -75,6 +100,29 @@ class _Request:
     answer: list[str]  # concepts to report
     missing: list[str]
     repairs: list[Repair] = field(default_factory=list)
+    counts: dict[str, int] = field(default_factory=dict)  # concept -> the answers used on it
+
+
+@dataclass(frozen=True)
+class _Spread:
+    """One student's uncertainty curve from the model: mastery points and the sd of θ there, each (S, K)."""
+
+    at: np.ndarray
+    logit_sd: np.ndarray
+
+    def for_concept(self, k: int, answers: int, measured: bool) -> MasteryUncertainty:
+        return uncertainty_curve(self.at[:, k], self.logit_sd[:, k], answers=answers, measured=measured)
+
+
+def uncertainty_curve(at: np.ndarray, logit_sd: np.ndarray, *, answers: int, measured: bool) -> MasteryUncertainty:
+    """One concept's :class:`MasteryUncertainty` from a model's curve (points ``at``, sd ``logit_sd``)."""
+    # float32 rounding can make two points equal near 0/1; keep strictly increasing ones (the first of a tie)
+    points, sd = np.asarray(at, dtype=float), np.asarray(logit_sd, dtype=float)
+    keep = np.concatenate([[True], np.diff(points) > 0]) & (points > 0) & (points < 1)
+    return MasteryUncertainty(at=tuple(points[keep]), logit_sd=tuple(sd[keep]), answers=answers, measured=measured)
+
+
+_Answer = tuple[np.ndarray, _Spread | None]  # mastery (K,) and the model's uncertainty curve, if it has one
 
 
 def _encode(context: PromptContext, loaded: LoadedModel) -> _Request:
@@ -84,7 +132,8 @@ def _encode(context: PromptContext, loaded: LoadedModel) -> _Request:
     unknown = [c for c in context.concepts if c not in column]
     repairs += [Repair(rule="unknown_concept", concept=c, detail="the local model was not trained on this concept")
                 for c in unknown]
-    rows, scores, covered = [], [], set()
+    rows, scores = [], []
+    counts: Counter[str] = Counter()  # concept -> the answers used on it (its keys: the concepts covered)
     for item in context.items:
         outside = [c for c in item.concepts if c not in column]
         if outside or not item.concepts:
@@ -101,19 +150,19 @@ def _encode(context: PromptContext, loaded: LoadedModel) -> _Request:
                                   "training item with that id; predicted from its Q-row"))
             rows.append(model.item_row("", item.concepts, item.text))  # not the parameters learned for that id
             scores.append(item.score)
-            covered.update(item.concepts)
+            counts.update(item.concepts)
             continue
         rows.append(model.item_row(item.item_id, item.concepts, item.text))
         scores.append(item.score)
-        covered.update(item.concepts)
-    no_evidence = [c for c in context.concepts if c in column and c not in covered]
+        counts.update(item.concepts)
+    no_evidence = [c for c in context.concepts if c in column and c not in counts]
     repairs += [Repair(rule="no_evidence", concept=c, detail="no usable item assesses this concept")
                 for c in no_evidence]
     width = model.item_row("", ()).shape[0]
     return _Request(loaded=loaded, features=np.stack(rows) if rows else np.zeros((0, width), np.float32),
                     scores=np.asarray(scores, dtype=np.float32),
-                    answer=[c for c in context.concepts if c in covered],
-                    missing=[c for c in context.concepts if c not in covered], repairs=repairs)
+                    answer=[c for c in context.concepts if c in counts],
+                    missing=[c for c in context.concepts if c not in counts], repairs=repairs, counts=dict(counts))
 
 
 class LocalFedEntity:
@@ -137,7 +186,7 @@ class LocalFedEntity:
         # Q-matrix id -> (pointer stamp when read, the verified model, or the error loading it raised)
         self._models: dict[str, tuple[object, LoadedModel | RegistryError]] = {}
         self._load_lock, self._forward_lock = threading.Lock(), threading.Lock()
-        self._batcher: MicroBatcher[_Request, np.ndarray] = MicroBatcher(
+        self._batcher: MicroBatcher[_Request, _Answer] = MicroBatcher(
             self._forward, window_s=batch_window_s, max_batch=max_batch)
         self.forward_passes = 0
         self._untrained: dict[tuple[str, ...], LoadedModel] = {}  # by the request's concepts
@@ -285,8 +334,8 @@ class LocalFedEntity:
             "key_id": m.get("key_id"),
         }
 
-    def _forward(self, batch: list[_Request]) -> list[np.ndarray]:
-        out: list[np.ndarray | None] = [None] * len(batch)
+    def _forward(self, batch: list[_Request]) -> list[_Answer]:
+        out: list[_Answer | None] = [None] * len(batch)
         groups: dict[int, list[int]] = {}
         for i, request in enumerate(batch):  # a reload mid-batch leaves two models: one pass each
             groups.setdefault(id(request.loaded), []).append(i)
@@ -303,8 +352,12 @@ class LocalFedEntity:
             with self._forward_lock, torch.no_grad():
                 self.forward_passes += 1
                 mastery = model.mastery(feats, scores, observed).numpy()
+                # the model's own uncertainty where it has one (v2); computed without the scores (see _Spread)
+                curve = model.logit_sd_curve(feats, observed, SPREAD_SHIFTS) \
+                    if isinstance(model, HigherOrderCDM) else None
             for row, i in enumerate(indices):
-                out[i] = mastery[row]
+                spread = None if curve is None else _Spread(curve[0][:, row].numpy(), curve[1][:, row].numpy())
+                out[i] = (mastery[row], spread)
         return out  # type: ignore[return-value]
 
     async def respond(self, context: PromptContext) -> EntityPrediction:
@@ -332,10 +385,14 @@ class LocalFedEntity:
             loaded = self._untrained_for(tuple(context.concepts))
         request = _encode(context, loaded)
         mastery: dict[str, float] = {}
+        uncertainty: dict[str, MasteryUncertainty] = {}
         if request.answer:
-            values = await self._batcher.submit(request)
+            values, spread = await self._batcher.submit(request)
             column = {c: k for k, c in enumerate(loaded.model.concepts)}
             mastery = {c: float(np.clip(values[column[c]], 0.0, 1.0)) for c in request.answer}
+            if spread is not None:
+                measured = loaded.version != UNTRAINED_VERSION
+                uncertainty = {c: spread.for_concept(column[c], request.counts[c], measured) for c in request.answer}
         return EntityPrediction(
             entity=self.name,
             model=f"fedcd-cdm/{loaded.version}",
@@ -344,6 +401,7 @@ class LocalFedEntity:
             missing=request.missing,
             latency_ms=elapsed(),
             repairs=request.repairs,
+            uncertainty=uncertainty,
         )
 
     async def aclose(self) -> None:

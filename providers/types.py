@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import Literal, Protocol, runtime_checkable
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-__all__ = ["Entity", "EntityPrediction", "PromptContext", "PromptItem", "Repair", "TokenUsage"]
+__all__ = ["Entity", "EntityPrediction", "MasteryUncertainty", "PromptContext", "PromptItem", "Repair", "TokenUsage"]
 
 
 class PromptItem(BaseModel):
@@ -71,6 +71,35 @@ class Repair(BaseModel):
     detail: str = ""
 
 
+class MasteryUncertainty(BaseModel):
+    """An entity's own uncertainty about one concept's mastery, from the model that produced it.
+
+    ``logit_sd[i]`` is the posterior sd of logit(mastery) when the mastery is ``at[i]`` (points increasing in
+    (0, 1)): the spread is a curve, not one number, because it depends on where the student stands, and it is
+    computed without the student's scores (only from which items were answered), so releasing it next to the
+    privatized mastery spends no privacy. ``answers`` is how many answers the entity used for the concept.
+    ``measured``: the model's parameters were fitted to data (a trained model); False for a model whose parameters
+    are assumptions (local-fed's untrained evidence model), which the aggregator treats as of unknown skill.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    at: tuple[float, ...] = Field(min_length=1)
+    logit_sd: tuple[float, ...] = Field(min_length=1)
+    answers: int = Field(ge=0)
+    measured: bool
+
+    @model_validator(mode="after")
+    def _curve(self) -> MasteryUncertainty:
+        if len(self.at) != len(self.logit_sd):
+            raise ValueError("at and logit_sd must have the same length")
+        if any(not 0.0 < a < 1.0 for a in self.at) or any(b <= a for a, b in zip(self.at, self.at[1:])):
+            raise ValueError("at must be increasing points inside (0, 1)")
+        if any(not (s > 0.0 and s < float("inf")) for s in self.logit_sd):
+            raise ValueError("logit_sd must be finite and > 0")
+        return self
+
+
 class EntityPrediction(BaseModel):
     """An entity's answer for one request.
 
@@ -78,6 +107,7 @@ class EntityPrediction(BaseModel):
     concepts it left out are listed in ``missing`` (never filled with a made-up value).
     ``cache`` is set by a response cache in front of the entity (``providers.cache``): ``hit`` (answered
     from the cache: no provider call, no tokens), ``miss`` (asked, then stored); None: no cache.
+    ``uncertainty``: concept -> the entity's own uncertainty, where its model has one (local-fed); LLMs leave it empty.
     """
 
     entity: str
@@ -92,6 +122,7 @@ class EntityPrediction(BaseModel):
     simulated: bool = False
     privatized: bool = False
     cache: Literal["hit", "miss"] | None = None
+    uncertainty: dict[str, MasteryUncertainty] = Field(default_factory=dict)
 
 
 @runtime_checkable

@@ -221,3 +221,23 @@ async def test_a_tenants_own_model_is_served_to_that_tenant_alone(registry_dir: 
     assert served == {"a": "fedcd-cdm/v0002", "b": "fedcd-cdm/v0001", None: "fedcd-cdm/v0001"}
     assert (await entity.respond(other)).model == "fedcd-cdm/untrained"
     assert ModelRegistry(folder).active_versions() == {"example-prealgebra": "v0001", "tenant:a/example-prealgebra": "v0002"}
+
+
+async def test_local_feds_uncertainty_is_reported_and_does_not_depend_on_the_scores(tmp_path) -> None:
+    # Prepare: the same items answered all right and all wrong, on a Q-matrix with no model (the untrained one)
+    from providers import PromptContext, PromptItem
+    from providers.local_fed import LocalFedEntity
+
+    def context(score: float) -> PromptContext:
+        items = (PromptItem(item_id="a", concepts=("x",), score=score), PromptItem(item_id="b", concepts=("x", "y"),
+                                                                                   score=score))
+        return PromptContext(concepts=("x", "y"), items=items)
+
+    entity = LocalFedEntity(tmp_path)
+    # Execute
+    right, wrong = await entity.respond(context(1.0)), await entity.respond(context(0.0))
+    # Assert: released next to the privatized mastery, so it must not carry the scores
+    assert right.uncertainty == wrong.uncertainty and set(right.uncertainty) == {"x", "y"}
+    assert right.uncertainty["x"].answers == 2 and right.uncertainty["y"].answers == 1
+    assert not right.uncertainty["x"].measured  # the untrained evidence model's parameters are assumed
+    assert right.mastery["x"] > 0.5 > wrong.mastery["x"]

@@ -92,6 +92,7 @@ from diagnosis.posterior.priors import (
     fit_concept_priors,
     fit_entity_error_sd,
 )
+from diagnosis.posterior.spread import UncertainAnswer, beta_floor_width
 from privacy import DegeneratePosteriorError  # raised here and by the mechanisms' kernels: one type
 
 __all__ = [
@@ -108,6 +109,8 @@ __all__ = [
     "PosteriorSummaries",
     "PosteriorSummary",
     "ReportModel",
+    "UncertainAnswer",
+    "beta_floor_width",
     "fit_beta_prior",
     "fit_concept_priors",
     "fit_entity_error_sd",

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
 import numpy as np
@@ -20,7 +20,9 @@ from diagnosis.posterior.grid import (
 )
 from diagnosis.posterior.model import ReportModel
 from diagnosis.posterior.priors import UNIFORM_PRIOR, BetaPrior
+from diagnosis.posterior.spread import beta_floor_width, own_log_likelihood, uncertainty_of, widen_to
 from privacy import Mechanism
+from providers import MasteryUncertainty
 
 # --------------------------------------------------------------------------------------------
 # Aggregation over entities and concepts
@@ -29,8 +31,9 @@ from privacy import Mechanism
 Predictions = Mapping[str, Mapping[str, float]]  # entity -> concept -> privatized value
 
 
-# τ assumed for an entity when no posterior calibration measured any: an uncalibrated posterior.
-# A calibration gives an entity it did not measure its *widest* measured τ instead (never a tighter one).
+# τ a calibration that measured no entity gives the entities it did not measure (calibration.params: an unmeasured
+# entity gets the *widest* measured τ, this when there is none). The uncalibrated aggregator assumes no τ at all:
+# an entity never measured is of unknown skill and is not weighed (PosteriorAggregator).
 DEFAULT_ENTITY_ERROR_SD = 0.1
 
 
@@ -44,6 +47,7 @@ class PosteriorAggregation(Aggregation):
 
     summaries: dict[str, PosteriorSummary] = field(default_factory=dict)
     estimate: str = "mean"
+    weighed: dict[str, list[str]] = field(default_factory=dict)  # concept -> entities whose answers carried weight
 
     def __iter__(self) -> Iterator[dict]:
         yield self.mastery
@@ -80,14 +84,17 @@ def posterior_aggregate(
     *,
     level: float = DEFAULT_LEVEL,
     grid_size: int = DEFAULT_GRID_SIZE,
-    default_error_sd: float = 0.0,
+    default_error_sd: float | None = 0.0,
 ) -> PosteriorAggregation:
     """Posterior mastery per concept over the entities that answered it, with credible intervals.
 
     ``mechanisms``: entity -> the :class:`privacy.Mechanism` its answers were released through, or one
     mechanism for every entity (the pipeline privatizes all entities with the same mechanism). ``priors``: concept -> prior
-    (uniform where absent). ``entity_error_sd``: entity -> τ (``default_error_sd`` where absent). Concepts no entity
-    answered are listed in ``missing``, as in :func:`diagnosis.aggregation.residual_aggregate`.
+    (uniform where absent). ``entity_error_sd``: entity -> τ (``default_error_sd`` where absent; ``None``: an entity
+    not listed is of unknown skill and its answers are not weighed). An answer carrying the entity's own uncertainty
+    (:class:`UncertainAnswer`, local-fed) is weighed by it instead of τ, and the unknown-skill floor applies
+    (:mod:`diagnosis.posterior.spread`). Concepts no entity answered are listed in ``missing``, as in
+    :func:`diagnosis.aggregation.residual_aggregate`; ``weighed`` names, per concept, the entities given weight.
     Raises :class:`DegeneratePosteriorError` when noiseless reports (τ = 0) disagree.
     """
     if estimate not in ("mean", "median"):
@@ -96,21 +103,39 @@ def posterior_aggregate(
     priors = priors or {}
     errors = entity_error_sd or {}
     released_by = _per_entity_mechanisms(mechanisms, predictions)
-    entities = list(predictions)
-    models = [_report_model(released_by[e], float(errors.get(e, default_error_sd))) for e in entities]
     contributors, missing = answered_by(predictions, concepts)
     answered = list(contributors)
-    # One vectorized posterior over every answered concept (rows) and entity (columns; NaN: no answer).
-    reports = np.full((len(answered), len(entities)), np.nan)
-    for j, entity in enumerate(entities):
-        values = predictions[entity]
-        for i, concept in enumerate(answered):
-            if concept in values:
-                reports[i, j] = float(values[concept])
+    # Columns: the entities weighed by a τ (measured, or given the default); NaN: no answer, or its own uncertainty.
+    by_tau = [e for e in predictions if e in errors or default_error_sd is not None]
+    models = [_report_model(released_by[e], float(errors.get(e, default_error_sd or 0.0))) for e in by_tau]
+    reports = np.full((len(answered), len(by_tau)), np.nan)
+    own: dict[int, list[tuple[float, MasteryUncertainty, Mechanism]]] = {}
+    weighed: dict[str, list[str]] = {}
+    for i, concept in enumerate(answered):
+        for entity in contributors[concept]:
+            value = float(predictions[entity][concept])
+            spread = uncertainty_of(predictions[entity], concept)
+            if spread is not None:
+                own.setdefault(i, []).append((value, spread, released_by[entity]))
+            elif entity in by_tau:
+                reports[i, by_tau.index(entity)] = value
+            else:
+                continue  # of unknown skill: not weighed
+            weighed.setdefault(concept, []).append(entity)
+
+    def extra(centres: np.ndarray) -> np.ndarray:
+        out = np.zeros((len(answered), centres.size))
+        for i, sources in own.items():
+            for value, spread, mechanism in sources:
+                out[i] += own_log_likelihood(value, spread, mechanism, centres)
+        return out
+
+    # an own-uncertainty source already holds a prior (its model's): the concept's Beta prior is not applied again
+    row_priors = [UNIFORM_PRIOR if i in own else priors.get(c, UNIFORM_PRIOR) for i, c in enumerate(answered)]
     table = posterior_summaries(
-        reports, models, [priors.get(c, UNIFORM_PRIOR) for c in answered], level=level, grid_size=grid_size
+        reports, models, row_priors, level=level, grid_size=grid_size, extra_log_likelihood=extra if own else None
     )
-    summaries = {concept: table[i] for i, concept in enumerate(answered)}
+    summaries = {concept: _floored(table[i], own.get(i, []), reports[i], level) for i, concept in enumerate(answered)}
     mastery = {concept: s.estimate(estimate) for concept, s in summaries.items()}
     intervals = {concept: s.interval for concept, s in summaries.items()}
     return PosteriorAggregation(
@@ -121,13 +146,29 @@ def posterior_aggregate(
         summaries=summaries,
         level=float(level),
         estimate=estimate,
+        weighed=weighed,
     )
+
+
+def _floored(
+    summary: PosteriorSummary, own: list[tuple[float, MasteryUncertainty, Mechanism]], taus: np.ndarray, level: float
+) -> PosteriorSummary:
+    """The unknown-skill floor (:mod:`diagnosis.posterior.spread`): where nothing measured was weighed, an interval
+    is no narrower than the widest Beta interval of the answers behind it."""
+    if not own or any(spread.measured for _, spread, _ in own) or not np.all(np.isnan(taus)):
+        return summary
+    answers = max(spread.answers for _, spread, _ in own)
+    lower, upper = widen_to(summary.lower, summary.median, summary.upper, beta_floor_width(answers, level, summary.mean))
+    return replace(summary, lower=lower, upper=upper)
 
 
 class PosteriorAggregator(Aggregator):
     """Bayes post-processing as an :class:`Aggregator`: it models the mechanism passed to ``aggregate``.
 
-    ``entity_error_sd``: entity -> τ; an entity not listed gets ``default_error_sd``.
+    ``entity_error_sd``: entity -> τ; an entity not listed gets ``default_error_sd``. Its default, ``None``, treats
+    an entity no calibration measured as of unknown skill: its answers are not weighed (issue 33: assuming
+    τ = 0.1 for every uncalibrated entity made skill-less entities that agree look like strong evidence). An answer
+    carrying the entity's own uncertainty is weighed by it (:mod:`diagnosis.posterior.spread`).
     """
 
     kind = "posterior"
@@ -137,7 +178,7 @@ class PosteriorAggregator(Aggregator):
         *,
         priors: Mapping[str, BetaPrior] | None = None,
         entity_error_sd: Mapping[str, float] | None = None,
-        default_error_sd: float = DEFAULT_ENTITY_ERROR_SD,
+        default_error_sd: float | None = None,
         estimate: Estimate = "mean",
         level: float = DEFAULT_LEVEL,
         grid_size: int = DEFAULT_GRID_SIZE,
@@ -145,13 +186,13 @@ class PosteriorAggregator(Aggregator):
     ) -> None:
         if estimate not in ("mean", "median"):
             raise ValueError(f"estimate must be 'mean' or 'median', got {estimate!r}")
-        if default_error_sd < 0:
+        if default_error_sd is not None and default_error_sd < 0:
             raise ValueError(f"default_error_sd must be >= 0, got {default_error_sd}")
         check_level(level)
         super().__init__(calibration=calibration)
         self.priors = dict(priors or {})
         self.entity_error_sd = dict(entity_error_sd or {})
-        self.default_error_sd = float(default_error_sd)
+        self.default_error_sd = None if default_error_sd is None else float(default_error_sd)
         self.estimate: Estimate = estimate
         self.level = float(level)
         self.grid_size = grid_size

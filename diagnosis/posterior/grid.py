@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import math
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -194,12 +194,15 @@ def posterior_summaries(
     *,
     level: float = DEFAULT_LEVEL,
     grid_size: int = DEFAULT_GRID_SIZE,
+    extra_log_likelihood: Callable[[np.ndarray], np.ndarray] | None = None,
 ) -> PosteriorSummaries:
     """Posterior summaries for n independent problems sharing the entities' models.
 
     ``reports`` has shape (n, len(models)): row i holds problem i's report from each entity (NaN
     where an entity did not answer) — students of one concept in an evaluation, or the concepts of
-    one diagnosis. ``prior``: shared, or one per row. Vectorized over rows.
+    one diagnosis. ``prior``: shared, or one per row. Vectorized over rows. ``extra_log_likelihood``:
+    cell centres -> (n, cells) log factors added to every row (the entities' own uncertainty,
+    :mod:`diagnosis.posterior.spread`); rows with a noiseless report ignore it, as they ignore the other factors.
     """
     check_level(level)
     models = list(models)
@@ -216,9 +219,17 @@ def posterior_summaries(
     n = r.shape[0]
     parts: list[tuple[np.ndarray, ...]] = []
     step = max(1, _ROW_BUDGET // cells)
+    extra = None
+    if extra_log_likelihood is not None:
+        extra = extra_log_likelihood((np.arange(cells) + 0.5) / cells)
+        if extra.shape != (n, cells):
+            raise ValueError(f"extra_log_likelihood must return shape {(n, cells)}, got {extra.shape}")
     for start in range(0, n, step):
         rows = prior if isinstance(prior, BetaPrior) else prior[start : start + step]
-        parts.append(_summarize(_log_weights(r[start : start + step], models, rows, cells), level))
+        logw = _log_weights(r[start : start + step], models, rows, cells)
+        if extra is not None:
+            logw = logw + extra[start : start + step]
+        parts.append(_summarize(logw, level))
     if parts:
         mean, median, lower, upper, sd = (np.concatenate(p) for p in zip(*parts))
     else:

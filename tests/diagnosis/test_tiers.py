@@ -18,8 +18,14 @@ from diagnosis import (
 from providers import Entity, EntitySkipped, EntityUnavailable, WithDeadline
 from tests.factories import FakeEntity, diagnosis_request
 
-# Uncalibrated posterior (τ = 0.1), no noise: one answer gives a credible interval about 0.32 wide, two about 0.23.
+# A posterior whose entities were measured at τ = 0.1 (as a calibration gives them), no noise: one answer gives a
+# credible interval about 0.32 wide, two about 0.23. An entity never measured is of unknown skill and never makes a
+# tier confident (test_an_unmeasured_entity_never_makes_a_tier_confident).
 WIDE, NARROW = 0.2, 0.5
+
+
+def _measured() -> PosteriorAggregator:
+    return PosteriorAggregator(default_error_sd=0.1)
 
 
 _request = diagnosis_request
@@ -36,7 +42,7 @@ async def test_a_confident_tier_0_answers_alone() -> None:
     local, paid = FakeEntity("local", 0.8), FakeEntity("paid", 0.3)
     # Execute
     result = await _pipeline(local, paid).diagnose(
-        _request(federation=Selective(threshold=NARROW)), PosteriorAggregator()
+        _request(federation=Selective(threshold=NARROW)), _measured()
     )
     # Assert: the paid tier was never asked, and the response says why
     assert not paid.contexts
@@ -50,8 +56,8 @@ async def test_a_confident_tier_0_answers_alone() -> None:
 async def test_an_unsure_tier_0_escalates_and_all_answers_are_aggregated() -> None:
     local, paid = FakeEntity("local", 0.8), FakeEntity("paid", 0.4)
     pipeline = _pipeline(local, paid)
-    alone = await pipeline.diagnose(_request(federation=Selective(threshold=NARROW)), PosteriorAggregator())
-    result = await pipeline.diagnose(_request(federation=Selective(threshold=WIDE)), PosteriorAggregator())
+    alone = await pipeline.diagnose(_request(federation=Selective(threshold=NARROW)), _measured())
+    result = await pipeline.diagnose(_request(federation=Selective(threshold=WIDE)), _measured())
     assert len(paid.contexts) == 1
     assert [s.decision for s in result.federation.stages] == ["uncertain", "last tier"]
     assert "width" in result.federation.stages[0].reason and result.federation.escalated
@@ -66,7 +72,7 @@ async def test_an_unsure_tier_0_escalates_and_all_answers_are_aggregated() -> No
 @pytest.mark.parametrize("error", [EntityUnavailable("HTTP 503"), EntitySkipped("no model for this Q-matrix")])
 async def test_a_tier_that_released_nothing_escalates(error: Exception) -> None:
     local, paid = FakeEntity("local", error=error), FakeEntity("paid", 0.6)
-    result = await _pipeline(local, paid).diagnose(_request(federation=Selective(threshold=NARROW)), PosteriorAggregator())
+    result = await _pipeline(local, paid).diagnose(_request(federation=Selective(threshold=NARROW)), _measured())
     assert len(paid.contexts) == 1
     first, last = result.federation.stages
     assert first.decision == "tier failed" and "local" in first.reason
@@ -78,7 +84,7 @@ async def test_escalation_stops_at_the_first_confident_tier() -> None:
     local, paid, costly = FakeEntity("local", 0.7), FakeEntity("paid", 0.7), FakeEntity("costly", 0.7)
     # Two agreeing answers narrow the interval below 0.28; one does not.
     result = await _pipeline(local, paid, costly=costly).diagnose(
-        _request(federation=Selective(threshold=0.28)), PosteriorAggregator()
+        _request(federation=Selective(threshold=0.28)), _measured()
     )
     assert [s.decision for s in result.federation.stages] == ["uncertain", "confident"]
     assert len(paid.contexts) == 1 and not costly.contexts
@@ -86,7 +92,7 @@ async def test_escalation_stops_at_the_first_confident_tier() -> None:
 
 async def test_ask_all_asks_every_tier_at_once() -> None:
     local, paid = FakeEntity("local", 0.8, delay_s=0.05), FakeEntity("paid", 0.3, delay_s=0.05)
-    result = await _pipeline(local, paid).diagnose(_request(federation=AskAll()), PosteriorAggregator())
+    result = await _pipeline(local, paid).diagnose(_request(federation=AskAll()), _measured())
     stage, = result.federation.stages
     assert (stage.tier, stage.decision, set(stage.entities)) == (None, "all", {"local", "paid"})
     assert local.contexts and paid.contexts and result.federation.mode == "all"
@@ -96,18 +102,31 @@ async def test_ask_all_asks_every_tier_at_once() -> None:
 async def test_a_mean_aggregation_is_judged_by_the_posterior_gauge() -> None:
     local, paid = FakeEntity("local", 0.8), FakeEntity("paid", 0.4)
     pipeline = _pipeline(local, paid)
-    sure = await pipeline.diagnose(_request(federation=Selective(threshold=NARROW)), ResidualAggregator())
-    unsure = await pipeline.diagnose(_request(federation=Selective(threshold=WIDE)), ResidualAggregator())
+    sure = await pipeline.diagnose(_request(federation=Selective(threshold=NARROW, gauge=_measured())),
+                                   ResidualAggregator())
+    unsure = await pipeline.diagnose(_request(federation=Selective(threshold=WIDE, gauge=_measured())),
+                                     ResidualAggregator())
     assert [s.decision for s in sure.federation.stages] == ["confident"]
     assert [s.decision for s in unsure.federation.stages] == ["uncertain", "last tier"]
     assert sure.intervals == {}  # the answer is still the mean: the gauge only decides
     assert all(v == pytest.approx(0.6) for v in unsure.mastery.values())
 
 
+async def test_an_unmeasured_entity_never_makes_a_tier_confident() -> None:
+    # Prepare: no calibration measured either entity (the default gauge: unknown skill)
+    local, paid = FakeEntity("local", 0.8), FakeEntity("paid", 0.8)
+    # Execute
+    result = await _pipeline(local, paid).diagnose(_request(federation=Selective(threshold=NARROW)),
+                                                   PosteriorAggregator())
+    # Assert: its agreement is no evidence, so the interval stays the prior's and the next tier is asked
+    assert result.federation.stages[0].decision == "uncertain" and paid.contexts
+    assert all(hi - lo > 0.85 for lo, hi in result.intervals.values())
+
+
 async def test_a_concept_tier_0_did_not_answer_is_unsure() -> None:
     local = FakeEntity("local", 0.8, missing=["Solve two-step linear equations"])
     paid = FakeEntity("paid", 0.8)
-    result = await _pipeline(local, paid).diagnose(_request(federation=Selective(threshold=NARROW)), PosteriorAggregator())
+    result = await _pipeline(local, paid).diagnose(_request(federation=Selective(threshold=NARROW)), _measured())
     first = result.federation.stages[0]
     assert first.decision == "uncertain" and "unanswered" in first.reason and paid.contexts
     assert not result.missing_concepts
@@ -128,7 +147,7 @@ async def test_tiers_share_the_request_deadline(monkeypatch: pytest.MonkeyPatch)
     local = FakeEntity("local", 0.8, delay_s=0.3)
     paid = FakeEntity("paid", 0.4, delay_s=30.0)
     result = await _pipeline(local, paid).diagnose(
-        _request(federation=Selective(threshold=WIDE), deadline_s=3.0), PosteriorAggregator()
+        _request(federation=Selective(threshold=WIDE), deadline_s=3.0), _measured()
     )
     assert 0 < bounds["paid"] <= 3.0 - 0.3 and bounds["paid"] < bounds["local"] <= 3.0
     outcomes = {o.name: o for o in result.entities}
@@ -141,14 +160,14 @@ async def test_a_tier_after_the_deadline_is_not_asked() -> None:
     local, paid = FakeEntity("local", 0.8, delay_s=0.3), FakeEntity("paid", 0.4)
     with pytest.raises(AllEntitiesFailed):
         await _pipeline(local, paid).diagnose(
-            _request(federation=Selective(threshold=WIDE), deadline_s=0.1), PosteriorAggregator()
+            _request(federation=Selective(threshold=WIDE), deadline_s=0.1), _measured()
         )
     assert not paid.contexts
 
 
 async def test_the_deadline_bounds_ask_all_too() -> None:
     local, paid = FakeEntity("local", 0.8), FakeEntity("paid", 0.4, delay_s=0.5)
-    result = await _pipeline(local, paid).diagnose(_request(deadline_s=0.1), PosteriorAggregator())
+    result = await _pipeline(local, paid).diagnose(_request(deadline_s=0.1), _measured())
     assert {o.name: o.status for o in result.entities} == {"local": "ok", "paid": "failed"}
 
 
@@ -176,8 +195,8 @@ async def test_keyed_noise_gives_an_entity_the_same_draw_whoever_else_is_asked()
     local, paid = FakeEntity("local", 0.8), FakeEntity("paid", 0.4)
     pipeline = DiagnosisPipeline({"local": local, "paid": paid}, tiers={"local": 0, "paid": 1}, noise=keyed)
     # Execute
-    alone = await pipeline.diagnose(_request(epsilon=8.0, federation=Selective(threshold=1.0)), PosteriorAggregator())
-    both = await pipeline.diagnose(_request(epsilon=8.0), PosteriorAggregator())
+    alone = await pipeline.diagnose(_request(epsilon=8.0, federation=Selective(threshold=1.0)), _measured())
+    both = await pipeline.diagnose(_request(epsilon=8.0), _measured())
     # Assert: tier 0's privatized answer is the same draw; without the key every answer draws afresh
     assert alone.entities[0].mastery == {o.name: o.mastery for o in both.entities}["local"]
     assert alone.entities[0].mastery != {c: 0.8 for c in alone.concepts}
