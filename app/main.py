@@ -17,6 +17,7 @@ from app.openapi import install_docs, install_openapi
 from app.routes import admin_keys, admin_policy, calibrate, cohort, diagnose, health, jobs, local_model, privacy, qmatrices
 from app.routes import training as training_routes
 from app.routes import admin_retention, students
+from app.routes import next_items as next_items_routes
 from app.routes import usage as usage_routes
 from app.routes import entities as entities_routes
 from app.routes import metrics as metrics_routes
@@ -88,7 +89,7 @@ def create_app(
     for router in (health.router, qmatrices.router, qmatrices.extractions, diagnose.router, calibrate.router,
                    cohort.router, privacy.router, local_model.router, entities_routes.router, admin_keys.router,
                    admin_policy.router, usage_routes.router, metrics_routes.router, jobs.router, training_routes.router,
-                   students.router, admin_retention.router):
+                   students.router, admin_retention.router, next_items_routes.router):
         app.include_router(router)
     install_console(app)  # /console: the operator console (app/console), its assets included
     return app

@@ -308,13 +308,16 @@ class ConsoleData:
             return None
         try:
             from app.services.report import build_report, report_svg
+            from app.services.next_items import with_next_items
         except ImportError:  # a version without the teacher's report
             return None
         latest = export.diagnoses[-1]  # oldest first
         qid = str(latest.diagnosis.get("qmatrix_id") or "")
         stored = self.state.qmatrices.get(tenant, qid) if qid else None
         try:
-            return qid, report_svg(build_report(latest, stored.qmatrix if stored is not None else None))
+            q = stored.qmatrix if stored is not None else None
+            report = with_next_items(self.state, build_report(latest, q), q, tenant)  # issue 34: items to ask next
+            return qid, report_svg(report)
         except Exception:  # the page shows the export without the chart rather than fail
             log.exception("console: the report chart of a stored diagnosis could not be drawn")
             return None

@@ -19,6 +19,7 @@ from app.errors import InputError
 from app.routes.responses import ADMIN_ERRORS
 from app.schemas.students import StudentErasure, StudentExport
 from app.services.report import REPORT_HEADERS, build_report, report_html, report_png, report_svg
+from app.services.next_items import with_next_items
 from app.services.students import StudentDataService
 from qmatrix import Identifier
 
@@ -102,7 +103,8 @@ async def read_student_report(
         found = (await qmatrices.get(principal.tenant, qmatrix_id)).qmatrix
     except InputError:  # deleted since: the report still reads, in the diagnosis's own concept order
         found = None
-    report = build_report(stored[-1], found)
+    report = await asyncio.to_thread(with_next_items, request.app.state, build_report(stored[-1], found), found,
+                                     principal.tenant)  # issue 34: items to ask next for thin-evidence concepts
     accept = request.headers.get("accept", "")
     wanted = next((t for t in _REPORT_TYPES if t in accept), None)
     if wanted == "image/svg+xml":

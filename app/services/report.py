@@ -22,16 +22,23 @@ from typing import TYPE_CHECKING, Any
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
 from app.schemas.students import StoredDiagnosis
+from diagnosis.posterior import beta_floor_width
 from qmatrix import QMatrix
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-__all__ = ["REPORT_HEADERS", "ConceptLine", "StudentReport", "build_report", "report_html", "report_png", "report_svg"]
+__all__ = ["REPORT_HEADERS", "THIN", "ConceptLine", "StudentReport", "build_report", "report_html", "report_png", "report_svg"]
 
 _TEMPLATES = Environment(loader=FileSystemLoader(Path(__file__).resolve().parents[1] / "templates"),
                          autoescape=select_autoescape(["html"]), trim_blocks=True, lstrip_blocks=True)
 WIDE = 0.5  # an interval wider than this says the answers so far cannot tell (the reading says so)
+# An interval wider than this is marked as resting on thin evidence: about ±0.15 is the most a mastery estimate can
+# be off and still be read in the right band ("partly" spans 0.4–0.7). The number of further answers that would
+# narrow it that far is read from a Beta-Bernoulli interval at the estimate (docs/uncertainty.md): a guide, assuming
+# the next answers are like those so far.
+THIN = 0.3
+_MAX_MORE = 200  # beyond this the report says "many"
 # Sent with every answer of the report route, each format and each error. The page and the SVG are static: no script
 # may run (default-src 'none' names no script source), nothing is loaded (the chart is inline SVG, no image), only
 # the page's own inline styles apply (its <style> block and style attributes); they may not be framed (clickjacking),
@@ -53,6 +60,35 @@ class ConceptLine:
     low: float | None
     high: float | None
     evidence: int | None  # the student's answers assessing it (None: not recorded with this diagnosis)
+    level: float = 0.9  # the credible level of the interval
+
+    @property
+    def thin(self) -> bool:
+        """The interval is wider than :data:`THIN` (or there is none and fewer than 5 answers)."""
+        if self.low is not None and self.high is not None:
+            return self.high - self.low > THIN
+        return self.evidence is not None and self.evidence < 5
+
+    @property
+    def more_answers(self) -> int | None:
+        """About how many more answers on the concept would narrow its interval below :data:`THIN` (None: not thin;
+        ``_MAX_MORE + 1``: more than that)."""
+        if not self.thin:
+            return None
+        have = self.evidence or 0
+        for more in range(1, _MAX_MORE + 1):
+            if beta_floor_width(have + more, self.level, self.mastery) <= THIN:
+                return more
+        return _MAX_MORE + 1
+
+    @property
+    def more_text(self) -> str:
+        """The thin-evidence note in words ("" when the evidence is not thin)."""
+        more = self.more_answers
+        if more is None:
+            return ""
+        count = f"more than {_MAX_MORE}" if more > _MAX_MORE else f"about {more}"
+        return f"thin evidence: {count} more answer{'s' if more != 1 else ''} on it would narrow it"
 
     @property
     def reading(self) -> str:
@@ -64,6 +100,15 @@ class ConceptLine:
         if self.mastery >= 0.4:
             return "partly mastered"
         return "likely not yet mastered"
+
+
+@dataclass(frozen=True)
+class SuggestedItem:
+    """An item to ask next for the report's thin-evidence concepts (``app.services.next_items``), with the concepts it
+    informs."""
+
+    item_id: str
+    informs: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -80,6 +125,7 @@ class StudentReport:
     aggregation: str
     privacy: str
     not_answered: list[str] = field(default_factory=list)  # assessed concepts no entity answered
+    next_items: list[SuggestedItem] = field(default_factory=list)  # to ask next for thin concepts (issue 34)
 
     @property
     def level_percent(self) -> str:
@@ -98,7 +144,8 @@ def build_report(stored: StoredDiagnosis, q: QMatrix | None) -> StudentReport:
     lines = [ConceptLine(concept=c, mastery=float(mastery[c]),
                          low=float(intervals[c][0]) if c in intervals else None,
                          high=float(intervals[c][1]) if c in intervals else None,
-                         evidence=evidence.get(c) if evidence else None) for c in order]
+                         evidence=evidence.get(c) if evidence else None,
+                         level=float(d.get("interval_level") or 0.9)) for c in order]
     basis = d.get("basis") or {}
     reports = d.get("entities") or []
     answered = [r["name"] for r in reports if r.get("mastery")] if reports else []
@@ -122,12 +169,13 @@ def build_report(stored: StoredDiagnosis, q: QMatrix | None) -> StudentReport:
 
 
 # -- the chart ------------------------------------------------------------------------------------
-_ROW, _TOP, _LEFT, _WIDTH, _TRACK = 34, 40, 230, 720, 380
+_ROW, _TOP, _LEFT, _WIDTH, _TRACK = 34, 40, 230, 880, 380
+_SUGGESTION_ROW = 18
 
 
 def report_svg(report: StudentReport) -> str:
     """Bars (estimate) with lines across them (credible interval), one row per concept; text in the picture too."""
-    height = _TOP + _ROW * len(report.concepts) + 30
+    height = _TOP + _ROW * len(report.concepts) + 30 + _SUGGESTION_ROW * len(report.next_items)
     x0 = _LEFT
     out = [
         f'<svg xmlns="http://www.w3.org/2000/svg" role="img" width="{_WIDTH}" height="{height}" '
@@ -156,10 +204,17 @@ def report_svg(report: StudentReport) -> str:
             for x in (lo, hi):
                 out.append(f'<line x1="{x:.1f}" y1="{y + 8}" x2="{x:.1f}" y2="{y + 20}" stroke="#111" stroke-width="2"/>')
         evidence = f" · {c.evidence} answer{'s' if c.evidence != 1 else ''}" if c.evidence is not None else ""
+        more = c.more_answers
+        thin = "" if more is None else f" · thin: +{more if more <= _MAX_MORE else f'{_MAX_MORE}+'} answers"
         out.append(f'<text x="{x0 + _TRACK + 10}" y="{y + 17}" font-size="12" fill="#111">{c.mastery:.2f}'
-                   f"{escape(evidence)}</text>")
+                   f"{escape(evidence)}{escape(thin)}</text>")
     out.append(f'<text x="{x0}" y="{height - 8}" font-size="11" fill="#444">bar: estimated mastery (0 to 1); '
-               f"line: {escape(report.level_percent)} credible interval</text>")
+               f"line: {escape(report.level_percent)} credible interval; thin: wider than {THIN:g}, "
+               "+N: about how many more answers would narrow it</text>")
+    for n, item in enumerate(report.next_items):  # issue 34: what to ask next, under the legend
+        y = _TOP + _ROW * len(report.concepts) + 30 + _SUGGESTION_ROW * n + 12
+        out.append(f'<text x="{x0}" y="{y}" font-size="12" fill="#111">ask next: {escape(item.item_id)} (informs '
+                   f"{escape(', '.join(item.informs))})</text>")
     out.append("</svg>")
     return "\n".join(out)
 
@@ -200,4 +255,4 @@ def report_png(report: StudentReport) -> bytes:
 
 def report_html(report: StudentReport) -> str:
     """The printable page: the chart, the same numbers as a table, what the diagnosis rests on, what it means."""
-    return _TEMPLATES.get_template("student_report.html").render(report=report, chart=report_svg(report))
+    return _TEMPLATES.get_template("student_report.html").render(report=report, chart=report_svg(report), thin=THIN)

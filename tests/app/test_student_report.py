@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 
 from app.schemas.students import StoredDiagnosis
-from app.services.report import build_report
+from app.services.report import build_report, report_html, report_svg
 from qmatrix import example_qmatrix
 from tests.conftest import auth_headers, make_client
 from tests.factories import FakeEntity
@@ -86,3 +86,20 @@ def test_wide_intervals_read_as_not_enough_evidence() -> None:
     readings = {c.concept: c.reading for c in report.concepts}
     assert readings == {"fractions": "not enough evidence yet to tell", "ratios": "likely not yet mastered"}
     assert report.level_percent == "90 %"
+
+
+def test_thin_evidence_is_marked_with_how_many_more_answers_would_narrow_it() -> None:
+    # Prepare: one concept from two answers (a wide interval), one from many (narrow)
+    stored = StoredDiagnosis(charge_id="c", created_at="2026-12-01T00:00:00Z", diagnosis={
+        "student_id": "s", "qmatrix_id": "example-prealgebra", "mastery": {"fractions": 0.7, "ratios": 0.2},
+        "mastery_interval": {"fractions": [0.3, 0.95], "ratios": [0.1, 0.3]}, "interval_level": 0.9,
+        "evidence": {"fractions": 2, "ratios": 40}, "aggregation": "posterior"})
+    # Execute
+    report = build_report(stored, None)
+    html, svg = report_html(report), report_svg(report)
+    # Assert: the thin one says how many more answers; a Beta interval at 0.7 narrows below 0.3 at about 25 answers
+    fractions, ratios = report.concepts
+    assert fractions.thin and not ratios.thin and ratios.more_answers is None
+    assert fractions.more_answers is not None and 15 <= fractions.more_answers + 2 <= 35
+    assert f"about {fractions.more_answers} more answers" in html and f"+{fractions.more_answers} answers" in svg
+    assert html.count("thin evidence:") == 1
