@@ -170,7 +170,7 @@ def coordinator(
 ) -> None:
     """Start the SuperLink (TLS, only registered nodes), train across the nodes, gate, and publish the signed model
     (the weights after the best held-out round)."""
-    from federated.flower import CoordinatorLink, FlowerConfig, LinkTLS, coordinate, plan_config
+    from federated.flower import CoordinatorLink, FlowerConfig, LinkTLS, StartingModel, coordinate, plan_config
     from federated.inprocess import FedConfig
     from federated.publish import publish_federated
     from qmatrix import QMatrixError, read_responses_csv
@@ -216,9 +216,9 @@ def coordinator(
     try:
         link = CoordinatorLink(tls=tls, node_keys=node_key, host=host, port=port, min_nodes=min_nodes,
                                timeout_s=timeout)
-        result = coordinate(qmatrix=q, heldout=students, link=link, config=config, work_dir=folder, seed=seed,
-                            progress=on_round, on_event=lambda line: console.print(line, soft_wrap=True),
-                            model_kind=model)
+        result = coordinate(qmatrix=q, heldout=students, link=link, config=config, work_dir=folder,
+                            start=StartingModel(kind=model, seed=seed), progress=on_round,
+                            on_event=lambda line: console.print(line, soft_wrap=True))
         options = {"model_kind": model, "served_round": result.fed.served_round, "rounds": rounds, "dp": "student",
                    "epsilon_budget": epsilon, "delta": delta, "secagg": secagg,
                    "aggregation": aggregation, "client_sample_rate": client_rate, "seed": seed,

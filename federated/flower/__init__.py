@@ -27,7 +27,7 @@
 
 from federated.flower.client import CDClient, make_client_app, secagg_if_configured
 from federated.flower.config import AGGREGATIONS, Aggregation, FlowerConfig
-from federated.flower.coordinator import CoordinatorLink, FederationResult, coordinate
+from federated.flower.coordinator import CoordinatorLink, FederationResult, StartingModel, coordinate
 from federated.flower.credentials import Credentials, make_credentials, make_node_key
 from federated.flower.deployment import LinkTLS, LocalFederation, SuperLink, supernode_command, write_app
 from federated.flower.engine import LocalGrid, run_grid, run_inprocess
@@ -64,6 +64,7 @@ __all__ = [
     "ClientUpdates",
     "Credentials",
     "CoordinatorLink",
+    "StartingModel",
     "FederationResult",
     "FlowerConfig",
     "FlowerRoundRecord",

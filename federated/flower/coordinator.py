@@ -39,7 +39,7 @@ from federated.inprocess import FedResult
 from federated.models import DEFAULT_KIND, candidate_kinds, new_model
 from qmatrix import QMatrix, StudentResponses, qmatrix_fingerprint
 
-__all__ = ["CoordinatorLink", "FederationResult", "coordinate"]
+__all__ = ["CoordinatorLink", "FederationResult", "StartingModel", "coordinate"]
 
 
 @dataclass(frozen=True)
@@ -64,12 +64,21 @@ class CoordinatorLink:
     timeout_s: float = 3600.0
 
 
+@dataclass(frozen=True)
+class StartingModel:
+    """The model a federation starts from: its kind (one of :mod:`federated.models`) and the seed of its weights, of
+    node sampling and of every seed the run derives."""
+
+    kind: str = DEFAULT_KIND
+    seed: int = 0
+
+
 def coordinate(*, qmatrix: QMatrix, heldout: Sequence[StudentResponses], link: CoordinatorLink, config: FlowerConfig,
-               work_dir: Path, seed: int = 0, progress: Progress | None = None,
-               on_event: Callable[[str], None] | None = None, model_kind: str = DEFAULT_KIND) -> FederationResult:
+               work_dir: Path, start: StartingModel = StartingModel(), progress: Progress | None = None,
+               on_event: Callable[[str], None] | None = None) -> FederationResult:
     """Run one federated training over the nodes whose public keys are ``link.node_keys`` (module docstring).
 
-    ``model_kind``: one kind of :mod:`federated.models`. ``auto`` is refused here: comparing kinds would be one run
+    ``start.kind``: one kind of :mod:`federated.models`. ``auto`` is refused here: comparing kinds would be one run
     per kind, each spending every node's students' budget, so the operator chooses the kind (e.g. from a simulated
     ``fedcd train --model auto`` on public data). The weights published are those after the best held-out round
     (``FlowerConfig.keep``).
@@ -85,12 +94,13 @@ def coordinate(*, qmatrix: QMatrix, heldout: Sequence[StudentResponses], link: C
                          "the noise itself, and nodes refuse any other run")
     if not heldout:
         raise ValueError("the coordinator needs held-out students of its own to evaluate and gate the model")
-    if len(candidate_kinds(model_kind)) != 1:
-        raise ValueError(f"a federation of institutions trains one model kind, not {model_kind!r}: each kind would be "
+    if len(candidate_kinds(start.kind)) != 1:
+        raise ValueError(f"a federation of institutions trains one model kind, not {start.kind!r}: each kind would be "
                          "another run spending every node's students' privacy budget")
     started, say = time.perf_counter(), on_event or (lambda _: None)
     work_dir = Path(work_dir)
-    model = new_model(model_kind, qmatrix, seed=seed)
+    seed = start.seed
+    model = new_model(start.kind, qmatrix, seed=seed)
     evaluation = encode_students(qmatrix, list(heldout), table=model.item_table(qmatrix))
     write_server_run(work_dir / "data", config=config, model=model, evaluation=evaluation, seed=seed,
                      n_clients=len(node_keys), min_clients=min_nodes, qmatrix_sha256=qmatrix_fingerprint(qmatrix))

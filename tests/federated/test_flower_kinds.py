@@ -89,7 +89,7 @@ def test_an_unknown_kind_or_keep_rule_is_refused() -> None:
 
 
 def test_a_federation_of_institutions_trains_one_named_kind(sim: Prepared, tmp_path: Path) -> None:
-    from federated.flower import CoordinatorLink, LinkTLS, coordinate
+    from federated.flower import CoordinatorLink, LinkTLS, StartingModel, coordinate
     from federated.local import StudentDP
 
     student = StudentDP(noise_multiplier=1.0, clip_norm=1.0, sample_rate=0.2, steps=1)
@@ -98,5 +98,5 @@ def test_a_federation_of_institutions_trains_one_named_kind(sim: Prepared, tmp_p
                            node_keys=[tmp_path / "node.pub"])
     with pytest.raises(ValueError, match="one model kind"):
         coordinate(qmatrix=sim.dataset.qmatrix, heldout=sim.dataset.students[:5], link=link, config=config,
-                   work_dir=tmp_path / "work", model_kind="auto")
+                   work_dir=tmp_path / "work", start=StartingModel(kind="auto"))
     assert not (tmp_path / "work").exists()  # refused before anything was written or started
