@@ -92,20 +92,25 @@ def test_invalid_entity_declarations_are_refused() -> None:
 # tests' variables, the embedded model folder (read by providers), and prefixes quoted in prose.
 # Variables the README names that are not server settings: the CLI's and the tests' own (FEDCD_SCREENSHOTS: where the
 # browser tests write their screenshots), and prefixes written as such.
+# FEDCD_BASE_URL: the Python client's (clients/python), quoted in the README's example; FEDCD_TEST_IMAGE: the
+# container image test's (docs/container.md).
 NOT_SETTINGS = {"FEDCD_CONFIG", "FEDCD_API_KEY", "FEDCD_MODEL_DIR", "FEDCD_FUZZ_KEY", "FEDCD_FUZZ_MAX_EXAMPLES",
-                "FEDCD_FUZZ_SEED", "FEDCD_SCREENSHOTS", "FEDCD_", "FEDCD_DEFAULT_", "FEDCD_RETENTION_"}
+                "FEDCD_FUZZ_SEED", "FEDCD_SCREENSHOTS", "FEDCD_BASE_URL", "FEDCD_TEST_IMAGE", "FEDCD_", "FEDCD_DEFAULT_",
+                "FEDCD_RETENTION_"}
 GROUP_VIEWS = ["server", "privacy", "federation", "calibration", "training", "student_data", "limits", "circuits",
                "cache", "jobs", "observability"]
 
 
 def test_every_variable_the_readme_documents_reaches_its_setting(monkeypatch: pytest.MonkeyPatch) -> None:
-    # Prepare: the README's variables; each set to its setting's default, as the environment would give it
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    documented = set(re.findall(r"FEDCD_[A-Z0-9_]*", readme)) - NOT_SETTINGS
+    # Prepare: the variables the README and the docs site's pages document; each set to its setting's default, as
+    # the environment would give it
+    root = Path(__file__).resolve().parents[2]
+    docs = "\n".join(page.read_text() for page in [root / "README.md", *sorted((root / "docs").glob("*.md"))])
+    documented = set(re.findall(r"FEDCD_[A-Z0-9_]*", docs)) - NOT_SETTINGS
     defaults = Settings(state_dir=Path("/nonexistent")).model_dump(mode="json")
     for variable in documented:
         field = variable.removeprefix("FEDCD_").lower()
-        assert field in Settings.model_fields, f"README documents {variable}, which no setting reads"
+        assert field in Settings.model_fields, f"the docs document {variable}, which no setting reads"
         value = defaults[field]
         monkeypatch.setenv(variable, value if isinstance(value, str) else json.dumps(value))
     # Execute: what the environment source hands the settings (before validation)
