@@ -1,5 +1,5 @@
 """Per-tenant request rate limits: a token bucket per tenant, shared by every worker through Redis when
-``redis_url`` is set, in this process otherwise (README "Rate limits").
+``redis_url`` is set, in this process otherwise (docs/api.md, "Rate limits").
 
 A rate is written ``<count>/<second|minute|hour|day>`` with an optional ``burst <n>``, e.g. ``50/second burst 100``:
 a tenant may send ``burst`` requests at once (default: ``count``), and the bucket refills at ``count`` per unit.
@@ -210,7 +210,7 @@ def warn_per_worker_buckets(
     message = (
         f"rate limits: {workers} workers and no FEDCD_REDIS_URL: each worker keeps its own token buckets, so the "
         f"effective limit is {workers}x the configured rate and burst per tenant (FEDCD_RATE_LIMIT={rate_limit!r}). "
-        "Set FEDCD_REDIS_URL to share one bucket per tenant across workers (README 'Rate limits')"
+        "Set FEDCD_REDIS_URL to share one bucket per tenant across workers (docs: api.md, 'Rate limits')"
     )
     log.warning(message)
     return message

@@ -27,7 +27,7 @@ _BODY = {"requestBody": {"required": True, "content": {"multipart/form-data": {"
                  422: {"description": "unreadable CSV, items not in the Q-matrix, or too few students"}})
 async def train_qmatrix(qmatrix_id: str, request: Request, service: TrainingServiceDep, principal: AdminDep) -> JobAccepted:
     """Train the tenant's own local-fed model of this Q-matrix from its response history, gate it on held-out
-    students of the upload, publish it, then calibrate on a validation part (README "Upload and train")."""
+    students of the upload, publish it, then calibrate on a validation part (docs/local-fed.md, "Upload and train")."""
     if request.headers.get("content-type", "").split(";")[0].strip().lower() != "multipart/form-data":
         raise InputError(("body",), ["send multipart/form-data with the CSV as the field 'responses'"])
     try:

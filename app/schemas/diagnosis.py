@@ -153,7 +153,7 @@ class PrivacyBlock(BaseModel):
 
 
 class BudgetBlock(BaseModel):
-    """The student's privacy budget after this request (see README, Privacy model)."""
+    """The student's privacy budget after this request (see the docs, privacy.md)."""
 
     tenant: str
     charged_epsilon: float = Field(description="ε spent by this request (all entity answers together)")
@@ -211,7 +211,7 @@ class FederationStage(BaseModel):
 
 
 class FederationBlock(BaseModel):
-    """Which tiers a diagnosis asked and why (README "Selective federation")."""
+    """Which tiers a diagnosis asked and why (docs: cost.md, "Selective federation")."""
 
     mode: Literal["all", "calibrated", "selective"]
     threshold: float | None = Field(description="selective: the credible-interval width that stops escalation")

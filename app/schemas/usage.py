@@ -13,7 +13,7 @@ class EntityUsage(BaseModel):
     prompt_tokens: int = 0
     completion_tokens: int = 0
     cost_usd: float = Field(
-        default=0.0, description="tokens × the entity's configured price (README, Cost), every attempt included; 0 for "
+        default=0.0, description="tokens × the entity's configured price (docs: cost.md), every attempt included; 0 for "
         "a cache hit, a free entity, and a failure the provider reported no usage for (timeout, refusal)",
     )
 
