@@ -109,6 +109,15 @@ def diagnose(
         raise typer.Exit(1)
 
 
+def _jsonable(value: object) -> object:
+    """What ``json.dumps`` cannot write itself: the typed values inside a result (e.g. an entity's uncertainty)."""
+    from pydantic import BaseModel
+
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json")
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
 def _print(results: list[object], *, as_json: bool, show_entities: bool) -> None:
     from dataclasses import asdict
 
@@ -119,7 +128,7 @@ def _print(results: list[object], *, as_json: bool, show_entities: bool) -> None
             {"error": str(r), "entities": [asdict(o) for o in r.outcomes]} if isinstance(r, AllEntitiesFailed) else asdict(r)  # type: ignore[call-overload]
             for r in results
         ]
-        console.print_json(json.dumps(out))
+        console.print_json(json.dumps(out, default=_jsonable))
         return
     for r in results:
         if isinstance(r, AllEntitiesFailed):

@@ -74,7 +74,9 @@ def test_a_cache_hit_costs_nothing_but_is_privatized_afresh_and_charged(tmp_path
         # Assert
         assert [b["usage"]["cache_hits"] for b in (first, second, third)] == [0, 2, 2]
         assert second["usage"]["cost_usd"] == 0.0 and second["usage"]["prompt_tokens"] == 0
-        assert second["mastery"] != third["mastery"]  # fresh noise on each release of the cached answer
+        # fresh noise on each release of the cached answer (the released answers: uncalibrated entities are of unknown
+        # skill, so the aggregate of these two may stand at the prior whatever they say)
+        assert [e["mastery"] for e in second["entities"]] != [e["mastery"] for e in third["entities"]]
         for body in (second, third):
             assert body["budget"]["charged_epsilon"] == pytest.approx(2 * 8.0)  # both entities' releases charged
 
