@@ -17,6 +17,7 @@ their SDK clients with ``max_retries=0``: retries happen here only, and never mu
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -188,6 +189,10 @@ class Cached:
         if task is None:
             self.misses += 1
             task = asyncio.ensure_future(self.inner.respond(context))
+            # shielded: a caller cancelled (e.g. at shutdown) leaves the call running with nobody awaiting it; its
+            # failure is then read and forgotten here (not reported by asyncio as "Task exception was never
+            # retrieved", nor handed to the next identical request)
+            task.add_done_callback(functools.partial(self._settled, key))
             self._answers[key] = task
         else:
             self.hits += 1
@@ -198,6 +203,11 @@ class Cached:
                 del self._answers[key]
             raise
         return prediction.model_copy(update={"cache": "hit", "usage": TokenUsage()}) if reused else prediction
+
+    def _settled(self, key: str, task: asyncio.Future[EntityPrediction]) -> None:
+        """Failures are not cached: a shared call that failed (or was cancelled) is dropped when it ends."""
+        if (task.cancelled() or task.exception() is not None) and self._answers.get(key) is task:
+            del self._answers[key]
 
     async def aclose(self) -> None:
         await self.inner.aclose()

@@ -405,3 +405,49 @@ async def test_slots_are_free_again_after_the_deadline_cancelled_everything():
 
     # Assert
     assert [r.mastery for r in results] == [{"fractions": 0.5}] * 3
+
+
+def test_a_cached_call_whose_caller_left_fails_without_an_unretrieved_exception() -> None:
+    """At shutdown a caller is cancelled while the shared (shielded) call goes on and then fails: that failure must
+    not surface as asyncio's "Task exception was never retrieved" (found in the container's stop log)."""
+    import gc
+
+    from providers.wrappers import Cached
+
+    reported: list[dict] = []
+
+    class Held:
+        """Answers only when released, then fails as an entity does at shutdown."""
+
+        name = "held"
+
+        def __init__(self) -> None:
+            self.started, self.release = asyncio.Event(), asyncio.Event()
+
+        async def respond(self, context: PromptContext) -> EntityPrediction:
+            self.started.set()
+            await self.release.wait()
+            raise EntityUnavailable("the server is shutting down", entity=self.name)
+
+        async def aclose(self) -> None:
+            return None
+
+    async def scenario() -> None:
+        asyncio.get_running_loop().set_exception_handler(lambda _loop, ctx: reported.append(ctx))
+        held = Held()
+        cached = Cached(held)  # type: ignore[arg-type]
+        caller = asyncio.ensure_future(cached.respond(CONTEXT))
+        await held.started.wait()
+        caller.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await caller
+        shared = next(iter(cached._answers.values()))
+        held.release.set()  # the shared call now fails with nobody awaiting it
+        await asyncio.wait([shared])
+        assert cached._answers == {}  # failures are not cached, even with no caller left to see them
+        del shared
+        gc.collect()
+
+    asyncio.run(scenario())
+    gc.collect()
+    assert [c for c in reported if "never retrieved" in str(c.get("message", ""))] == []
