@@ -9,6 +9,8 @@ the model that predicts responses (full curvature, covariances kept)::
     H = Σ⁻¹ + Σ_i a_i w_i w_iᵀ,  a_i = α_i² p_i (1 − p_i),  p_i = σ(α_i w_i·θ̂ + c_i),   C = H⁻¹
 
 Concept ``k``'s mastery is ``σ(θ̂_d)`` (``d`` its ability dimension) with the interval ``σ(θ̂_d ± z √C_dd)``.
+The same Newton solver finds the mode of the model that predicts (:func:`predictive_mode`: each response one
+Bernoulli on ``η_i``, not split), which calibration reads a validation student's ability truth from.
 
 **The criterion: expected reduction of the targeted concepts' posterior entropy.** Asking item ``j`` adds
 ``a_j w_j w_jᵀ`` to ``H`` — a rank-one update whose size does not depend on the answer under the Laplace
@@ -40,7 +42,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -50,7 +52,7 @@ from scipy.stats import norm
 from providers.serving_bank import ServingBank
 
 __all__ = ["ConceptState", "Pick", "Posterior", "Selection", "SelectionRule", "concept_states", "fold_in_mode", "posterior",
-           "posterior_from_intervals", "predict", "select"]
+           "posterior_from_intervals", "predict", "predictive_mode", "select"]
 
 DEFAULT_LEVEL = 0.9
 _SHORTLIST = 64  # candidates scored exactly (and rescored after each greedy pick)
@@ -154,33 +156,77 @@ def _objective(bank: ServingBank, rows: np.ndarray, y: np.ndarray, theta: np.nda
     return float(loglik - 0.5 * d @ bank.prior_precision @ d)  # type: ignore[attr-defined]
 
 
+def _ascend(value: Callable[[np.ndarray], float], newton: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]],
+            theta: np.ndarray) -> np.ndarray:
+    """The maximum of a concave ``value`` from ``theta``: Newton's method (``newton(θ)``: the gradient and the negative
+    Hessian) with a backtracking line search, so every accepted step ascends; it stops when no step size ascends or a
+    step gains less than ``_TOLERANCE``."""
+    current = value(theta)
+    for _ in range(_NEWTON_STEPS):
+        grad, hessian = newton(theta)
+        step = np.linalg.solve(hessian, grad)
+        for size in _STEP_SIZES:
+            candidate = theta + size * step
+            candidate_value = value(candidate)
+            if candidate_value >= current:
+                break
+        else:
+            break
+        theta, improved, current = candidate, candidate_value - current, candidate_value
+        if improved < _TOLERANCE:
+            break
+    return theta
+
+
 def fold_in_mode(bank: ServingBank, rows: np.ndarray, y: np.ndarray) -> np.ndarray:
     """The mode of the fold-in objective: a response to item ``i`` adds ``w_ik`` of log σ(±(α_i θ_k + c_i)) to each
-    dimension ``k`` it reads, under the model's Gaussian prior. Newton's method with a backtracking line search (the
-    objective is concave, so every accepted step ascends to the one mode)."""
+    dimension ``k`` it reads, under the model's Gaussian prior (the objective is concave: one mode)."""
     theta = bank.prior_mean.astype(np.float64).copy()
     if rows.size == 0:
         return theta
     d_count = theta.size
     alpha, idx, w = bank.alpha[rows, None], bank.index[rows], bank.weight[rows]
-    value = _objective(bank, rows, y, theta)
-    for _ in range(_NEWTON_STEPS):
+    precision = bank.prior_precision  # type: ignore[attr-defined]
+
+    def newton(theta: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         p = expit(alpha * theta[idx] + bank.intercept[rows, None])
         grad = np.bincount(idx.ravel(), (w * alpha * (y[:, None] - p)).ravel(), d_count)
         info = np.bincount(idx.ravel(), (w * alpha**2 * p * (1 - p)).ravel(), d_count)
-        grad -= bank.prior_precision @ (theta - bank.prior_mean)  # type: ignore[attr-defined]
-        step = np.linalg.solve(bank.prior_precision + np.diag(info), grad)  # type: ignore[attr-defined]
-        for size in _STEP_SIZES:
-            candidate = theta + size * step
-            candidate_value = _objective(bank, rows, y, candidate)
-            if candidate_value >= value:
-                break
-        else:
-            break
-        theta, improved, value = candidate, candidate_value - value, candidate_value
-        if improved < _TOLERANCE:
-            break
-    return theta
+        return grad - precision @ (theta - bank.prior_mean), precision + np.diag(info)
+
+    return _ascend(functools.partial(_objective, bank, rows, y), newton, theta)
+
+
+def predictive_mode(bank: ServingBank, rows: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """The mode under the model that *predicts* responses, ``P(correct on i) = σ(α_i w_i·θ + c_i)`` (one Bernoulli
+    per response, not split between its dimensions), and the bank's Gaussian prior: concave, so one mode."""
+    theta = bank.prior_mean.astype(np.float64).copy()
+    if rows.size == 0:
+        return theta
+    d_count, idx, w = theta.size, bank.index[rows], bank.weight[rows]
+    precision = bank.prior_precision  # type: ignore[attr-defined]
+
+    def value(theta: np.ndarray) -> float:
+        eta, d = _eta(bank, rows, theta), theta - bank.prior_mean
+        return float((y * -np.logaddexp(0, -eta) + (1 - y) * -np.logaddexp(0, eta)).sum() - 0.5 * d @ precision @ d)
+
+    def newton(theta: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        p = expit(_eta(bank, rows, theta))
+        grad = np.bincount(idx.ravel(), (w * (bank.alpha[rows] * (y - p))[:, None]).ravel(), d_count)
+        return grad - precision @ (theta - bank.prior_mean), _precision(bank, rows, bank.alpha[rows] ** 2 * p * (1 - p))
+
+    return _ascend(value, newton, theta)
+
+
+def _precision(bank: ServingBank, rows: np.ndarray, a: np.ndarray) -> np.ndarray:
+    """``Σ⁻¹ + Σ_i a_i w_i w_iᵀ`` over the items at ``rows`` (the negative Hessian of the model that predicts)."""
+    precision = bank.prior_precision.copy()  # type: ignore[attr-defined]
+    if rows.size:
+        idx, w = bank.index[rows], bank.weight[rows]
+        pairs = (a[:, None, None] * w[:, :, None] * w[:, None, :]).ravel()
+        np.add.at(precision, (np.broadcast_to(idx[:, :, None], (*idx.shape, idx.shape[1])).ravel(),
+                              np.broadcast_to(idx[:, None, :], (*idx.shape, idx.shape[1])).ravel()), pairs)
+    return precision
 
 
 def _information(bank: ServingBank, rows: np.ndarray | None, theta: np.ndarray, spread: np.ndarray | None
@@ -202,14 +248,7 @@ def posterior(bank: ServingBank, positions: Sequence[int], scores: Sequence[floa
     keep = [n for n, p in enumerate(positions) if bank.usable[p]]
     rows = np.asarray([positions[n] for n in keep], dtype=np.int64)
     theta = fold_in_mode(bank, rows, np.asarray([scores[n] for n in keep], dtype=np.float64))
-    precision = bank.prior_precision.copy()  # type: ignore[attr-defined]
-    if rows.size:
-        a = _information(bank, rows, theta, None)
-        idx, w = bank.index[rows], bank.weight[rows]
-        pairs = (a[:, None, None] * w[:, :, None] * w[:, None, :]).ravel()
-        np.add.at(precision, (np.broadcast_to(idx[:, :, None], (*idx.shape, idx.shape[1])).ravel(),
-                              np.broadcast_to(idx[:, None, :], (*idx.shape, idx.shape[1])).ravel()), pairs)
-    cov = np.linalg.inv(precision)
+    cov = np.linalg.inv(_precision(bank, rows, _information(bank, rows, theta, None)))
     return Posterior(theta=theta, cov=(cov + cov.T) / 2)
 
 

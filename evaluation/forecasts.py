@@ -17,7 +17,7 @@ import numpy as np
 
 from diagnosis.forecast import concept_beliefs, item_forecast, z_of
 from evaluation.rows import Estimates
-from providers.item_response import ItemResponder, ItemResponseFunction, ItemToForecast
+from providers.item_response import ItemResponder, ItemResponseFunction, items_to_forecast
 from qmatrix import QMatrix, Response
 
 __all__ = ["FORECAST_ROWS", "LINK_SUFFIX", "ForecastScorer", "item_responder"]
@@ -38,7 +38,7 @@ class ForecastScorer:
     """P(correct) of the test students' held-out responses, forecast from a row's diagnoses."""
 
     def __init__(self, q: QMatrix, responder: ItemResponder, test_held: Sequence[Sequence[Response]]) -> None:
-        items = [ItemToForecast(i.id, tuple(i.concepts), i.text) for i in q.items]
+        items = items_to_forecast(q)
         # operator's model of the Q-matrix (the evaluation's registry holds no tenant's)
         self.irf: ItemResponseFunction = responder.item_response(q.id, None, items, tuple(q.concepts))
         self.index = {item_id: n for n, item_id in enumerate(self.irf.item_ids)}

@@ -29,7 +29,7 @@ import numpy as np
 
 from diagnosis.next_items import Posterior, SelectionRule, concept_states, posterior, predict, select
 from evaluation.metrics import auc
-from providers.item_response import ItemToForecast
+from providers.item_response import items_to_forecast
 from providers.serving_bank import ServingBank, serving_bank
 from qmatrix import QMatrix, Response, StudentResponses
 
@@ -62,8 +62,7 @@ class NextItemsRun:
 
 
 def bank_for(q: QMatrix, loaded: Any, untrained: Any) -> ServingBank:
-    items = [ItemToForecast(i.id, tuple(i.concepts), i.text) for i in q.items]
-    return serving_bank(loaded, items, untrained=untrained)
+    return serving_bank(loaded, items_to_forecast(q), untrained=untrained)
 
 
 def student_cases(bank: ServingBank, observed: Sequence[Sequence[Response]], held: Sequence[Sequence[Response]],

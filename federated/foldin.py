@@ -11,6 +11,10 @@ makes a correct answer never lower a mastery).
 
 Each response touches only its item's concepts: ``index`` (B, L, R) names them and ``w`` (B, L, R)
 weighs them (0 for padding), so a step costs O(L·R), not O(L·K) (ASSIST0910: R = 4, K = 110).
+
+Training needs torch here (the gradient through the last step, ``vmap`` for per-student DP-SGD). Item selection
+maximises the same objective in numpy (``diagnosis.next_items.fold_in_mode``: torch's per-operation cost is too much
+for a selection against a whole bank); ``tests/diagnosis/test_next_items.py`` checks the two modes agree.
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ It also carries the model's prior over concept abilities, for concepts the diagn
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Container, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
 
@@ -27,9 +27,10 @@ import numpy as np
 
 if TYPE_CHECKING:  # torch is imported only when a forecast is made: the gateway starts without it
     from federated.registry import LoadedModel
+    from qmatrix import QMatrix
 
 __all__ = ["ItemBasis", "ItemResponder", "ItemResponseFunction", "ItemToForecast", "item_response_function",
-           "trained_row"]
+           "items_to_forecast", "trained_row"]
 
 ItemBasis = Literal["trained", "q-row", "untrained"]
 _UNTRAINED = "untrained"
@@ -42,6 +43,11 @@ class ItemToForecast:
     item_id: str
     concepts: tuple[str, ...]
     text: str | None = None
+
+
+def items_to_forecast(q: QMatrix, only: Container[str] | None = None) -> list[ItemToForecast]:
+    """``q``'s items in row order as the model reads them (those whose id is in ``only``, when given)."""
+    return [ItemToForecast(i.id, tuple(i.concepts), i.text) for i in q.items if only is None or i.id in only]
 
 
 @dataclass(frozen=True)

@@ -43,7 +43,7 @@ from calibration import (
 from diagnosis import DiagnosisPipeline, NoiseLevel
 from privacy import AsyncLedger, ReleaseCost, make_rng
 from providers.cache import tagged_as
-from providers.item_response import ItemToForecast
+from providers.item_response import items_to_forecast
 from providers.wrappers import Cached
 
 __all__ = ["CalibrationJobHandler"]
@@ -78,7 +78,7 @@ class CalibrationJobHandler:
             return cohort
         q = cohort.stored.qmatrix
         answered = {r.item_id for s, d in zip(cohort.students, cohort.derived, strict=True) if d for r in s.responses}
-        items = [ItemToForecast(i.id, tuple(i.concepts), i.text) for i in q.items if i.id in answered]
+        items = items_to_forecast(q, answered)
         irf = await asyncio.to_thread(self.forecasts.item_response, items, q, q.id, tenant)
         if not trained_scale(irf):
             return cohort

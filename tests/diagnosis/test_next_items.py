@@ -8,10 +8,18 @@ import math
 import numpy as np
 import pytest
 
-from diagnosis.next_items import Posterior, SelectionRule, concept_states, posterior, select
+from diagnosis.next_items import (
+    Posterior,
+    SelectionRule,
+    concept_states,
+    fold_in_mode,
+    posterior,
+    predictive_mode,
+    select,
+)
 from federated import default_model_if_missing
 from federated.registry import LoadedModel, ModelRegistry
-from providers.item_response import ItemToForecast
+from providers.item_response import items_to_forecast
 from providers.local_fed import untrained_model
 from providers.serving_bank import ServingBank, serving_bank
 from qmatrix import Item, QMatrix
@@ -22,7 +30,7 @@ Q = example_qmatrix()
 
 def _bank(q: QMatrix = Q, loaded: object | None = None) -> ServingBank:
     untrained = untrained_model(tuple(q.concepts))
-    items = [ItemToForecast(i.id, tuple(i.concepts), i.text) for i in q.items]
+    items = items_to_forecast(q)
     return serving_bank(loaded or untrained, items, untrained=untrained)  # type: ignore[arg-type]
 
 
@@ -82,6 +90,27 @@ def test_the_mode_is_the_served_models_fold_in(trained: ServingBank, loaded: Loa
         theta, _ = loaded.model.posterior(feats.unsqueeze(0), y, torch.ones_like(y, dtype=torch.bool))
     ours = posterior(trained, trained.positions(answered).tolist(), scores).theta
     np.testing.assert_allclose(ours, theta.reshape(-1).double().numpy(), atol=2e-3)
+
+
+def test_the_predictive_mode_is_the_mode_of_the_model_that_predicts(trained: ServingBank) -> None:
+    # Prepare: answers on items reading one, two and three concepts (q06, q11, q12)
+    answered = ["q01", "q02", "q05", "q06", "q11", "q12"]
+    rows, y = trained.positions(answered), np.array([1.0, 0.0, 1.0, 1.0, 0.0, 0.5])
+    # Execute
+    theta = predictive_mode(trained, rows, y)
+    # Assert: the gradient of Σ log-likelihood + log prior vanishes, Σ_i α_i (y_i − p_i) w_i = Σ⁻¹ (θ − μ)
+    alpha, idx, w = trained.alpha[rows], trained.index[rows], trained.weight[rows]
+    p = 1 / (1 + np.exp(-(alpha * (w * theta[idx]).sum(-1) + trained.intercept[rows])))
+    score = np.zeros_like(theta)
+    np.add.at(score, idx, (alpha * (y - p))[:, None] * w)
+    prior_precision: np.ndarray = trained.prior_precision  # type: ignore[attr-defined]
+    np.testing.assert_allclose(score, prior_precision @ (theta - trained.prior_mean), atol=1e-7)
+    # an item reading several concepts is one answer here, split between them in the fold-in: other modes
+    assert not np.allclose(theta, fold_in_mode(trained, rows, y), atol=1e-3)
+    # with items reading one concept each, the two likelihoods are one: the same mode
+    single = trained.positions(["q01", "q02", "q05"])
+    np.testing.assert_allclose(predictive_mode(trained, single, y[:3]), fold_in_mode(trained, single, y[:3]), atol=1e-7)
+    assert np.array_equal(predictive_mode(trained, single[:0], y[:0]), trained.prior_mean)
 
 
 def test_an_uninformative_item_scores_low_and_a_target_picks_its_concept(trained: ServingBank) -> None:
