@@ -41,7 +41,7 @@ from app.services.planning import Planner
 from app.services.report import StudentReport, SuggestedItem
 from app.settings import Settings
 from diagnosis.next_items import SelectionRule, concept_states, posterior, posterior_from_intervals, select
-from providers.item_response import ItemToForecast
+from providers.item_response import items_to_forecast
 from providers.serving_bank import ServingBank, serving_bank
 from qmatrix import QMatrix, Response
 
@@ -92,7 +92,8 @@ class NextItemsService:
         return config.resolved.qmatrix, config.resolved.key
 
     def bank(self, q: QMatrix, key: str, tenant: str) -> ServingBank:
-        """The serving model's bank of ``q``, read once per (model, Q-matrix version) (blocking)."""
+        """The serving model's bank of ``q``, read once per (model, Q-matrix version) (blocking). ``key`` names the
+        Q-matrix's exact rows (its id and version)."""
         from federated.registry import RegistryError  # torch: only once a selection is asked for
 
         concepts = tuple(q.concepts)
@@ -102,14 +103,13 @@ class NextItemsService:
         except RegistryError as exc:  # the active model failed verification: never replaced silently
             raise InputError(("body", "qmatrix_id"), [f"the model serving Q-matrix '{q.id}' is not usable: {exc}"],
                              status_code=503) from exc
-        cache_key = (id(loaded.model), loaded.version, key)
+        cache_key = (*_model_identity(loaded), key)
         with self._lock:
             found = self._banks.get(cache_key)
             if found is not None:
                 self._banks.move_to_end(cache_key)
                 return found
-        items = [ItemToForecast(i.id, tuple(i.concepts), i.text) for i in q.items]
-        built = serving_bank(loaded, items, untrained=_untrained(concepts))
+        built = serving_bank(loaded, items_to_forecast(q), untrained=_untrained(concepts))
         with self._lock:
             self._banks[cache_key] = built
             while len(self._banks) > _BANKS:
@@ -162,6 +162,21 @@ class NextItemsService:
             items=items, stop=chosen.stop_reason is not None, stop_reason=chosen.stop_reason,  # type: ignore[arg-type]
             concepts=concepts, not_modelled=[c for c in q.concepts if c not in modelled],
         )
+
+
+def _model_identity(loaded: LoadedModel) -> tuple[object, ...]:
+    """What names the model a bank was read from, as the registry describes it: its registry key (whose model: the
+    operator's or a tenant's, of which Q-matrix), version and signed weights digest (a registry rebuilt in the same
+    folder numbers its versions from v0001 again). Never the object's ``id``: ids are reused once a replaced model
+    is collected, and the reload that replaced it would then be served the old model's bank. The untrained evidence
+    model has no registry entry; it is named by its concepts."""
+    from federated.registry import model_key
+
+    manifest = loaded.manifest
+    if manifest.get("untrained"):
+        return (loaded.version, tuple(loaded.model.concepts))
+    return (model_key(str(manifest.get("qmatrix_id")), manifest.get("tenant") or None), loaded.version,
+            (manifest.get("weights") or {}).get("sha256"))
 
 
 @functools.lru_cache(maxsize=_BANKS)

@@ -8,12 +8,17 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
+import torch
 from fastapi.testclient import TestClient
 
 from app import Settings, create_app
+from app.services.next_items import NextItemsService
 from federated import default_model_if_missing
+from federated.registry import LoadedModel, ModelRegistry
 from providers.local_fed import LocalFedEntity
+from qmatrix import example_qmatrix
 from providers.types import EntityPrediction, PromptContext
 from tests.conftest import auth_headers
 from tests.factories import FakeEntity
@@ -145,3 +150,46 @@ def test_the_student_report_and_its_chart_suggest_items_for_thin_concepts(setup:
     chart = client.get("/v1/students/s1/report", params={"qmatrix_id": QID}, headers={"Accept": "image/svg+xml"})
     assert "ask next: q" in chart.text  # the console's student page shows this chart
     assert len(fake.contexts) == calls  # suggestions ask no entity
+
+
+class ServingOne:
+    """Stands in for ``local-fed``: serves whichever model the test sets."""
+
+    def __init__(self, loaded: LoadedModel) -> None:
+        self.loaded = loaded
+
+    def serving_model(self, qmatrix_id: str | None, tenant: str | None, concepts: Any) -> LoadedModel:
+        return self.loaded
+
+
+def test_a_new_model_gets_a_fresh_bank_and_the_same_model_reread_keeps_its_own(registry: Path, tmp_path: Path) -> None:
+    # Prepare: the default model republished in a registry of the test's own (so it can publish more versions)
+    q, key = example_qmatrix(), "tenant:example-prealgebra:v1"
+    default = ModelRegistry(registry).load(qmatrix_id=QID)
+    own = ModelRegistry(tmp_path / "own")
+    own.publish(default.model, manifest={"qmatrix_id": QID, "items": default.manifest["items"]})
+    first = own.load(qmatrix_id=QID)
+    serving = ServingOne(first)
+    service = NextItemsService(planner=None, local_fed=serving, settings=None)  # type: ignore[arg-type]
+    bank = service.bank(q, key, "t")
+
+    # Execute / Assert: the same version read again (a reload: another object) is the same model, the same bank
+    serving.loaded = own.load(qmatrix_id=QID)
+    assert serving.loaded.model is not first.model and service.bank(q, key, "t") is bank
+    # a new version is a fresh bank
+    with torch.no_grad():
+        first.model.prior_mean.add_(1.0)  # other weights
+    own.publish(first.model, manifest={"qmatrix_id": QID, "items": default.manifest["items"]})
+    serving.loaded = own.load(qmatrix_id=QID)
+    newer = service.bank(q, key, "t")
+    assert newer is not bank and newer.model == "fedcd-cdm/v0002"
+    assert np.allclose(newer.prior_mean, bank.prior_mean + 1.0)
+    # a registry rebuilt in place numbers from v0001 again; the new model may even take the collected one's id
+    # (here: literally the same object): its signed weights tell it apart
+    rebuilt = ModelRegistry(tmp_path / "rebuilt")
+    rebuilt.publish(first.model, manifest={"qmatrix_id": QID, "items": default.manifest["items"]})
+    again = rebuilt.load(qmatrix_id=QID)
+    serving.loaded = LoadedModel(version=again.version, model=first.model, manifest=again.manifest)
+    assert again.version == first.version
+    fresh = service.bank(q, key, "t")
+    assert fresh is not bank and np.allclose(fresh.prior_mean, newer.prior_mean)
