@@ -33,7 +33,10 @@ A request is mapped onto the model's inputs:
 **Uncertainty.** A v2 answer carries the model's own uncertainty per concept (``EntityPrediction.uncertainty``):
 the spread of logit mastery from the full curvature of the model that predicts, as a curve over mastery levels,
 computed without the scores (:meth:`federated.hocdm.HigherOrderCDM.logit_sd_curve`), so it travels next to the
-privatized mastery without spending privacy; ``measured`` is False for the untrained evidence model.
+privatized mastery without spending privacy; ``measured`` is False for the untrained evidence model. The curve costs
+one predictive variance per point (``SPREAD_SHIFTS``: 11 Cholesky solves per student, several times the fold-in
+itself), so an entity built with ``uncertainty=False`` — for aggregations that never read it (a mean, a stack)
+— neither computes nor sends it; its mastery is the same.
 
 Inference runs in a worker thread (``asyncio.to_thread``), never on the event loop.
 Concurrent ``respond`` calls arriving within ``batch_window_s`` (5 ms) are answered by one
@@ -177,12 +180,14 @@ class LocalFedEntity:
         public_key_path: str | Path | None = None,
         batch_window_s: float = 0.005,
         max_batch: int = 64,
+        uncertainty: bool = True,
     ) -> None:
         if registry is None:
             if registry_dir is None:
                 raise ValueError("give registry_dir or registry")
             registry = ModelRegistry(registry_dir, public_key_path=public_key_path)
         self.name, self.registry = name, registry
+        self.uncertainty = uncertainty  # whether answers carry the model's uncertainty curve (module docstring)
         # Q-matrix id -> (pointer stamp when read, the verified model, or the error loading it raised)
         self._models: dict[str, tuple[object, LoadedModel | RegistryError]] = {}
         self._load_lock, self._forward_lock = threading.Lock(), threading.Lock()
@@ -352,9 +357,10 @@ class LocalFedEntity:
             with self._forward_lock, torch.no_grad():
                 self.forward_passes += 1
                 mastery = model.mastery(feats, scores, observed).numpy()
-                # the model's own uncertainty where it has one (v2); computed without the scores (see _Spread)
+                # the model's own uncertainty where it has one (v2) and it is wanted; computed without the scores
+                # (see _Spread)
                 curve = model.logit_sd_curve(feats, observed, SPREAD_SHIFTS) \
-                    if isinstance(model, HigherOrderCDM) else None
+                    if self.uncertainty and isinstance(model, HigherOrderCDM) else None
             for row, i in enumerate(indices):
                 spread = None if curve is None else _Spread(curve[0][:, row].numpy(), curve[1][:, row].numpy())
                 out[i] = (mastery[row], spread)

@@ -13,7 +13,7 @@ from federated.registry import ModelRegistry
 from federated.publish import PublishOptions
 from federated.train import TrainingConfig, default_model_if_missing, train_federated
 from providers.errors import EntityRejected
-from providers.local_fed import LocalFedEntity, MicroBatcher
+from providers.local_fed import SPREAD_SHIFTS, LocalFedEntity, MicroBatcher
 from providers.types import Entity, PromptContext, PromptItem
 from qmatrix import example_qmatrix, simulate_dina
 
@@ -241,3 +241,30 @@ async def test_local_feds_uncertainty_is_reported_and_does_not_depend_on_the_sco
     assert right.uncertainty["x"].answers == 2 and right.uncertainty["y"].answers == 1
     assert not right.uncertainty["x"].measured  # the untrained evidence model's parameters are assumed
     assert right.mastery["x"] > 0.5 > wrong.mastery["x"]
+
+
+async def test_the_uncertainty_curve_is_computed_only_when_its_reader_asks_for_it(
+    registry_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Prepare: count the predictive variances (one per point of the curve); the mastery needs none
+    import federated.hocdm as hocdm
+
+    calls: list[int] = []
+    real = hocdm.predictive_variance
+
+    def counting(*args: object) -> torch.Tensor:
+        calls.append(1)
+        return real(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(hocdm, "predictive_variance", counting)
+    context = _context(_items())
+
+    # Execute
+    with_curve = await LocalFedEntity(registry_dir).respond(context)
+    asked = len(calls)
+    without = await LocalFedEntity(registry_dir, uncertainty=False).respond(context)
+
+    # Assert: the default still sends the curve; an entity whose aggregation never reads it computes none
+    assert asked == len(SPREAD_SHIFTS) and set(with_curve.uncertainty) == set(context.concepts)
+    assert len(calls) == asked and without.uncertainty == {}
+    assert without.mastery == with_curve.mastery and without.model == with_curve.model
