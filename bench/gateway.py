@@ -6,9 +6,11 @@ process, bounded in count and time). Measured per scenario: latency percentiles,
 stub's, throughput, and the gateway's CPU per diagnosis (the process tree's user+system time, from psutil).
 Optionally LiteLLM's proxy runs against the same stub, measured the same way, per single pass-through call.
 
-With ``baseline`` (a git revision), that revision's gateway runs beside this checkout's, and every scenario is
-split into ``rounds`` chunks that the two take turns on, in A B B A order: a shared machine that speeds up or slows
-down during the run (measured: up to 56% between runs) weighs on both alike, so their ratio holds.
+With ``baseline`` (a git revision) or ``compare_litellm``, the other server runs beside this checkout's gateway,
+and every scenario is split into ``rounds`` chunks that they take turns on, in A B B A order: a shared machine that
+speeds up or slows down during the run (measured: up to 56% between runs) weighs on both alike, so their ratio
+holds. LiteLLM's proxy takes its turns in the two 12-item diagnosis scenarios (c=1 and c=``concurrency``), one
+pass-through call per request; every turn is kept (``ScenarioResult.turns``) for the median and spread.
 """
 
 from __future__ import annotations
@@ -16,8 +18,6 @@ from __future__ import annotations
 import json
 import os
 import random
-import secrets
-import shutil
 import statistics
 import subprocess
 import sys
@@ -29,6 +29,7 @@ from typing import Any
 
 import httpx
 
+from bench.litellm import LiteLLMProxy, litellm_command, start_litellm
 from bench.load import Measured, RequestMaker, ScenarioResult, Target, measure, scenario_result
 from bench.processes import ROOT, Processes, free_port, wait_http
 from bench.profiling import BenchSetupError, Profile, py_spy_command, start_profile
@@ -57,20 +58,10 @@ class GatewayBenchConfig:
     max_seconds: float = 120.0  # per scenario
     compare_litellm: bool = False
     litellm_command: str | None = None  # default: `litellm` on PATH
-    profile: bool = False  # py-spy (if installed) samples the gateway during the concurrency-1 scenario
+    profile: bool = False  # py-spy (if installed) samples the gateway in the 12-item scenarios (c=1, concurrent)
     baseline: str | None = None  # a git revision: its gateway runs the same scenarios in the same run, for ratios
-    rounds: int = 4  # with a baseline: turns each scenario is split into, the two gateways alternating (A B B A …)
+    rounds: int = 4  # with a baseline or LiteLLM: turns each scenario is split into, servers alternating (A B B A …)
     seed: int = 0
-
-
-def _scenario(
-    target: Target, name: str, make: RequestMaker, *, n: int, concurrency: int, config: GatewayBenchConfig,
-    per: str = "diagnosis",
-) -> ScenarioResult:
-    """One scenario on one server, in one go (LiteLLM's proxy)."""
-    measured = measure(target, make, n=n, concurrency=concurrency, max_seconds=config.max_seconds)
-    return scenario_result(target, name, measured, concurrency=concurrency, stub_latency_ms=config.stub_latency_ms,
-                           per=per)
 
 
 def _responses(rng: random.Random, items: Sequence[str]) -> list[dict[str, Any]]:
@@ -89,7 +80,10 @@ def _big_qmatrix_csv(n_items: int, n_concepts: int = 20) -> str:
 def _fedcd_env(config: GatewayBenchConfig, state: Path, stub_urls: Sequence[str], root: Path) -> dict[str, str]:
     entities = [
         {"name": f"e{k}", "kind": "openai_compatible", "base_url": f"{stub_urls[k % len(stub_urls)]}/v1",
-         "model": "stub", "api_key": "bench", "max_attempts": 1, "structured_output": "json_schema"}
+         "model": "stub", "api_key": "bench", "max_attempts": 1, "structured_output": "json_schema",
+         # The entity's concurrency limit stays in the measured path, sized to the load like the rate limit below:
+         # at its default (4 calls in flight) a 50 ms stub caps every entity at 80 calls/s, whatever the gateway.
+         "concurrency": config.concurrency}
         for k in range(config.entities)
     ]
     env = {**os.environ, "PYTHONPATH": str(root), "FEDCD_STATE_DIR": str(state), "FEDCD_ENTITIES": json.dumps(entities),
@@ -103,54 +97,23 @@ def _fedcd_env(config: GatewayBenchConfig, state: Path, stub_urls: Sequence[str]
     return env
 
 
-def _sdk_per_call(stub_url: str, config: GatewayBenchConfig) -> ScenarioResult:
-    """What the official SDK path costs per entity call, measured in a separate process (``bench.sdk_probe``)."""
+def _sdk_per_call(stub_url: str, config: GatewayBenchConfig, *, official_sdk: bool) -> ScenarioResult:
+    """What one entity call costs in-process, measured in a separate process (``bench.sdk_probe``): the path the
+    gateway takes to the stub (the thin one, ``providers.openai_local``), or the official SDK's."""
     out = subprocess.run(
-        [sys.executable, "-m", "bench.sdk_probe", "--base-url", f"{stub_url}/v1", "--calls", str(config.sdk_calls)],
+        [sys.executable, "-m", "bench.sdk_probe", "--base-url", f"{stub_url}/v1", "--calls", str(config.sdk_calls),
+         *(["--official-sdk"] if official_sdk else [])],
         cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=300, check=True,
     )
     probe = json.loads(out.stdout.strip().splitlines()[-1])
     return ScenarioResult(
-        name="one entity call (the adapter and its SDK, in-process)", target="sdk", requests=probe["calls"],
-        concurrency=1, seconds=probe["seconds"], ok=probe["calls"], errors=0, p50_ms=probe["p50_ms"],
-        p90_ms=probe["p90_ms"], p99_ms=probe["p99_ms"], added_p50_ms=probe["p50_ms"] - config.stub_latency_ms,
-        throughput_rps=probe["calls"] / probe["seconds"], cpu_ms_per_request=probe["cpu_ms_per_call"], per="call",
-        notes=[f"{probe['adapter']}; SDK {probe['sdk']}"],
+        name="one entity call through the official SDK, in-process" if official_sdk else
+        "one entity call as the gateway makes it, in-process", target="sdk-official" if official_sdk else "sdk",
+        requests=probe["calls"], concurrency=1, seconds=probe["seconds"], ok=probe["calls"], errors=0,
+        p50_ms=probe["p50_ms"], p90_ms=probe["p90_ms"], p99_ms=probe["p99_ms"],
+        added_p50_ms=probe["p50_ms"] - config.stub_latency_ms, throughput_rps=probe["calls"] / probe["seconds"],
+        cpu_ms_per_request=probe["cpu_ms_per_call"], per="call", notes=[f"{probe['adapter']}; {probe['sdk']}"],
     )
-
-
-def _litellm_command(config: GatewayBenchConfig) -> str:
-    command = shutil.which(config.litellm_command or "litellm")
-    if command is None:
-        raise BenchSetupError(f"--compare-litellm: no `{config.litellm_command or 'litellm'}` command found "
-                              "(install LiteLLM's proxy: `make litellm`)")
-    return command
-
-
-def _litellm(config: GatewayBenchConfig, stub_url: str, procs: Processes, work: Path) -> list[ScenarioResult]:
-    command = _litellm_command(config)
-    cfg = work / "litellm.yaml"
-    master_key = f"sk-bench-{secrets.token_hex(16)}"  # authenticated like fedcd's requests are
-    cfg.write_text(json.dumps({"model_list": [{"model_name": "stub", "litellm_params": {
-        "model": "openai/stub", "api_base": f"{stub_url}/v1", "api_key": "bench"}}],
-        "litellm_settings": {"telemetry": False}, "general_settings": {"master_key": master_key}}))
-    port = free_port()
-    env = {**os.environ, "LITELLM_LOG": "ERROR", "LITELLM_TELEMETRY": "False"}
-    proc = procs.start("litellm", [command, "--config", str(cfg), "--port", str(port), "--host", "127.0.0.1",
-                                   "--num_workers", str(config.workers)], env)
-    wait_http(f"http://127.0.0.1:{port}/health/liveliness", proc, 180)
-    schema = {"type": "object", "properties": {c: {"type": "number"} for c in ("fractions", "equations")}}
-    body = {"model": "stub", "messages": [{"role": "user", "content": "mastery?"}],
-            "response_format": {"type": "json_schema", "json_schema": {"name": "mastery", "schema": schema}}}
-    url = f"http://127.0.0.1:{port}/v1/chat/completions"
-    results = []
-    litellm = Target("litellm", proc.pid, {"Authorization": f"Bearer {master_key}"})
-    for concurrency, n in ((1, config.requests_c1), (config.concurrency, config.requests_cmax)):
-        results.append(_scenario(
-            litellm, f"one pass-through call, c={concurrency}", lambda k: (url, body), n=n, concurrency=concurrency,
-            config=config, per="call",
-        ))
-    return results
 
 
 @dataclass
@@ -219,6 +182,7 @@ class _Spec:
     per: str = "diagnosis"
     units: int = 1  # diagnoses per request (a batch's students)
     notes: tuple[str, ...] = ()
+    litellm: bool = False  # LiteLLM's proxy takes turns here too, one pass-through call per request
 
 
 def _specs(config: GatewayBenchConfig, rng: random.Random) -> list[_Spec]:
@@ -233,9 +197,10 @@ def _specs(config: GatewayBenchConfig, rng: random.Random) -> list[_Spec]:
 
     return [
         _Spec("diagnosis, 12-item Q-matrix, c=1", lambda g: _singles(g, "example-prealgebra", EXAMPLE_ITEMS, rng),
-              config.requests_c1, 1),
+              config.requests_c1, 1, litellm=True),
         _Spec(f"diagnosis, 12-item Q-matrix, c={config.concurrency}",
-              lambda g: _singles(g, "example-prealgebra", EXAMPLE_ITEMS, rng), config.requests_cmax, config.concurrency),
+              lambda g: _singles(g, "example-prealgebra", EXAMPLE_ITEMS, rng), config.requests_cmax, config.concurrency,
+              litellm=True),
         _Spec(f"diagnosis, {config.big_items}-item Q-matrix, c=1", lambda g: _singles(g, "bank", bank_items, rng),
               config.requests_c1, 1),
         _Spec("identical request again (repeat path), c=1", lambda g: lambda k: (f"{g.base}/v1/diagnose", _REPEAT_BODY),
@@ -252,43 +217,52 @@ def _chunks(n: int, rounds: int) -> list[int]:
 
 
 def _run_scenarios(
-    gateways: Sequence[_Gateway], config: GatewayBenchConfig, rng: random.Random, work: Path, procs: Processes,
-    progress: Callable[[str], None],
+    gateways: Sequence[_Gateway], litellm: LiteLLMProxy | None, config: GatewayBenchConfig, rng: random.Random,
+    work: Path, procs: Processes, progress: Callable[[str], None],
 ) -> tuple[list[ScenarioResult], str | None]:
-    """Every fedcd scenario on every gateway; with two, each scenario in turns (A B, B A, A B, …)."""
-    by_target: dict[str, list[ScenarioResult]] = {g.target.label: [] for g in gateways}
-    profile_text = None
+    """Every fedcd scenario on every gateway; with a baseline or LiteLLM beside it, each scenario in turns
+    (A B, B A, A B, …; LiteLLM only in the scenarios it has a counterpart in)."""
+    compared = len(gateways) > 1 or litellm is not None
+    results: dict[tuple[str, int], ScenarioResult] = {}
+    profiles: list[str] = []
     for index, spec in enumerate(_specs(config, rng)):
-        measured = {g.target.label: Measured() for g in gateways}
-        chunks = _chunks(spec.n, config.rounds if len(gateways) > 1 else 1)
+        # (target, its row's name, request maker) of everyone taking part in this scenario
+        takers: list[tuple[Target, str, RequestMaker]] = [(g.target, spec.name, spec.requests(g)) for g in gateways]
+        if litellm is not None and spec.litellm:
+            takers.append((litellm.target, f"one pass-through call, c={spec.concurrency}", litellm.requests()))
+        measured = {target.label: Measured() for target, _, _ in takers}
+        chunks = _chunks(spec.n, config.rounds if compared else 1)
         for turn, size in enumerate(chunks):
-            for gateway in gateways if turn % 2 == 0 else list(reversed(gateways)):
-                progress(f"{gateway.target.label}: {spec.name}"
-                         + (f" (turn {turn + 1} of {len(chunks)})" if len(chunks) > 1 else ""))
-                # py-spy samples this checkout's gateway in its first turn of the first scenario (concurrency 1)
-                # only: never while the baseline is measured beside it.
-                profiled = config.profile and index == 0 and turn == 0 and gateway is gateways[0]
-                profile: Profile | None = start_profile(gateway.target.pid, work, procs.start) if profiled else None
-                measured[gateway.target.label].add(measure(
-                    gateway.target, spec.requests(gateway), n=size, concurrency=spec.concurrency,
-                    max_seconds=config.max_seconds / len(chunks),
+            for target, name, make in takers if turn % 2 == 0 else list(reversed(takers)):
+                progress(f"{target.label}: {name}" + (f" (turn {turn + 1} of {len(chunks)})" if compared else ""))
+                # py-spy samples this checkout's gateway in its first turn of the 12-item scenarios (concurrency 1
+                # and the concurrent one) only: never while another server is measured beside it.
+                profiled = config.profile and spec.litellm and turn == 0 and target is gateways[0].target
+                profile: Profile | None = start_profile(
+                    target.pid, work, procs.start, name=f"profile-{index}") if profiled else None
+                measured[target.label].add(measure(
+                    target, make, n=size, concurrency=spec.concurrency, max_seconds=config.max_seconds / len(chunks),
                 ))
                 if profile is not None:
-                    profile_text = profile.stop()
-        for gateway in gateways:
-            by_target[gateway.target.label].append(scenario_result(
-                gateway.target, spec.name, measured[gateway.target.label], concurrency=spec.concurrency,
-                stub_latency_ms=config.stub_latency_ms, per=spec.per, per_request_units=spec.units,
-                notes=list(spec.notes),
-            ))
-    return [r for results in by_target.values() for r in results], profile_text
+                    profiles.append(f"## {spec.name} (this checkout's gateway, its first turn)\n\n{profile.stop()}")
+        for target, name, _ in takers:
+            litellm_row = litellm is not None and target is litellm.target
+            results[(target.label, index)] = scenario_result(
+                target, name, measured[target.label], concurrency=spec.concurrency,
+                stub_latency_ms=config.stub_latency_ms,
+                per="call" if litellm_row else spec.per, per_request_units=1 if litellm_row else spec.units,
+                notes=[f"in turns with: {spec.name}"] if litellm_row else list(spec.notes),
+            )
+    # grouped by target (this checkout, the baseline, LiteLLM), scenarios in order
+    labels = [g.target.label for g in gateways] + ([litellm.target.label] if litellm else [])
+    ordered = [results[key] for label in labels for key in sorted(k for k in results if k[0] == label)]
+    return ordered, "\n\n".join(profiles) or None
 
 
 def run_gateway_bench(config: GatewayBenchConfig, *, progress: Callable[[str], None] = lambda _: None) -> dict[str, Any]:
     """Run every scenario; returns the results as plain data (``bench.report`` writes them)."""
     # Missing tools are reported before minutes of measuring, not after.
-    if config.compare_litellm:
-        _litellm_command(config)
+    command = litellm_command(config.litellm_command) if config.compare_litellm else None
     if config.profile and py_spy_command() is None:
         raise BenchSetupError("--profile needs py-spy: pip install -e '.[bench]'")
     if config.baseline and config.database_url:
@@ -300,6 +274,7 @@ def run_gateway_bench(config: GatewayBenchConfig, *, progress: Callable[[str], N
     load_before = loadavg()
     results: list[ScenarioResult] = []
     profile_text = None
+    litellm: LiteLLMProxy | None = None
     try:
         stub_urls = []
         for k in range(config.entities):
@@ -315,17 +290,19 @@ def run_gateway_bench(config: GatewayBenchConfig, *, progress: Callable[[str], N
             root = checkout(config.baseline, work / "baseline")
             progress(f"baseline: the gateway at {config.baseline}")
             gateways.append(_start_gateway(root, f"fedcd@{config.baseline}", config, stub_urls, procs, work, progress))
+        if command is not None:
+            litellm = start_litellm(command, stub_url=stub_urls[0], workers=config.workers, procs=procs, work=work)
+            measure(litellm.target, litellm.requests(), n=30, concurrency=4, max_seconds=config.max_seconds)  # warm-up
+            progress(f"LiteLLM proxy {litellm.version or '(version unknown)'} up")
         # One generator for both checkouts: they get different students (a repeat of another's student would
         # measure the repeat path), from the same distribution of responses.
-        fedcd, profile_text = _run_scenarios(gateways, config, random.Random(config.seed), work, procs, progress)
-        results += fedcd
-        for gateway in gateways:  # idle, they would still cost the machine what the next scenarios measure
-            gateway.stop()
-        progress("SDK per call")
-        results.append(_sdk_per_call(stub_urls[0], config))
-        if config.compare_litellm:
-            progress("LiteLLM proxy")
-            results += _litellm(config, stub_urls[0], procs, work)
+        measured, profile_text = _run_scenarios(gateways, litellm, config, random.Random(config.seed), work, procs,
+                                                progress)
+        results += measured
+        for server in [*gateways, *([litellm] if litellm else [])]:  # idle, they still cost the machine CPU
+            server.stop()
+        progress("one entity call, in-process (the gateway's path, then the official SDK's)")
+        results += [_sdk_per_call(stub_urls[0], config, official_sdk=official) for official in (False, True)]
     finally:
         procs.stop_all()
     return {
@@ -333,6 +310,7 @@ def run_gateway_bench(config: GatewayBenchConfig, *, progress: Callable[[str], N
         "machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0], "loadavg_before": load_before,
                     "loadavg_after": loadavg()},
         "revision": revision(),
+        "litellm_version": litellm.version if litellm else None,
         "results": [asdict(r) for r in results],
         "median_cpu_ms": statistics.median(r.cpu_ms_per_request for r in results if r.target == "fedcd")
         if results else None,

@@ -1,7 +1,9 @@
 """Bounded load against one server and what it cost that server: the measuring half of ``fedcd bench gateway``.
 
-A scenario may be measured in several chunks (``Measured.add``), so two servers can take turns on it (see
-``bench.gateway``): latencies, counts, wall time and the server's CPU simply add up over the chunks.
+A scenario may be measured in several chunks (``Measured.add``), so servers can take turns on it (see
+``bench.gateway``): latencies, counts, wall time and the server's CPU simply add up over the chunks, and each
+chunk is also kept as a turn (its own CPU per request, throughput and the machine's load), so a report can give the
+median over turns and their spread.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import Any
 import httpx
 import psutil
 
+from bench.provenance import loadavg
 from bench.stats import percentile
 
 __all__ = ["Measured", "RequestMaker", "ScenarioResult", "Target", "measure", "scenario_result"]
@@ -26,7 +29,7 @@ RequestMaker = Callable[[int], tuple[str, dict[str, Any]]]
 @dataclass
 class ScenarioResult:
     name: str
-    target: str  # fedcd | fedcd@<revision> | litellm | sdk
+    target: str  # fedcd | fedcd@<revision> | litellm | sdk | sdk-official
     requests: int
     concurrency: int
     seconds: float
@@ -40,6 +43,9 @@ class ScenarioResult:
     cpu_ms_per_request: float
     per: str = "diagnosis"  # what one request is: diagnosis | batch of N | call
     notes: list[str] = field(default_factory=list)
+    # One entry per turn (chunk) of the scenario, in order: cpu_ms_per_request, throughput_rps, load1 (the
+    # machine's 1-minute load average as the turn started). Empty for rows not measured in turns.
+    turns: list[dict[str, float | None]] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -61,11 +67,14 @@ class Measured:
     errors: int = 0
     wall_s: float = 0.0
     cpu_s: float = 0.0
+    load1: float | None = None  # the machine's 1-minute load average when this chunk started
+    chunks: list[Measured] = field(default_factory=list)  # what add() was given, one per turn
 
     def add(self, other: Measured) -> None:
         self.latencies += other.latencies
         self.ok, self.errors = self.ok + other.ok, self.errors + other.errors
         self.wall_s, self.cpu_s = self.wall_s + other.wall_s, self.cpu_s + other.cpu_s
+        self.chunks.append(other)
 
 
 def _cpu_seconds(pid: int) -> float:
@@ -115,10 +124,17 @@ async def _load(
 
 def measure(target: Target, make: RequestMaker, *, n: int, concurrency: int, max_seconds: float) -> Measured:
     """Load ``target`` with ``n`` requests and read what its process tree spent meanwhile."""
+    load1 = _load1()
     before = _cpu_seconds(target.pid)
     measured = asyncio.run(_load(make, n=n, concurrency=concurrency, headers=target.headers, max_seconds=max_seconds))
     measured.cpu_s = _cpu_seconds(target.pid) - before
+    measured.load1 = load1
     return measured
+
+
+def _load1() -> float | None:
+    load = loadavg()
+    return load[0] if load else None
 
 
 def scenario_result(
@@ -134,4 +150,7 @@ def scenario_result(
         throughput_rps=measured.ok / wall if wall > 0 else 0.0,
         cpu_ms_per_request=measured.cpu_s * 1000 / max(1, measured.ok * per_request_units), per=per,
         notes=notes or [],
+        turns=[{"cpu_ms_per_request": c.cpu_s * 1000 / max(1, c.ok * per_request_units),
+                "throughput_rps": c.ok / c.wall_s if c.wall_s > 0 else 0.0, "load1": c.load1}
+               for c in measured.chunks] if len(measured.chunks) > 1 else [],
     )

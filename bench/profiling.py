@@ -37,13 +37,15 @@ def py_spy_command() -> str | None:
 
 
 def start_profile(
-    pid: int, work: Path, start: Callable[[str, Sequence[str], dict[str, str]], subprocess.Popen[bytes]]
+    pid: int, work: Path, start: Callable[[str, Sequence[str], dict[str, str]], subprocess.Popen[bytes]],
+    *, name: str = "profile",
 ) -> Profile:
-    """Sample process ``pid`` (and its children) with py-spy; ``start`` launches a process the bench owns."""
+    """Sample process ``pid`` (and its children) with py-spy into ``work/<name>.txt``; ``start`` launches a process
+    the bench owns."""
     command = py_spy_command()
     if command is None:
         raise BenchSetupError("--profile needs py-spy: pip install -e '.[bench]'")
-    out = work / "profile.txt"
+    out = work / f"{name}.txt"
     # --nonblocking: sample without pausing the gateway (pausing would add latency to what is measured);
     # --gil: only the thread holding the GIL, i.e. where the gateway's Python CPU goes.
     proc = start("py-spy", [command, "record", "--pid", str(pid), "--nonblocking", "--gil", "--format", "raw",
@@ -56,6 +58,7 @@ def summarize(lines: Sequence[str]) -> str:
     own: dict[str, int] = {}
     inclusive: dict[str, int] = {}
     by_library: dict[str, int] = {}
+    by_concern: dict[str, int] = {}
     total = 0
     for line in lines:
         stack, _, count = line.rpartition(" ")
@@ -69,6 +72,8 @@ def summarize(lines: Sequence[str]) -> str:
         own[frames[-1]] = own.get(frames[-1], 0) + n
         library = _library(frames[-1])
         by_library[library] = by_library.get(library, 0) + n
+        concern = concern_of(frames)
+        by_concern[concern] = by_concern.get(concern, 0) + n
         for frame in set(frames):
             inclusive[frame] = inclusive.get(frame, 0) + n
 
@@ -76,8 +81,51 @@ def summarize(lines: Sequence[str]) -> str:
         return [f"{100 * v / total:5.1f}%  {name}" for name, v in sorted(table.items(), key=lambda kv: -kv[1])[:k]]
 
     return "\n".join([f"samples of the thread holding the GIL: {total}", "",
+                      "by concern (a sample goes to the first concern its stack matches, in this order):",
+                      *top(by_concern, len(_CONCERNS) + 1), "",
                       "own time by library (the innermost frame's package):", *top(by_library, 20), "",
                       "own time:", *top(own, 25), "", "inclusive:", *top(inclusive, 60)])
+
+
+def _path(frame: str) -> str:
+    return frame.rpartition(" (")[2].rstrip(")")
+
+
+# (concern, any frame of the stack under one of these paths) — fedcd's own concerns first, so that the SQL under the
+# ledger counts as the ledger and the pydantic under the SDK as the entity call.
+_CONCERNS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("ledger (charge, release: its SQL and worker threads)", ("privacy/ledger/",)),
+    ("usage records (one insert per diagnosis)", ("app/services/usage.py", "app/storage/usage.py")),
+    ("rate limiter", ("app/ratelimit.py",)),
+    ("metrics", ("app/metrics.py", "prometheus_client/")),
+    ("logging", ("logging/",)),
+    ("auth: API key and tenant", ("app/auth.py", "app/keys")),
+    ("entity calls: official SDK and its HTTP client", ("openai/", "groq/", "anthropic/", "httpx", "httpcore")),
+    ("entity calls: fedcd's wrappers, prompts, parsing", ("providers/",)),
+    ("diagnosis maths (aggregation, noise, posterior)", ("diagnosis/", "privacy/")),
+    ("request and response models (pydantic, JSON)", ("app/schemas/", "app/services/answers.py", "pydantic",
+                                                       "json/", "fastapi/encoders.py", "fastapi/_compat")),
+)
+_INNERMOST: tuple[tuple[str, tuple[str, ...]], ...] = (  # the rest, by the innermost frame's library
+    ("HTTP server and framework (uvicorn, starlette, fastapi)", ("uvicorn/", "starlette/", "fastapi/", "h11/",
+                                                                 "httptools/")),
+    ("event loop and threads (asyncio, anyio)", ("asyncio/", "anyio/", "concurrent/", "threading", "selectors",
+                                                 "uvloop/")),
+)
+
+
+def concern_of(frames: Sequence[str]) -> str:
+    """The concern a sample's stack belongs to (see ``_CONCERNS``), else the innermost frame's kind, else other."""
+    paths = [_path(f) for f in frames]
+    for concern, prefixes in _CONCERNS:
+        if any(path.startswith(prefixes) for path in paths):
+            return concern
+    for concern, prefixes in _INNERMOST:
+        if paths and paths[-1].startswith(prefixes):
+            return concern
+    if any(path.startswith("app/") for path in paths):
+        return "other gateway code (planning, services, storage)"
+    return "other (idle process frames, imports)"
 
 
 def _library(frame: str) -> str:

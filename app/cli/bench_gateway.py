@@ -24,14 +24,18 @@ def bench_gateway(
     repeats: Annotated[int, typer.Option(min=10, help="identical requests in the repeat-path scenario")] = 200,
     batches: Annotated[int, typer.Option(min=1, help="batch requests in the batch scenario")] = 20,
     max_seconds: Annotated[float, typer.Option(min=1, help="time bound per scenario")] = 120.0,
-    compare_litellm: Annotated[bool, typer.Option("--compare-litellm", help="also LiteLLM's proxy (if installed)")] = False,
+    compare_litellm: Annotated[bool, typer.Option(
+        "--compare-litellm", help="also LiteLLM's proxy (if installed), taking turns with the gateway in the 12-item "
+        "diagnosis scenarios (see --rounds)")] = False,
     litellm_command: Annotated[Optional[str], typer.Option(help="the `litellm` executable")] = None,
-    profile: Annotated[bool, typer.Option("--profile", help="sample the gateway with py-spy during c=1")] = False,
+    profile: Annotated[bool, typer.Option(
+        "--profile", help="sample the gateway with py-spy in the 12-item scenarios (c=1, concurrent)")] = False,
     baseline: Annotated[Optional[str], typer.Option(
         help="a git revision: its gateway runs the same scenarios in this run (before/after as ratios)")] = None,
     rounds: Annotated[int, typer.Option(
-        min=1, help="with --baseline: turns each scenario is split into, the two gateways alternating (A B, B A, …: an "
-        "even count gives each the first slot equally)")] = 4,
+        min=1, help="with --baseline or --compare-litellm: turns each scenario is split into, the servers alternating "
+        "(A B, B A, …: an even count gives each the first slot equally); the report gives the median over turns and "
+        "their range")] = 4,
     out: Annotated[Path, typer.Option("--out")] = Path("reports/gateway"),
 ) -> None:
     """Start stub providers, the gateway and a bounded load generator on loopback; write results.json, report.md
@@ -63,7 +67,9 @@ def bench_gateway(
     if profile:
         args.append("--profile")
     if baseline:
-        args += ["--baseline", baseline] + (["--rounds", str(rounds)] if rounds != default.rounds else [])
+        args += ["--baseline", baseline]
+    if (baseline or compare_litellm) and rounds != default.rounds:
+        args += ["--rounds", str(rounds)]
     paths = write_gateway_report(data, out, command="fedcd " + " ".join(args))
     console.print((out / "report.md").read_text())
     console.print("wrote " + ", ".join(str(p) for p in paths))

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -69,7 +70,7 @@ def test_the_report_compares_with_the_baseline_and_states_each_target(tmp_path: 
     verdicts = {line.split(" | ")[0].lstrip("| "): line.rsplit(" | ", 1)[1].rstrip(" |")
                 for line in report.splitlines() if line.count(" | ") == 4 and not line.startswith("| target")}
     assert verdicts["CPU per diagnosis (ledger on)"] == "met"
-    assert verdicts["CPU outside the SDK's calls"] == "missed by 3"  # 12 − 3 × 2 = 6 > 3
+    assert verdicts["CPU outside the entity calls"] == "missed by 3"  # 12 − 3 × 2 = 6 > 3
     assert verdicts["flat in Q-matrix size (2000 vs 12 items)"].startswith("missed by 0.0667")
     assert verdicts["throughput per worker"] == "met"
     assert verdicts["repeat path"] == "missed by 0.5"
@@ -101,3 +102,26 @@ def test_two_gateways_at_once_refuse_one_shared_database() -> None:
     config = GatewayBenchConfig(baseline="HEAD", database_url="postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
     with pytest.raises(BenchSetupError, match="its own database"):
         run_gateway_bench(config)
+
+
+def test_litellm_takes_turns_with_the_gateway_and_every_turn_is_kept(tmp_path: Path) -> None:
+    # a stand-in for the `litellm` command (tests/bench/fake_litellm.py): the turns, not LiteLLM, are under test
+    command = tmp_path / "litellm"
+    command.write_text(f"#!/bin/sh\nexec {sys.executable} -m tests.bench.fake_litellm \"$@\"\n")
+    command.chmod(0o755)
+    config = GatewayBenchConfig(
+        entities=2, stub_latency_ms=5.0, requests_c1=8, requests_cmax=8, concurrency=2, batches=2, batch_size=2,
+        repeats=10, big_items=50, sdk_calls=10, max_seconds=60.0, compare_litellm=True, litellm_command=str(command),
+        rounds=2,
+    )
+
+    data = run_gateway_bench(config)
+
+    litellm = [r for r in data["results"] if r["target"] == "litellm"]
+    assert [r["concurrency"] for r in litellm] == [1, 2] and all(r["ok"] == 8 and r["per"] == "call" for r in litellm)
+    fedcd_c1 = next(r for r in data["results"] if r["target"] == "fedcd" and r["name"].endswith("c=1")
+                    and "12-item" in r["name"])
+    assert len(fedcd_c1["turns"]) == len(litellm[0]["turns"]) == 2  # both measured in the same two turns
+    write_gateway_report(data, tmp_path, command="fedcd bench gateway --compare-litellm …")
+    report = (tmp_path / "report.md").read_text()
+    assert "turn by turn" in report and "## Targets (issue 36)" in report
