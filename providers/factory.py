@@ -19,6 +19,11 @@ _PROBE_MARGIN_S = 5.0
 def build_adapter(spec: EntitySpec, *, env: Mapping[str, str] | None = None, http_client: Any = None) -> Entity:
     """The bare adapter for ``spec`` (no retries, no deadline)."""
     api_key = spec.resolved_api_key(env)
+    if spec.kind == "openai_compatible":
+        from providers.openai_local import LocalOpenAIChatEntity, uses_thin_path
+
+        if uses_thin_path(spec, http_client):  # a local server: the thin path (hosted ones: the SDK, below)
+            return LocalOpenAIChatEntity(spec, api_key=api_key)
     if spec.kind in ("openai", "openai_compatible"):
         from providers.openai_chat import OpenAIChatEntity
 

@@ -100,8 +100,8 @@ class _ChatCompletionsEntity:
         if fmt is not None:
             kwargs["response_format"] = fmt
         elapsed = timed()
-        with map_sdk_errors(self.sdk, self.name):
-            body = await self.client.post(self.path, body=kwargs, cast_to=bytes)
+        with self._errors():
+            body = await self._post(kwargs)
             completion = ChatCompletionReply.parse(body)
             parsed = parse_billed(completion.content, context.concepts, completion.usage)
         return EntityPrediction(
@@ -114,6 +114,14 @@ class _ChatCompletionsEntity:
             usage=completion.usage,
             repairs=parsed.repairs,
         )
+
+    async def _post(self, body: dict[str, Any]) -> bytes:
+        """The reply's body, through the SDK's documented low-level verb."""
+        return await self.client.post(self.path, body=body, cast_to=bytes)
+
+    def _errors(self) -> Any:
+        """A context manager turning what ``_post`` and the parsing raise into ``providers.errors``."""
+        return map_sdk_errors(self.sdk, self.name)
 
     async def aclose(self) -> None:
         await self.client.close()

@@ -137,9 +137,13 @@ def _answer(context: PromptContext) -> dict[str, Any]:
     return {c: round(0.2 + 0.1 * i, 2) for i, c in enumerate(context.concepts)}
 
 
+# openai: the official SDK; openai_compatible on http:// (a local server): the thin path (providers.openai_local),
+# which must fail exactly as the SDK path does.
+@pytest.mark.parametrize("kind", ["openai", "openai_compatible"])
 @pytest.mark.parametrize("mode", list(FAULTS))
 async def test_a_faulty_entity_fails_with_its_reason_and_the_healthy_peer_is_served(
     mode: str,
+    kind: EntityKind,
     servers: tuple[WireServer, WireServer],
     make_entity: Callable[..., Entity],
     fake_sleep: RecordingSleep,
@@ -152,7 +156,8 @@ async def test_a_faulty_entity_fails_with_its_reason_and_the_healthy_peer_is_ser
     fault, (faulty_server, healthy_server) = FAULTS[mode], servers
     faulty_server.fallback = fault.behaviour()
     healthy_server.fallback = success(_answer(prompt_context))
-    entities = {"faulty": make_entity("faulty", faulty_server), "healthy": make_entity("healthy", healthy_server)}
+    entities = {"faulty": make_entity("faulty", faulty_server, kind),
+                "healthy": make_entity("healthy", healthy_server, kind)}
     pipeline = DiagnosisPipeline(entities)
     caplog.set_level(logging.DEBUG)
 
@@ -171,7 +176,9 @@ async def test_a_faulty_entity_fails_with_its_reason_and_the_healthy_peer_is_ser
     assert API_KEY not in error and all(API_KEY not in r.getMessage() for r in caplog.records)
 
 
+@pytest.mark.parametrize("kind", ["openai", "openai_compatible"])
 async def test_all_entities_faulty_is_all_entities_failed_with_each_reason(
+    kind: EntityKind,
     servers: tuple[WireServer, WireServer],
     make_entity: Callable[..., Entity],
     qmatrix: QMatrix,
@@ -179,7 +186,7 @@ async def test_all_entities_faulty_is_all_entities_failed_with_each_reason(
 ) -> None:
     first, second = servers
     first.fallback, second.fallback = server_error(503), Reset()
-    entities = {"faulty-a": make_entity("faulty-a", first), "faulty-b": make_entity("faulty-b", second)}
+    entities = {"faulty-a": make_entity("faulty-a", first, kind), "faulty-b": make_entity("faulty-b", second, kind)}
     pipeline = DiagnosisPipeline(entities)
 
     with pytest.raises(AllEntitiesFailed) as caught:
