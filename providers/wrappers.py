@@ -22,7 +22,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt, wait_random_exponential
+from tenacity import RetryCallState, wait_random_exponential
 
 from providers.circuit import CircuitBreaker, CircuitBroken
 from providers.errors import EntityError, EntityParseError, EntityTimeout, EntityUnavailable
@@ -73,7 +73,7 @@ class RetryPolicy:
 
 
 class Retrying:
-    """Retries transient failures of the wrapped entity (tenacity), honouring Retry-After.
+    """Retries transient failures of the wrapped entity (tenacity's policy pieces), honouring Retry-After.
 
     ``on_retry`` is called with each failure about to be retried (the chain counts them in metrics).
     Token usage is summed over the attempts: the answer (or the last failure) carries every token billed.
@@ -90,32 +90,36 @@ class Retrying:
         self.inner, self.policy, self._sleep, self._on_retry = inner, policy, sleep, on_retry
         self.name = inner.name
 
-    def _before_sleep(self, state: RetryCallState) -> None:
-        if self._on_retry is not None and state.outcome is not None and state.outcome.exception() is not None:
-            self._on_retry(state.outcome.exception())  # type: ignore[arg-type]
-
     async def respond(self, context: PromptContext) -> EntityPrediction:
-        retrying = AsyncRetrying(
-            stop=stop_after_attempt(self.policy.max_attempts),
-            wait=self.policy.wait_seconds,
-            retry=retry_if_exception(self.policy.should_retry),
-            sleep=self._sleep,
-            before_sleep=self._before_sleep,
-            reraise=True,
-        )
+        # tenacity's loop, written out: building its AsyncRetrying and attempt objects for every call cost more
+        # than the call's own retry logic on the success path (docs/results/gateway-issue36). Same rules: stop after
+        # max_attempts, retry what the policy says (nothing else: re-raised), ``on_retry`` before each wait, the
+        # policy's waits computed from a tenacity RetryCallState.
         attempts, spent = 0, TokenUsage()
-        async for attempt in retrying:
-            with attempt:
-                attempts += 1
-                try:
-                    prediction = await self.inner.respond(context)
-                except EntityError as exc:
-                    spent = exc.usage = spent + exc.usage  # the last failure re-raised carries them all
+        while True:
+            attempts += 1
+            try:
+                prediction = await self.inner.respond(context)
+            except EntityError as exc:
+                spent = exc.usage = spent + exc.usage  # the last failure re-raised carries them all
+                if attempts >= self.policy.max_attempts or not self.policy.should_retry(exc):
                     raise
-        return prediction.model_copy(update={"attempts": attempts, "usage": spent + prediction.usage})
+                if self._on_retry is not None:
+                    self._on_retry(exc)
+                await self._sleep(self.policy.wait_seconds(_failed_attempt(attempts, exc)))
+                continue
+            return prediction.model_copy(update={"attempts": attempts, "usage": spent + prediction.usage})
 
     async def aclose(self) -> None:
         await self.inner.aclose()
+
+
+def _failed_attempt(number: int, exc: BaseException) -> RetryCallState:
+    """The state tenacity's wait functions read: the attempt's number and its failure."""
+    state = RetryCallState(retry_object=None, fn=None, args=(), kwargs={})  # type: ignore[arg-type]
+    state.attempt_number = number
+    state.set_exception((type(exc), exc, exc.__traceback__))
+    return state
 
 
 class WithDeadline:
