@@ -18,7 +18,7 @@ from privacy.accountants import Accountant, make_accountant
 from privacy.ledger.charge import Charge, charge_from_row
 from privacy.ledger.engines import LedgerEngines
 from privacy.ledger.errors import ChargeStateError
-from privacy.ledger.statements import STUDENT, WINDOW
+from privacy.ledger.statements import WINDOW, charge_path
 from privacy.ledger.tables import REFUNDED, charges
 from privacy.periods import BudgetRule, Rolling
 
@@ -100,7 +100,7 @@ class Books:
     def load(self, conn: Connection, tenant: str, student_id: str, *, verify: bool = True) -> tuple[Accountant, int]:
         """The student's lifetime accountant from its saved state, checked against the charges table
         (``verify``; the charge path skips that aggregate: the state is written in the same transactions)."""
-        row = conn.execute(STUDENT, {"tenant": tenant, "student_id": student_id}).mappings().first()
+        row = charge_path.student.first(conn, {"tenant": tenant, "student_id": student_id})
         if row is None:
             return self.new(), 0
         try:

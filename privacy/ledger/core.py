@@ -53,7 +53,7 @@ from privacy.ledger.books import Books, fits
 from privacy.ledger.charge import Charge, charge_from_row
 from privacy.ledger.engines import LedgerEngines, ledger_url
 from privacy.ledger.errors import BudgetExceeded, ChargeStateError, UnknownCharge
-from privacy.ledger.statements import INSERT_CHARGE, RELEASE, REPEAT
+from privacy.ledger.statements import CHARGE_COLUMNS, charge_path
 from privacy.ledger.tables import CHARGED, REFUNDED, RELEASED, charges
 from privacy.periods import BudgetRule, Lifetime, Rolling, iso_utc
 
@@ -163,7 +163,8 @@ class PrivacyLedger:
                 "created_at": now, "settled_at": None, "owner": self.owner, "source": source,
                 "sigma_over_sensitivity": None if sigma_over_sensitivity is None else float(sigma_over_sensitivity),
             }
-            conn.execute(INSERT_CHARGE, row)
+            assert row.keys() == set(CHARGE_COLUMNS)  # exactly the prepared INSERT's columns
+            charge_path.insert_charge.rowcount(conn, row)
             for _ in range(releases):
                 lifetime.step(**step)
             self._books.save(conn, tenant, student_id, lifetime, queries + 1, now)
@@ -211,8 +212,8 @@ class PrivacyLedger:
             raise TypeError("answer_json must be a JSON string")
         now = float(self._clock())
         with self._db.write() as conn:
-            result = conn.execute(RELEASE, {"charge_id": charge.id, "answer": answer_json, "now": now})
-        if result.rowcount != 1:
+            changed = charge_path.release.rowcount(conn, {"charge_id": charge.id, "answer": answer_json, "now": now})
+        if changed != 1:
             raise ChargeStateError(f"charge {charge.id} is no longer pending; its answer cannot be stored")
         return replace(charge, status=RELEASED, answer_json=answer_json)
 
@@ -332,12 +333,12 @@ class PrivacyLedger:
     def _find_repeat(self, conn: Connection, tenant: str, student_id: str, fingerprint: str, now: float) -> dict | None:
         if self.repeat_window_s <= 0:
             return None
-        row = conn.execute(REPEAT, {
+        row = charge_path.repeat.first(conn, {
             "tenant": tenant, "student_id": student_id, "fingerprint": fingerprint, "since": now - self.repeat_window_s,
-        }).mappings().first()
+        })
         if row is None or (row["status"] == CHARGED and row["created_at"] < now - self.pending_ttl_s):
             return None  # nothing, or a reservation whose process never stored its answer
-        return dict(row)
+        return row
 
     def _get(self, conn: Connection, charge_id: str) -> dict:
         row = conn.execute(select(charges).where(charges.c.id == charge_id)).mappings().first()

@@ -25,6 +25,7 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import sessionmaker
 
+from privacy.ledger.statements import Prepared
 from privacy.ledger.tables import LEDGER_METADATA, students
 
 __all__ = ["LedgerEngines", "ledger_url"]
@@ -90,10 +91,10 @@ class LedgerEngines:
             self._lock = contextlib.nullcontext()
         # Built once (see privacy.ledger.statements): the saved state of a student, inserted or replaced.
         upsert = (sqlite_insert if self.sqlite else pg_insert)(students)
-        self._upsert_student = upsert.on_conflict_do_update(
+        self._upsert_student = Prepared(upsert.on_conflict_do_update(
             index_elements=[students.c.tenant, students.c.student_id],
             set_={name: upsert.excluded[name] for name in ("accountant_json", "queries", "updated_at")},
-        )
+        ), column_keys=("tenant", "student_id", "accountant_json", "queries", "updated_at"))
         if create_tables:
             with self._lock, self.writer.begin() as conn:
                 if not self.sqlite:  # processes starting together must not race on CREATE TABLE
@@ -125,7 +126,7 @@ class LedgerEngines:
 
     def upsert_student(self, conn: Connection, tenant: str, student_id: str, values: dict[str, Any]) -> None:
         """``values``: the student's ``accountant_json``, ``queries`` and ``updated_at``."""
-        conn.execute(self._upsert_student, {"tenant": tenant, "student_id": student_id, **values})
+        self._upsert_student.rowcount(conn, {"tenant": tenant, "student_id": student_id, **values})
 
     def dispose(self) -> None:
         self.writer.dispose()
