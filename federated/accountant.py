@@ -129,6 +129,15 @@ class PrivacyAccountant:
     def mechanism(self) -> str:
         return MECHANISM
 
+    def record(self, delta: float) -> dict[str, Any]:
+        """The manifest's account of the guarantee per student: every charged event in order and the ε they compose
+        to, enough to recompute it with ``dp_accounting`` alone (tests/federated/test_item_release.py does)."""
+        return {"mechanism": MECHANISM, "unit": "student", "delta": delta, "method": "pld",
+                "value_discretization_interval": self.interval, "epsilon": self.get_epsilon(delta),
+                "events": [{"noise_multiplier": s, "sample_rate": q, "steps": n} for s, q, n in self.history],
+                "composition": "each event is dp_accounting.PoissonSampledDpEvent(sample_rate, GaussianDpEvent("
+                               "noise_multiplier)) self-composed steps times; the events compose"}
+
     def __len__(self) -> int:
         return sum(steps for _, _, steps in self.history)
 
@@ -154,17 +163,22 @@ def noise_multiplier_for(
     interval: float = 1e-3,
     tolerance: float = 0.01,
     max_sigma: float = 1e4,
+    prior: Iterable[Step] = (),
 ) -> float:
     """Smallest noise multiplier (to ``tolerance``, relative) whose epsilon is <= ``target_epsilon``.
 
     Bisects in log(sigma); returns the upper end of the bracket, so the answer never
-    overshoots the target budget.
+    overshoots the target budget. ``prior``: steps the same students are charged for besides these (a release
+    made before the rounds, ``federated.item_release``); the target is the composition of both.
     """
     if not target_epsilon > 0:
         raise ValueError(f"target_epsilon must be > 0, got {target_epsilon}")
+    before = list(prior)
+    if before and epsilon_for(before, delta=delta, interval=interval) >= target_epsilon:
+        raise ValueError(f"the earlier steps alone spend epsilon {target_epsilon} or more")
 
     def eps(sigma: float) -> float:
-        return epsilon_for([(sigma, sample_rate, steps)], delta=delta, interval=interval)
+        return epsilon_for([*before, (sigma, sample_rate, steps)], delta=delta, interval=interval)
 
     _check_step(1.0, sample_rate, steps)
     low, high = 0.05, 1.0

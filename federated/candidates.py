@@ -22,6 +22,7 @@ from federated.accountant import PrivacyAccountant
 from federated.data import ResponseTensors, Split, encode_dataset
 from federated.dp import poisson_sample, update_nbytes
 from federated.inprocess import FedConfig, RoundRecord, evaluation_mask, fedavg_round
+from federated.item_release import ItemRelease
 from federated.itembank import ItemBank
 from federated.local import add_update, get_parameters, set_parameters, train_local
 from federated.metrics import evaluate_masked
@@ -88,6 +89,14 @@ def robust_round(model: CDModel, clients: Sequence[ResponseTensors], evaluation:
 
 
 @dataclass(frozen=True)
+class _Start:
+    """The starting weights as :class:`~federated.rounds.BestRound` reads a round: round 0 and its held-out AUC."""
+
+    auc: float
+    round: int = 0
+
+
+@dataclass(frozen=True)
 class Plan:
     """What every candidate kind of one run shares: the same held-out and training students, shards, federation
     settings and round draws (``rng_state``), so their held-out AUCs compare like with like."""
@@ -98,6 +107,7 @@ class Plan:
     parts: list[np.ndarray]
     fed: FedConfig
     rng_state: dict[str, Any]
+    release: ItemRelease | None = None  # student-level DP: the per-item sums every kind starts from
 
 
 @dataclass
@@ -110,14 +120,18 @@ class Fitted:
     evaluation: ResponseTensors
     hidden: torch.Tensor
     seconds: float
+    start_auc: float | None = None  # held-out AUC of the start, where it is a candidate (round 0: the DP release's)
 
     @property
     def auc(self) -> float:
+        if self.served_round == 0 and self.start_auc is not None:
+            return self.start_auc
         best = [r.auc for r in self.history if r.round == self.served_round]
         return best[0] if best else float("nan")
 
     def describe(self) -> dict[str, Any]:
         return {"kind": self.kind, "heldout_auc": self.auc, "served_round": self.served_round,
+                "start_heldout_auc": self.start_auc,
                 "rounds_run": len(self.history), "stop_reason": self.stop_reason, "seconds": round(self.seconds, 2)}
 
 
@@ -130,8 +144,11 @@ def fit_candidate(kind: str, plan: Plan, accountant: PrivacyAccountant | None,
     data = encode_dataset(plan.dataset, table=model.item_table(plan.dataset.qmatrix))
     train, evaluation = data.subset(plan.split.train), data.subset(plan.split.test)
     shards = [train.subset(p) for p in plan.parts]
-    if c.dp == "none" and c.rounds > 0 and isinstance(model, ItemBank):  # rounds=0: the untrained model
-        warm_start(model, shards, table=data.features.numpy())
+    if c.rounds > 0 and isinstance(model, ItemBank):  # rounds=0: the untrained model
+        if c.dp == "none":
+            warm_start(model, shards, table=data.features.numpy())
+        elif plan.release is not None:  # already charged: every kind post-processes the same release
+            plan.release.warm_start(model, data.features.numpy())
     rng = np.random.default_rng()
     rng.bit_generator.state = copy.deepcopy(plan.rng_state)
     hidden, worker, fed = evaluation_mask(evaluation, plan.fed), copy.deepcopy(model), plan.fed
@@ -143,6 +160,12 @@ def fit_candidate(kind: str, plan: Plan, accountant: PrivacyAccountant | None,
         return fedavg_round(model, worker, shards, evaluation, hidden, fed, rng)
 
     best = BestRound(model)
+    start_auc = None
+    if plan.release is not None and c.keep == "best" and isinstance(model, ItemBank) and c.rounds > 0:
+        # the release's warm start is itself a model: round 0 competes with the DP-SGD rounds (chosen on the
+        # coordinator's held-out students, free), so noisy rounds that only blur it are not what gets served
+        start_auc = evaluate_masked(model, evaluation, hidden).auc
+        best(_Start(start_auc))
 
     def seen(record: RoundRecord) -> None:
         best(record)
@@ -152,7 +175,7 @@ def fit_candidate(kind: str, plan: Plan, accountant: PrivacyAccountant | None,
     history, stop_reason, accountant = run_rounds(fed, play, on_round=seen, accountant=accountant)
     served = best.restore() if c.keep == "best" else (len(history) or None)
     return Fitted(kind, model, history, stop_reason, served, evaluation, hidden,
-                   time.perf_counter() - started), accountant
+                  time.perf_counter() - started, start_auc), accountant
 
 
 def choose(fitted: Sequence[Fitted]) -> Fitted:

@@ -67,6 +67,9 @@ class StudentDP:
     clip_norm: float
     sample_rate: float
     steps: int
+    # parameters DP-SGD leaves as they are (no gradient, no noise): the per-item ones when their values come from
+    # a separate accounted release (federated.item_release), so the noise falls on fewer coordinates
+    frozen: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.noise_multiplier < 0 or not self.clip_norm > 0 or not 0 < self.sample_rate <= 1 or self.steps < 0:
@@ -167,6 +170,9 @@ def _train_dp(model: CDModel, data: ResponseTensors, config: LocalConfig, dp: St
               anchor: list[torch.Tensor]) -> tuple[list[float], list[float]]:
     device = anchor[0].device
     names = [name for name, _ in model.named_parameters()]
+    unknown = set(dp.frozen) - set(names)
+    if unknown:
+        raise ValueError(f"StudentDP.frozen names parameters the model lacks: {', '.join(sorted(unknown))}")
 
     def loss_one(params: dict[str, torch.Tensor], feats: torch.Tensor, scores: torch.Tensor,
                  context: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
@@ -177,7 +183,8 @@ def _train_dp(model: CDModel, data: ResponseTensors, config: LocalConfig, dp: St
     denominator = dp.sample_rate * len(data)
     for _ in range(dp.steps):
         chosen = torch.nonzero(torch.rand(len(data), generator=generator) < dp.sample_rate).flatten()
-        params = {name: p.detach() for name, p in model.named_parameters()}
+        # frozen parameters stay the module's own in functional_call: no per-student gradient, no noise
+        params = {name: p.detach() for name, p in model.named_parameters() if name not in dp.frozen}
         summed = {name: torch.zeros_like(p) for name, p in params.items()}
         if len(chosen):
             feats, scores, observed = (t.to(device) for t in data.batch(chosen))
@@ -194,6 +201,9 @@ def _train_dp(model: CDModel, data: ResponseTensors, config: LocalConfig, dp: St
             if penalty.requires_grad else [torch.zeros_like(p) for p in model.parameters()]
         optimizer.zero_grad()
         for name, p, g_prior in zip(names, model.parameters(), prior, strict=True):
+            if name in dp.frozen:
+                p.grad = None  # the optimiser skips it
+                continue
             noise = torch.randn(p.shape, generator=generator).to(device) * (dp.noise_multiplier * dp.clip_norm)
             p.grad = (summed[name] + noise) / denominator + g_prior
             if config.prox_mu:

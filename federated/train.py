@@ -37,8 +37,11 @@ import torch
 from federated.accountant import noise_multiplier_for
 from federated.candidates import (Plan, choose, coordinate_median, fit_candidate, selection_record, trimmed_mean,
                                   warm_start)
-from federated.data import dirichlet_partition, encode_dataset, iid_partition, split_student_indices
+from federated.data import (ResponseTensors, dirichlet_partition, encode_dataset, iid_partition,
+                            split_student_indices)
 from federated.inprocess import AGGREGATIONS, Aggregation, DPMode, FedConfig, RoundRecord
+from federated.item_release import ItemRelease, release_for_training
+from federated.itembank import ItemBank
 from federated.local import LocalConfig, StudentDP
 from federated.model import Interaction
 from federated.models import AUTO, DEFAULT_KIND, candidate_kinds, new_model
@@ -78,6 +81,9 @@ class TrainingConfig:
     candidates compose: the noise is calibrated so all of them together spend at most ``epsilon``.
     ``keep``: publish each kind's weights after its ``best`` held-out round (the default), or after the ``last``
     round (kept to measure what the choice of round buys, docs/results/local-fed-kinds).
+    ``item_release_share``: under student-level DP, the share of ``epsilon`` spent once on releasing per-item and
+    per-item-group sums that start the item parameters (``federated.item_release``); the rounds get the rest, with
+    the per-item parameters held fixed. 0: DP-SGD over every parameter, no release.
     """
 
     clients: int = 3
@@ -104,6 +110,13 @@ class TrainingConfig:
     model_kind: str = AUTO
     keep: Literal["best", "last"] = "best"
     threads: int | None = None
+    item_release_share: float = 0.5
+
+    @property
+    def releases_item_sums(self) -> bool:
+        """Student-level DP spends ``item_release_share`` of ε on releasing per-item sums (federated.item_release)
+        and trains the rest with the per-item parameters held fixed; 0 trains everything by DP-SGD alone."""
+        return self.dp == "student" and self.item_release_share > 0
 
     def __post_init__(self) -> None:
         if self.aggregation not in AGGREGATIONS:
@@ -125,6 +138,21 @@ class TrainingConfig:
         candidate_kinds(self.model_kind)  # raises for an unknown kind
         if self.keep not in ("best", "last"):
             raise ValueError(f"keep must be 'best' or 'last', got {self.keep!r}")
+        if not 0 <= self.item_release_share < 1:
+            raise ValueError(f"item_release_share must be in [0, 1), got {self.item_release_share}")
+
+def item_release(c: TrainingConfig, kind: str, dataset: Dataset, shards: list[ResponseTensors], *, table: np.ndarray,
+                 rng: np.random.Generator) -> ItemRelease | None:
+    """The run's release of per-item sums under student-level DP (``federated.item_release``), or None: no DP, a
+    share of 0, or a kind without an item bank (the evidence encoder)."""
+    if not c.releases_item_sums:
+        return None
+    model = new_model(kind, dataset.qmatrix, seed=c.seed)
+    if not isinstance(model, ItemBank):
+        return None
+    return release_for_training(model, shards, table=table, epsilon=float(c.epsilon or 0) * c.item_release_share,
+                                delta=c.delta, seed=int(rng.integers(2**62)))
+
 
 def train_federated(
     *,
@@ -153,19 +181,22 @@ def train_federated(
         local = LocalConfig(epochs=c.local_epochs, lr=c.local_lr,
                             prox_mu=c.prox_mu if c.aggregation == "fedprox" else 0.0)
         steps = max(1, round(c.local_epochs / c.student_sample_rate)) if c.dp == "student" else 1
+        shards = [train.subset(p) for p in parts]
+        release = item_release(c, kinds[0], dataset, shards, table=proportion.features.numpy(), rng=rng)
         sigma = c.noise_multiplier
         if c.dp != "none" and sigma is None:  # the budget covers every candidate's rounds: they compose
             q, total = ((c.student_sample_rate, c.rounds * steps) if c.dp == "student" else
                         (c.client_sample_rate, c.rounds))
             sigma = noise_multiplier_for(target_epsilon=float(c.epsilon or 0), delta=c.delta, sample_rate=q,
-                                         steps=total * len(kinds))
+                                         steps=total * len(kinds), prior=release.events if release else ())
         student_dp = StudentDP(noise_multiplier=sigma, clip_norm=c.clip_norm or 1.0, sample_rate=c.student_sample_rate,
-                               steps=steps) if c.dp == "student" and sigma else None
+                               steps=steps, frozen=("item_delta",) if release else ()) \
+            if c.dp == "student" and sigma else None
         fed = FedConfig(rounds=c.rounds, client_sample_rate=c.client_sample_rate, local=local, dp=c.dp,
                         noise_multiplier=sigma if c.dp == "client" and sigma else 1.0, clip_norm=c.clip_norm or 0.1,
                         student_dp=student_dp, delta=c.delta, epsilon_budget=c.epsilon if c.dp != "none" else None)
-        plan = Plan(c, dataset, split, parts, fed, copy.deepcopy(rng.bit_generator.state))
-        fitted, accountant = [], None
+        plan = Plan(c, dataset, split, parts, fed, copy.deepcopy(rng.bit_generator.state), release)
+        fitted, accountant = [], release.charged() if release else None
         for kind in kinds:
             one, accountant = fit_candidate(kind, plan, accountant, progress)
             fitted.append(one)
@@ -183,8 +214,11 @@ def train_federated(
             "sample_rate": mechanism[1] if mechanism else None,
             "steps_per_round": mechanism[2] if mechanism else None,
             "clip_norm": (student_dp.clip_norm if student_dp else fed.clip_norm) if c.dp != "none" else None,
+            "item_release": release.describe() if release else None,
         }
         extra: dict[str, Any] = {"model_selection": selection_record(fitted, chosen, c.dp)}
+        if accountant is not None:  # every release in order: the guarantee per student, reproducible from here
+            extra["privacy_accounting"] = accountant.record(c.delta)
         if tenant is not None:
             extra["tenant"] = tenant
         run = TrainingRun(stop_reason=chosen.stop_reason, dp=c.dp, delta=c.delta, train_students=len(train),

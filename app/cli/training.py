@@ -43,6 +43,10 @@ def train(
         str, typer.Option(help="auto (every candidate kind, the best held-out one published) | higher-order-irt "
                           "(local-fed v2) | irt-2pl (a federated 2PL) | evidence-encoder (v1); either engine")
     ] = "auto",
+    item_release_share: Annotated[float, typer.Option(
+        min=0.0, max=0.99, help="with --dp student (inprocess engine): the share of ε spent releasing per-item sums "
+        "that start the item parameters (the rest on DP-SGD, item parameters held); 0: DP-SGD over every parameter")
+    ] = 0.5,
 ) -> None:
     """SIMULATION: train local-fed across institutions partitioned from one dataset, and publish it, signed.
 
@@ -109,6 +113,7 @@ def train(
                 config = TrainingConfig(
                     clients=clients, rounds=rounds, dp=dp, epsilon=epsilon, delta=delta, aggregation=aggregation,  # type: ignore[arg-type]
                     partition=partition, alpha=alpha, seed=seed, model_kind=model,  # type: ignore[arg-type]
+                    item_release_share=item_release_share,
                 )
                 result = train_federated(dataset=data, registry=registry, config=config,
                                          publish=PublishOptions(force=force), progress=on_round)
