@@ -31,12 +31,15 @@ from evaluation.harness import baseline_mastery, baselines
 from evaluation.heldout import HeldoutScorer, train_easiness
 from evaluation.metrics import auc
 from evaluation.rows import Estimates
+from evaluation.forecasts import ForecastScorer
 from evaluation.served import LocalFedTraining, local_fed_folder
 from federated.models import DEFAULT_KIND
 from evaluation.significance import BOOTSTRAP_RESAMPLES, paired_bootstrap_auc
 from qmatrix.splits import split_holdout, split_students
 from federated import ModelRegistry, PublishOptions, train_federated
 from federated.predict import predict_heldout, predict_mastery_batch
+from federated.registry import LoadedModel
+from providers.item_response import ItemResponseFunction, ItemToForecast, item_response_function
 from qmatrix import Dataset, QMatrix, Response, StudentResponses
 
 __all__ = ["AblationResult", "DEFAULT_VARIANTS", "Variant", "run_ablation"]
@@ -64,6 +67,9 @@ DEFAULT_VARIANTS: tuple[Variant, ...] = (
 PAIRS = (("trained", "untrained"), ("1 round", "untrained"), ("trained", "centralized"),
          ("DP ε=1", "trained"), ("DP ε=2", "trained"), ("DP ε=8", "trained"), ("trained", "v1 (evidence encoder)"))
 CDMS = ("irt", "dina", "ncdm")
+# link: the protocol's concept-mastery link; own: the model's posterior predictive; forecast: the item forecast
+# /v1/diagnose returns from the model's answer (its item parameters, the concepts not assessed at its prior)
+SCORINGS = ("link", "own", "forecast")
 
 
 @dataclass
@@ -81,6 +87,18 @@ class AblationResult:
     def to_json(self) -> dict[str, Any]:
         return {"dataset": self.dataset, "seed": self.seed, "split": self.split, "rows": self.rows,
                 "comparisons": self.comparisons, "seconds": round(self.seconds, 1), "resamples": BOOTSTRAP_RESAMPLES}
+
+
+class _ServedModel:
+    """A trained variant as the service reads it for item forecasts (``providers.item_response``): its signed
+    registry version, every item of the Q-matrix readable by it."""
+
+    def __init__(self, loaded: LoadedModel) -> None:
+        self.loaded = loaded
+
+    def item_response(self, qmatrix_id: str | None, tenant: str | None, items: Sequence[ItemToForecast],
+                      concepts: Sequence[str]) -> ItemResponseFunction:
+        return item_response_function(self.loaded, items, untrained=self.loaded)
 
 
 def _assessed(q: QMatrix, mastery: Sequence[dict[str, float]], observed: Sequence[Sequence[Response]]
@@ -141,6 +159,7 @@ def run_ablation(
                 registry=ModelRegistry(Path(folder)), config=variant.training.training_config(seed),
                 publish=PublishOptions(force=True, activate=False),  # every variant is measured, gate or not
             )
+            served_irf = _ServedModel(ModelRegistry(Path(folder)).load(trained.version)) if trained.version else None
         model = trained.model
         spent = trained.epsilon if variant.training.epsilon is not None else None
         selection = trained.selection or {}
@@ -153,6 +172,8 @@ def run_ablation(
             test=_assessed(q, predict_mastery_batch(model, q, _students(test_obs)), test_obs))
         add(variant.name, "link", scorer.probabilities(estimates)[0], **facts)
         add(variant.name, "own", predict_heldout(model, q, test_obs, test_held), **facts)
+        if served_irf is not None:  # as /v1/diagnose forecasts an item from this model's answer (no noise)
+            add(variant.name, "forecast", ForecastScorer(q, served_irf, test_held).probabilities(estimates), **facts)
     for (name, scoring), p in probs.items():
         if name in CDMS or name in ("item-difficulty", "proportion-correct"):
             continue
@@ -161,7 +182,7 @@ def run_ablation(
             if reference is not None:
                 result.comparisons.append(_compare(name, scoring, cdm, p, reference, y, owner, seed))
     for name, reference in pairs:
-        for scoring in ("link", "own"):
+        for scoring in SCORINGS:
             if (name, scoring) in probs and (reference, scoring) in probs:
                 result.comparisons.append(_compare(name, scoring, reference, probs[(name, scoring)],
                                                    probs[(reference, scoring)], y, owner, seed))

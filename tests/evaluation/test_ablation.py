@@ -34,6 +34,7 @@ def test_ablation_scores_every_variant_on_the_same_responses(tmp_path: Path) -> 
     names = [(r["name"], r["scoring"]) for r in result.rows]
     for variant in VARIANTS:
         assert (variant.name, "link") in names and (variant.name, "own") in names
+        assert (variant.name, "forecast") in names  # as /v1/diagnose forecasts items from the model's answer
     assert ("irt", "own") in names and ("dina", "own") in names and ("proportion-correct", "link") in names
     assert all(0.0 <= r["auc"] <= 1.0 for r in result.rows)
     dp = next(r for r in result.rows if r["name"] == "DP ε=2")
@@ -56,3 +57,28 @@ def test_evaluate_exposes_local_fed_training_options(tmp_path: Path) -> None:
                               "--local-fed-model", "magic", "--out", str(tmp_path)])
     assert bad.exit_code == 2 and "higher-order-irt" in bad.output
     assert runner.invoke(cli, ["evaluate", "--local-fed-epsilon", "-1", "--out", str(tmp_path)]).exit_code == 2
+
+
+def test_dp_training_report_states_the_issue_targets(tmp_path: Path, monkeypatch) -> None:
+    # Prepare: the issue-32 variants, made small (SIMULATED students, 2 rounds) so the test is quick
+    import dataclasses
+
+    import evaluation.dp_training as dp_training
+
+    small = tuple(Variant(v.name, dataclasses.replace(v.training, rounds=min(v.training.rounds, 2), threads=1,
+                                                       model="higher-order-irt"))
+                  for v in dp_training.VARIANTS)
+    monkeypatch.setattr(dp_training, "VARIANTS", small)
+
+    # Execute
+    result = dp_training.main(["--dataset", "synthetic", "--seed", "3", "--out", str(tmp_path)])
+
+    # Assert: every variant scored three ways; the DP rows spent at most their ε; the report computes the targets
+    names = {(r["name"], r["scoring"]) for r in result.rows}
+    assert {(v.name, s) for v in small for s in ("forecast", "own", "link")} <= names
+    for r in result.rows:
+        if r.get("dp") == "student":
+            assert 0 < r["epsilon_spent"] <= r["epsilon"] + 1e-9
+    report = (tmp_path / "report.md").read_text()
+    assert "DP ε=2 − untrained (forecast)" in report and "DP ε=2 − non-private (own)" in report
+    assert ("met" in report or "missed" in report) and "SIMULATED" in report
