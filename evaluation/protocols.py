@@ -159,7 +159,7 @@ async def evaluate(
     served_via: ServedRowSource | None = None,
 ) -> EvaluationResult:
     """Run one protocol as ``config`` says (:class:`EvaluationConfig`). ``served_via`` (held-out protocol): one
-    more served row, measured through a running gateway (``app.served_api``)."""
+    more served row, measured through a running gateway (``evaluation.served_api``)."""
     protocol, seed, served = config.protocol, config.seed, config.served
     if protocol not in PROTOCOLS:
         raise ValueError(f"unknown protocol {protocol!r} (use {', '.join(PROTOCOLS)})")

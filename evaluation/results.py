@@ -8,7 +8,7 @@ from typing import Any
 
 __all__ = ["VIA_API_ROW", "EvaluationResult", "Row"]
 
-VIA_API_ROW = "served-via-api"  # the served row measured through a running gateway (app.served_api)
+VIA_API_ROW = "served-via-api"  # the served row measured through a running gateway (evaluation.served_api)
 
 
 def _clean(value: float | None) -> float | None:

@@ -118,9 +118,9 @@ class HeldoutStudents:
 
 
 class ServedRowSource(Protocol):
-    """Builds a served row elsewhere than in this process (``app.served_api``: upload, train and diagnose through a
-    running gateway); the evaluation scores it like every other row. Defined here, implemented above: evaluation
-    never imports the gateway."""
+    """Builds a served row elsewhere than in this process (``evaluation.served_api``: upload, train and diagnose
+    through a gateway process it starts); the evaluation scores it like every other row. The evaluation never imports
+    the gateway: it speaks to it over HTTP."""
 
     async def __call__(self, students: HeldoutStudents) -> Estimates: ...
 

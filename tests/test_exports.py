@@ -20,7 +20,8 @@ ALLOWED = {
     "diagnosis": {"privacy", "providers", "qmatrix"},
     "calibration": {"diagnosis", "privacy", "providers", "qmatrix"},
     # evaluation trains the local-fed member of the served configuration on each run's train split
-    "evaluation": {"calibration", "diagnosis", "federated", "privacy", "providers", "qmatrix"},
+    # and measures the served row through a gateway process it starts (evaluation.served_api: bench.processes)
+    "evaluation": {"bench", "calibration", "diagnosis", "federated", "privacy", "providers", "qmatrix"},
     # federated uses qmatrix/privacy; providers serves its trained model (DEVELOPERS.md).
     "federated": {"privacy", "qmatrix"},
     # bench drives the gateway over HTTP; it uses providers only to time one SDK call in-process.

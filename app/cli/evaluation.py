@@ -166,12 +166,15 @@ def evaluate(
         if local_fed_rounds < 1:
             err.print("[red]error:[/] --served-via-api trains through the API: --local-fed-rounds must be at least 1")
             raise typer.Exit(2)
-        from app.served_api import ServedViaApi
+        from evaluation.served_api import GatewayDefaults, ServedViaApi
         from providers import EntitySpec
 
         specs = [s for s in configured if s.name in names] + [
             EntitySpec(name=n, kind="simulated", simulated_style=sims[n].style, seed=seed) for n in names if n in sims]
-        via_api = ServedViaApi(settings, specs, seed=seed, release_epsilon=release, rounds=local_fed_rounds,
+        defaults = GatewayDefaults(default_mechanism=settings.default_mechanism,
+                                   default_epsilon=settings.default_epsilon, sensitivity=settings.sensitivity,
+                                   default_calibration_method=settings.default_calibration_method)
+        via_api = ServedViaApi(defaults, specs, seed=seed, release_epsilon=release, rounds=local_fed_rounds,
                                progress=lambda m: err.print(f"[dim]served-via-api:[/] {m}"))
 
     async def run() -> object:

@@ -1,6 +1,7 @@
 """The gateway does not import the evaluation package (issue 23, part 3): what ``/v1/calibrate`` needs from the
 evaluation's toolbox (dataset loading, seeded splits, the proportion-correct truth) lives in ``qmatrix``; only the
-CLI (``fedcd evaluate``) and ``app/served_api.py`` (the served row measured over HTTP) reach into ``evaluation``."""
+CLI (``fedcd evaluate``) reaches into ``evaluation`` (the served row measured over HTTP, ``evaluation/served_api.py``,
+drives a gateway process and imports nothing of ``app``)."""
 
 from __future__ import annotations
 
@@ -11,8 +12,8 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-# Modules of app/ that may import evaluation: the CLI runs the evaluation, served_api measures the served row.
-MAY_IMPORT_EVALUATION = ("app/cli/", "app/served_api.py")
+# Modules of app/ that may import evaluation: the CLI runs the evaluation.
+MAY_IMPORT_EVALUATION = ("app/cli/",)
 
 BUILD_THE_APP = """
 import sys, tempfile

@@ -28,13 +28,13 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
 import yaml
 
-from app.settings import Settings
 from bench.processes import Processes, free_port, wait_http
 from evaluation.results import VIA_API_ROW
 from evaluation.rows import Estimates
@@ -50,13 +50,24 @@ TENANT = "evaluation-upload"
 _FINISHED = ("succeeded", "failed", "cancelled")
 
 
+@dataclass(frozen=True)
+class GatewayDefaults:
+    """The served defaults the gateway process is started with: this evaluation's (``fedcd evaluate`` passes its
+    ``Settings``' values), so the row over HTTP is served as the in-process one."""
+
+    default_mechanism: str
+    default_epsilon: float
+    sensitivity: str
+    default_calibration_method: str
+
+
 class ServedViaApi:
     """A :class:`evaluation.served.ServedRowSource`: upload, train and diagnose through a fresh gateway process."""
 
-    def __init__(self, settings: Settings, entities: Sequence[EntitySpec], *, seed: int,
+    def __init__(self, defaults: GatewayDefaults, entities: Sequence[EntitySpec], *, seed: int,
                  release_epsilon: float | None, rounds: int, concurrency: int = 4, max_seconds: float = 3600.0,
                  progress: Callable[[str], None] = lambda _: None) -> None:
-        self.settings, self.entities, self.seed, self.release_epsilon = settings, list(entities), seed, release_epsilon
+        self.defaults, self.entities, self.seed, self.release_epsilon = defaults, list(entities), seed, release_epsilon
         self.rounds = rounds  # the train job's rounds: the evaluation's local-fed rounds
         self.concurrency, self.max_seconds, self.progress = concurrency, max_seconds, progress
         self.facts: dict[str, Any] = {}  # what the run did, for the report's notes
@@ -73,8 +84,8 @@ class ServedViaApi:
                 test = await self._diagnose_all(client, students, students.test, "test")
         finally:
             await asyncio.to_thread(procs.stop_all)
-        noise = self.settings.default_mechanism
-        return Estimates(name=VIA_API_ROW, epsilon=self.settings.default_epsilon, validation=validation, test=test,
+        noise = self.defaults.default_mechanism
+        return Estimates(name=VIA_API_ROW, epsilon=self.defaults.default_epsilon, validation=validation, test=test,
                          mechanism=noise)
 
     # -- the gateway --------------------------------------------------------------------------------
@@ -87,9 +98,9 @@ class ServedViaApi:
         config = {
             "entities": [spec.model_dump(mode="json", exclude_defaults=True) for spec in self.entities],
             # The evaluation's served defaults, named (the process also inherits this one's FEDCD_ environment).
-            "default_mechanism": self.settings.default_mechanism, "default_epsilon": self.settings.default_epsilon,
-            "sensitivity": self.settings.sensitivity,
-            "default_calibration_method": self.settings.default_calibration_method,
+            "default_mechanism": self.defaults.default_mechanism, "default_epsilon": self.defaults.default_epsilon,
+            "sensitivity": self.defaults.sensitivity,
+            "default_calibration_method": self.defaults.default_calibration_method,
             "calibration_release_epsilon": self.release_epsilon,  # as the evaluation's served calibration
             # Nothing but the tenant's upload trains or calibrates; the job holds out the evaluation's validation size.
             "default_calibration": False, "train_default_model": False, "train_seed": self.seed,

@@ -8,8 +8,7 @@ Nothing asserts time; the job waits are bounded by ServedViaApi.max_seconds.
 
 from __future__ import annotations
 
-from app.served_api import ServedViaApi
-from app.settings import Settings
+from evaluation.served_api import GatewayDefaults, ServedViaApi
 from diagnosis import NoiseLevel
 from evaluation.protocols import EvaluationConfig, evaluate
 from evaluation.results import VIA_API_ROW
@@ -25,8 +24,8 @@ async def test_the_row_served_through_the_api_is_scored_beside_the_in_process_se
     data = simulate_dina(example_qmatrix(), n_students=160, seed=3)
     noise = NoiseLevel(mechanism="piecewise", epsilon=32.0, sensitivity="assessed")
     served = ServedConfig(noise=noise, local_fed=LocalFedTraining(rounds=2, threads=1))
-    settings = Settings(state_dir=tmp_path, default_mechanism="piecewise", default_epsilon=32.0,
-                        sensitivity="assessed", preload_models=False)
+    settings = GatewayDefaults(default_mechanism="piecewise", default_epsilon=32.0, sensitivity="assessed",
+                               default_calibration_method="stacking")
     specs = [EntitySpec(name=e.name, kind="simulated", simulated_style=e.style, seed=3)
              for e in simulated_family(seed=3).values()]
     messages: list[str] = []
