@@ -13,6 +13,7 @@ ReDoc bundles; like FastAPI's own docs routes they need no API key.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -24,9 +25,10 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import Request
 from starlette.responses import FileResponse, HTMLResponse
 
+from app.schemas.common import identifier_pattern
 from app.settings import Settings
 
-__all__ = ["DOCS_ASSETS", "install_docs", "install_openapi"]
+__all__ = ["DOCS_ASSETS", "SchemaPattern", "install_docs", "install_openapi"]
 
 DOCS_URL, REDOC_URL, OAUTH2_REDIRECT_URL = "/docs", "/redoc", "/docs/oauth2-redirect"
 ASSETS_URL = "/docs/assets"
@@ -78,12 +80,39 @@ def _document_429(operation: dict[str, Any]) -> None:
         responses["429"]["headers"] = _RETRY_AFTER
 
 
+def _branches(schema: dict[str, Any], kind: str) -> list[dict[str, Any]]:
+    """The branches of ``schema`` (itself, or its ``anyOf`` members) of JSON type ``kind``."""
+    return [b for b in [schema, *schema.get("anyOf", [])] if b.get("type") == kind]
+
+
+def _state_checks_in_code(schemas: dict[str, Any], settings: Settings) -> None:
+    """Rules the server checks in code, written into the schema so a schema-valid request is never refused for them."""
+    response = schemas.get("Response", {}).get("properties", {})  # qmatrix.Response: the library's model
+    if "item_id" in response:  # an Identifier (qmatrix.check_identifier)
+        response["item_id"]["pattern"] = identifier_pattern()
+    for branch in _branches(response.get("correct", {}), "number"):  # a score in [0, 1] (partial credit)
+        branch.update(minimum=0.0, maximum=1.0)
+    # Released diagnoses outlive the repeat window (app.storage.retention: days * 86400 >= the window).
+    floor = settings.privacy_repeat_window_s / 86400
+    while floor * 86400 < settings.privacy_repeat_window_s:
+        floor = math.nextafter(floor, math.inf)
+    days = schemas.get("RetentionPolicy", {}).get("properties", {}).get("diagnoses_days", {})
+    for branch in _branches(days, "number"):
+        if floor > 0:
+            branch.pop("exclusiveMinimum", None)
+            branch["minimum"] = floor
+    unnoised = schemas.get("PrivacyPolicy", {}).get("properties", {}).get("allow_unnoised")
+    if unnoised is not None and not settings.allow_unnoised:  # a policy may not allow it (app.storage.policies)
+        unnoised["const"] = False
+
+
 def install_openapi(app: FastAPI, settings: Settings) -> None:
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is not None:
             return app.openapi_schema
         document = get_openapi(title=app.title, version=app.version, summary=app.summary, routes=app.routes)
         schemas = document.get("components", {}).get("schemas", {})
+        _state_checks_in_code(schemas, settings)
         for (name, prop), limit in _limits(settings).items():
             target = schemas.get(name, {}).get("properties", {}).get(prop)
             if target is not None:

@@ -1,10 +1,15 @@
 """Cursor pagination shared by every list route: ``?limit=`` and ``?cursor=`` in, one envelope out.
 
 Every list answers ``{data, count, limit, next_cursor}``; ``next_cursor`` is ``null`` on the last page, otherwise
-the value to send as ``?cursor=`` for the next one. A cursor is opaque to clients: base64url of a small JSON object
-holding the sort key of the last item sent (keyset pagination, so an item added or removed between two requests
-never shifts the pages — with offsets it would be skipped or sent twice) and a tag of the list it came from, so a
-cursor of one list sent to another is a 422, not a silently wrong page.
+the value to send as ``?cursor=`` for the next one. A cursor is opaque to clients, and each list's OpenAPI
+parameter states its exact form (``pattern``): the list's name, then the sort key of the last item sent, one
+``~``-separated part per key field (keyset pagination, so an item added or removed between two requests never
+shifts the pages — with offsets it would be skipped or sent twice). An integer part is written in decimal, a
+real one as Python's ``repr``, a string as unpadded base64url of its UTF-8.
+
+Every string of that form is a cursor of the list: it decodes to a key of the list's shape, and the page is the
+items after that key (bytes that are not UTF-8 read as U+FFFD), so a schema-valid cursor is never refused. A
+cursor of another list, or anything else, does not match the pattern: a 422 naming ``query.cursor``.
 
 A cursor is not signed: editing one only moves the caller within its own tenant's list (every list filters by
 tenant on the server), so there is nothing to protect.
@@ -14,31 +19,92 @@ calibrations, policy versions, entities) are read whole and cut here by :func:`p
 one implementation.
 """
 
-from __future__ import annotations
+# No `from __future__ import annotations`: the dependency made in pages() has annotations naming its own format,
+# which FastAPI must read as objects, not as strings it cannot resolve.
 
 import base64
-import binascii
-import hashlib
-import json
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+import re
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass, field
 from typing import Annotated, Any, Generic, TypeVar
 
-from fastapi import Depends, Query, Request
+from fastapi import Query, Request
 from pydantic import BaseModel, Field
-from starlette.routing import Route
 
 from app.errors import InputError
+from app.schemas.patterns import SchemaPattern
 
-__all__ = ["DEFAULT_LIMIT", "MAX_LIMIT", "Page", "PageDep", "Paginated", "page_of"]
+__all__ = ["DEFAULT_LIMIT", "MAX_CURSOR", "MAX_LIMIT", "CursorFormat", "Page", "Paginated", "page_of", "pages"]
 
 DEFAULT_LIMIT = 50
 MAX_LIMIT = 200
-_MAX_CURSOR = 1024  # characters; a real one is well under 200
-_MAX_KEY_PART = 256  # characters of one string in a sort key
+MAX_CURSOR = 2048  # characters; a real one is well under 300
 
 T = TypeVar("T")
 Key = tuple[Any, ...]
+Part = type[int] | type[float] | type[str]
+
+# One key part each. Bounded so every match decodes: an int fits 64 bits, a real has no exponent (never inf), a
+# base64url string has no length of 1 mod 4 (the one length that decodes to nothing).
+_PART_PATTERNS: dict[Part, str] = {
+    int: r"-?[0-9]{1,18}",
+    float: r"-?[0-9]{1,17}\.[0-9]{1,17}",
+    str: r"(?:[A-Za-z0-9_-]{4})*(?:[A-Za-z0-9_-]{2,3})?",
+}
+_FORMATS: dict[str, "CursorFormat"] = {}  # list name -> its format: to tell "another list's cursor" from garbage
+
+
+@dataclass(frozen=True)
+class CursorFormat:
+    """The cursor of one list: its name and the types of its sort key's parts."""
+
+    name: str
+    parts: tuple[Part, ...]
+    _regex: re.Pattern[str] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if not re.fullmatch(r"[a-z]+", self.name) or not self.parts:
+            raise ValueError(f"a cursor format needs a lower-case name and at least one part: {self!r}")
+        object.__setattr__(self, "_regex", re.compile(self.body))
+
+    @property
+    def body(self) -> str:
+        return re.escape(self.name) + "".join(rf"~{_PART_PATTERNS[p]}" for p in self.parts)
+
+    @property
+    def pattern(self) -> str:
+        """The ECMA-262 pattern of the OpenAPI parameter (the same regex the server checks)."""
+        return f"^{self.body}$"
+
+    def encode(self, key: Sequence[Any]) -> str:
+        parts = [self.name]
+        for kind, value in zip(self.parts, key, strict=True):
+            if kind is str:
+                parts.append(base64.urlsafe_b64encode(str(value).encode()).rstrip(b"=").decode())
+            else:
+                parts.append(repr(kind(value)))
+        text = "~".join(parts)
+        if not self._regex.fullmatch(text):  # a key this format cannot carry: the route declared it wrong
+            raise ValueError(f"the sort key {key!r} does not fit the cursor format of list '{self.name}'")
+        return text
+
+    def decode(self, cursor: str) -> Key:
+        """The sort key of a cursor of this list; a 422 naming ``query.cursor`` for anything else."""
+        if not self._regex.fullmatch(cursor):
+            name = cursor.split("~", 1)[0]
+            other = name != self.name and name in _FORMATS
+            raise InputError(("query", "cursor"), [
+                f"{'this cursor belongs to another list' if other else 'not a cursor'}; send the next_cursor of a "
+                f"page of this list, unchanged (pattern {self.pattern})"])
+        return tuple(_part(kind, text) for kind, text in zip(self.parts, cursor.split("~")[1:], strict=True))
+
+
+def _part(kind: Part, text: str) -> Any:
+    if kind is str:
+        raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+        # U+0000 is no character a stored key holds, and PostgreSQL refuses it in a parameter: U+FFFD stands in.
+        return raw.decode("utf-8", errors="replace").replace("\x00", "\ufffd")
+    return kind(text)
 
 
 class Paginated(BaseModel, Generic[T]):
@@ -58,12 +124,11 @@ class Page:
 
     limit: int
     after: Key | None
-    tag: str  # which list: cursors of another list are refused
+    format: CursorFormat
 
     def cursor(self, key: Sequence[Any]) -> str:
         """The cursor that continues after the item with sort key ``key``."""
-        raw = json.dumps({"l": self.tag, "k": list(key)}, separators=(",", ":")).encode()
-        return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
+        return self.format.encode(key)
 
     def envelope(self, data: list[Any], last_key: Sequence[Any] | None) -> dict[str, Any]:
         """The fields of a :class:`Paginated` page: ``last_key`` is the sort key of its last item when more follow."""
@@ -71,50 +136,27 @@ class Page:
                 "next_cursor": self.cursor(last_key) if last_key is not None else None}
 
 
-def _tag(request: Request) -> str:
-    """The route template (not the raw path: ``/v1/jobs`` and ``/v1/jobs/`` are one list), hashed short."""
-    route = request.scope.get("route")
-    template = route.path if isinstance(route, Route) else request.url.path
-    return hashlib.sha256(template.encode()).hexdigest()[:8]
+def pages(name: str, *parts: Part) -> Callable[..., Awaitable[Page]]:
+    """The ``?limit=&cursor=`` dependency of the list ``name`` whose sort key has ``parts`` (``int``, ``float`` or
+    ``str`` each): ``page: Annotated[Page, Depends(pages("jobs", str, str))]``."""
+    fmt = CursorFormat(name, parts)
+    if _FORMATS.setdefault(name, fmt) != fmt:
+        raise ValueError(f"two lists named '{name}' with different cursors")
 
+    async def page(
+        request: Request,
+        limit: Annotated[int, Query(ge=1, le=MAX_LIMIT, description="items per page")] = DEFAULT_LIMIT,
+        cursor: Annotated[Annotated[str, SchemaPattern(lambda: fmt.pattern)] | None, Query(
+            max_length=MAX_CURSOR, description="the next_cursor of the previous page, unchanged (opaque: its form is this list's name and "
+            "the last item's sort key); none: the first page",
+        )] = None,
+    ) -> Page:
+        for param in ("limit", "cursor"):  # one value each: with two, which page was meant?
+            if len(request.query_params.getlist(param)) > 1:
+                raise InputError(("query", param), [f"'{param}' given more than once; send it once"])
+        return Page(limit=limit, after=fmt.decode(cursor) if cursor is not None else None, format=fmt)
 
-def _bad_cursor(message: str) -> InputError:
-    return InputError(("query", "cursor"), [f"{message}; send the next_cursor of a page of this list, unchanged"])
-
-
-def _decode(cursor: str, tag: str) -> Key:
-    try:
-        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
-        body = json.loads(raw)
-    except (binascii.Error, ValueError):  # not base64, not UTF-8, not JSON
-        raise _bad_cursor("not a cursor") from None
-    if not isinstance(body, dict) or not isinstance(body.get("k"), list) or not 1 <= len(body["k"]) <= 8:
-        raise _bad_cursor("not a cursor")
-    if body.get("l") != tag:
-        raise _bad_cursor("this cursor belongs to another list")
-    key = tuple(body["k"])
-    for part in key:
-        ok = isinstance(part, int | float | str) and not isinstance(part, bool)
-        if not ok or (isinstance(part, str) and len(part) > _MAX_KEY_PART):
-            raise _bad_cursor("not a cursor")
-    return key
-
-
-async def _page(
-    request: Request,
-    limit: Annotated[int, Query(ge=1, le=MAX_LIMIT, description="items per page")] = DEFAULT_LIMIT,
-    cursor: Annotated[
-        str | None, Query(max_length=_MAX_CURSOR, description="the next_cursor of the previous page; none: the first page")
-    ] = None,
-) -> Page:
-    for name in ("limit", "cursor"):  # one value each: with two, which page was meant?
-        if len(request.query_params.getlist(name)) > 1:
-            raise InputError(("query", name), [f"'{name}' given more than once; send it once"])
-    tag = _tag(request)
-    return Page(limit=limit, after=_decode(cursor, tag) if cursor else None, tag=tag)
-
-
-PageDep = Annotated[Page, Depends(_page)]
+    return page
 
 
 def page_of(items: Iterable[T], page: Page, *, key: Callable[[T], Key], newest_first: bool = False) -> tuple[list[T], Key | None]:
@@ -123,16 +165,6 @@ def page_of(items: Iterable[T], page: Page, *, key: Callable[[T], Key], newest_f
     ordered = sorted(items, key=key, reverse=newest_first)
     if page.after is not None:
         after = page.after
-        if ordered and not _same_shape(after, key(ordered[0])):
-            raise _bad_cursor("this cursor belongs to another list")
         ordered = [i for i in ordered if (key(i) < after if newest_first else key(i) > after)]
     chunk = ordered[: page.limit]
     return chunk, (key(chunk[-1]) if len(ordered) > page.limit else None)
-
-
-def _same_shape(a: Key, b: Key) -> bool:
-    """Keys compare only part by part of one type (an edited cursor must be a 422, not a TypeError's 500)."""
-    def kind(v: Any) -> type:
-        return float if isinstance(v, int | float) else type(v)
-
-    return len(a) == len(b) and all(kind(x) is kind(y) for x, y in zip(a, b, strict=True))

@@ -13,10 +13,10 @@ from typing import Annotated
 
 from pydantic import AfterValidator, Field
 
-__all__ = ["Identifier", "check_identifier", "identifier_problem"]
+__all__ = ["REFUSED_CATEGORIES", "Identifier", "check_identifier", "identifier_problem"]
 
 # Cc control, Cf format (zero-width, bidi), Cs lone surrogates, Co private use, Zl/Zp line/paragraph separators.
-_REFUSED = {"Cc", "Cf", "Cs", "Co", "Zl", "Zp"}
+REFUSED_CATEGORIES = {"Cc", "Cf", "Cs", "Co", "Zl", "Zp"}
 
 
 def identifier_problem(value: str, *, padded_ok: bool = False) -> str | None:
@@ -30,7 +30,7 @@ def identifier_problem(value: str, *, padded_ok: bool = False) -> str | None:
     if value != value.strip() and not padded_ok:
         return "has leading or trailing whitespace"
     for ch in value:
-        if unicodedata.category(ch) in _REFUSED:
+        if unicodedata.category(ch) in REFUSED_CATEGORIES:
             return f"contains the invisible or control character U+{ord(ch):04X}"
     return None
 

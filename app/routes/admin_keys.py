@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Annotated
 
-from fastapi import APIRouter, Response, status
+from fastapi import APIRouter, Depends, Response, status
 
 from app.deps import AdminDep, KeyStoreDep
 from app.errors import InputError
-from app.pagination import PageDep, page_of
+from app.pagination import Page, page_of, pages
 from app.routes.responses import ADMIN_ERRORS
 from app.schemas import KeyCreate, KeyCreated, KeyList, KeyPublic
 
@@ -28,7 +29,7 @@ async def create_key(body: KeyCreate, keys: KeyStoreDep, principal: AdminDep) ->
 
 
 @router.get("", response_model=KeyList, responses=ADMIN_ERRORS)
-async def read_keys(keys: KeyStoreDep, principal: AdminDep, page: PageDep) -> KeyList:
+async def read_keys(keys: KeyStoreDep, principal: AdminDep, page: Annotated[Page, Depends(pages("keys", float, str))]) -> KeyList:
     """The tenant's keys (ids, roles, dates; never the keys), oldest first."""
     listed = await asyncio.to_thread(keys.list, principal.tenant)
     chunk, last = page_of(listed, page, key=lambda k: (k.created_at, k.key_id))

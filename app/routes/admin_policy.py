@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from typing import Annotated
+
+from fastapi import APIRouter, Depends
 
 from app.deps import AdminDep, BudgetServiceDep
-from app.pagination import PageDep, page_of
+from app.pagination import Page, page_of, pages
 from app.routes.responses import ADMIN_ERRORS
 from app.schemas import PrivacyPolicy, PrivacyPolicyHistory, PrivacyPolicyPublic
 
@@ -30,7 +32,7 @@ async def update_privacy_policy(body: PrivacyPolicy, budgets: BudgetServiceDep, 
 
 @router.get("/history", response_model=PrivacyPolicyHistory, responses=ADMIN_ERRORS)
 async def read_privacy_policy_history(
-    budgets: BudgetServiceDep, principal: AdminDep, page: PageDep
+    budgets: BudgetServiceDep, principal: AdminDep, page: Annotated[Page, Depends(pages("policies", int))]
 ) -> PrivacyPolicyHistory:
     """Every version the tenant's admins set, oldest first, with who and when."""
     history = await budgets.policy_history(principal.tenant)

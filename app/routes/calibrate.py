@@ -3,10 +3,12 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, status
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, status
 
 from app.deps import AdminDep, CalibrationServiceDep, PrincipalDep
-from app.pagination import PageDep
+from app.pagination import Page, pages
 from app.routes.responses import ADMIN_ERRORS, AUTH_ERRORS
 from app.schemas import CalibrateJob, CalibrateRequest, CalibrationList, CalibrationPublic, JobAccepted
 
@@ -33,7 +35,7 @@ async def read_calibration_job(job_id: str, service: CalibrationServiceDep, prin
 
 @router.get("/v1/calibrations", response_model=CalibrationList, responses=AUTH_ERRORS)
 async def read_calibrations(
-    service: CalibrationServiceDep, principal: PrincipalDep, page: PageDep, qmatrix_id: str | None = None
+    service: CalibrationServiceDep, principal: PrincipalDep, page: Annotated[Page, Depends(pages("calibrations", str, int, str))], qmatrix_id: str | None = None
 ) -> CalibrationList:
     """The tenant's calibration records and the shared ones, by Q-matrix id and version."""
     return await service.records(principal.tenant, qmatrix_id, page)

@@ -1,12 +1,13 @@
 from __future__ import annotations
 
+from typing import Annotated
 from urllib.parse import urlsplit, urlunsplit
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Depends
 from pydantic import BaseModel, Field
 
 from app.deps import FederationDep, PrincipalDep, SettingsDep
-from app.pagination import PageDep, page_of
+from app.pagination import Page, page_of, pages
 from app.routes.responses import AUTH_ERRORS
 from app.schemas import EntityInfo, EntityList
 from providers.circuit import CircuitStoreUnavailable
@@ -52,7 +53,7 @@ class EntityListing(EntityList):
 
 @router.get("", response_model=EntityListing, responses=AUTH_ERRORS)
 async def read_entities(
-    federation: FederationDep, principal: PrincipalDep, settings: SettingsDep, page: PageDep
+    federation: FederationDep, principal: PrincipalDep, settings: SettingsDep, page: Annotated[Page, Depends(pages("entities", int))]
 ) -> EntityListing:
     """The federation's members, in its order; their endpoints (``base_url``, without userinfo or query string), and
     the declared entities left out, only to admin keys (``dropped``: on every page, it is short)."""

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Query, status
+from fastapi import APIRouter, Depends, Query, status
 
 from app.deps import AdminDep, JobQueriesDep
-from app.pagination import PageDep
+from app.pagination import Page, pages
 from app.routes.responses import ADMIN_ERRORS
 from app.schemas import JobList, JobPublic
 
@@ -23,7 +23,7 @@ JobKind = Literal["calibrate", "train"]
 
 @router.get("", response_model=JobList, responses=ADMIN_ERRORS)
 async def read_jobs(
-    jobs: JobQueriesDep, principal: AdminDep, page: PageDep,
+    jobs: JobQueriesDep, principal: AdminDep, page: Annotated[Page, Depends(pages("jobs", str, str))],
     kind: Annotated[list[JobKind] | None, Query(description="only jobs of these kinds; repeat for several")] = None,
     state: Annotated[list[JobState] | None, Query(description="only jobs in these states; repeat for several")] = None,
 ) -> JobList:

@@ -12,7 +12,7 @@ from fastapi import APIRouter
 from app.deps import BudgetServiceDep, PrincipalDep
 from app.routes.responses import AUTH_ERRORS
 from app.schemas import StudentBudget, StudentLookup
-from qmatrix import Identifier
+from app.schemas.common import Identifier
 
 router = APIRouter(prefix="/v1/privacy", tags=["privacy"])
 

@@ -9,14 +9,14 @@ from pathlib import PurePath
 
 from typing import Annotated
 
-from fastapi import APIRouter, Query, Request, Response, status
+from fastapi import APIRouter, Depends, Query, Request, Response, status
 from fastapi.exceptions import RequestValidationError
 from pydantic import ValidationError
 from python_multipart.exceptions import MultipartParseError
 
 from app.deps import AdminDep, PrincipalDep, QMatrixServiceDep, SettingsDep
 from app.errors import InputError
-from app.pagination import PageDep, page_of
+from app.pagination import Page, page_of, pages
 from app.limits import qmatrix_from_csv_checked, qmatrix_from_json_checked
 from app.routes.responses import ADMIN_ERRORS, AUTH_ERRORS
 from app.schemas import ExtractRequest, ExtractResponse, QMatrixList, QMatrixPublic, QMatrixSummary, qmatrix_create_model
@@ -145,7 +145,7 @@ async def delete_qmatrix(qmatrix_id: str, service: QMatrixServiceDep, principal:
 
 
 @router.get("", response_model=QMatrixList, responses=AUTH_ERRORS)
-async def read_qmatrices(service: QMatrixServiceDep, principal: PrincipalDep, page: PageDep) -> QMatrixList:
+async def read_qmatrices(service: QMatrixServiceDep, principal: PrincipalDep, page: Annotated[Page, Depends(pages("qmatrices", int, str))]) -> QMatrixList:
     """The ids of the built-in Q-matrices, then the tenant's, by id."""
     ids = await service.ids(principal.tenant)
     chunk, last = page_of(ids, page, key=lambda qid: (0 if service.is_builtin(qid) else 1, qid))

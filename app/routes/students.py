@@ -21,7 +21,7 @@ from app.schemas.students import StudentErasure, StudentExport
 from app.services.report import REPORT_HEADERS, build_report, report_html, report_png, report_svg
 from app.services.next_items import with_next_items
 from app.services.students import StudentDataService
-from qmatrix import Identifier
+from app.schemas.common import Identifier
 
 router = APIRouter(prefix="/v1/students", tags=["students"])
 

@@ -7,10 +7,10 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, FailFast, Field, model_validator
 
 from app.pagination import Paginated
-from app.schemas.common import Delta, Epsilon, Name
+from app.schemas.common import Delta, Epsilon, Identifier, Name, WholeNumber
 from app.schemas.jobs import JobEvent, JobProgress
 from app.schemas.usage import Usage
-from qmatrix import Identifier, Response
+from qmatrix import Response
 
 __all__ = [
     "CalibrateJob",
@@ -52,14 +52,22 @@ class DatasetRef(BaseModel):
         "request's qmatrix_id (any Q-matrix of the tenant; the example when omitted)"
     )
     part: Literal["train", "validation", "test"] = "validation"
-    seed: int = Field(default=0, ge=0, le=2**32 - 1, description="the split's seed (NumPy's range)")
-    max_students: int | None = Field(default=None, ge=1, description="subsample the dataset first")
+    seed: Annotated[int, Field(ge=0, le=2**32 - 1), WholeNumber] = Field(default=0, description="the split's seed (NumPy's range)")
+    max_students: Annotated[int, Field(ge=1), WholeNumber] | None = Field(default=None, description="subsample the dataset first")
 
 
 class CalibrateRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra={"examples": [  # a request: no coercion
-        {"dataset": {"name": "synthetic", "max_students": 20}, "method": "bias"},
-    ]})
+    model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra={  # a request: no coercion
+        "examples": [{"dataset": {"name": "synthetic", "max_students": 20}, "method": "bias"}],
+        # What _one_source checks, stated: records (with qmatrix_id) or a dataset, never both; isotonic: stacking.
+        "oneOf": [
+            {"required": ["records", "qmatrix_id"],
+             "properties": {"records": {"type": "array"}, "qmatrix_id": {"type": "string"}, "dataset": {"type": "null"}}},
+            {"required": ["dataset"], "properties": {"dataset": {"type": "object"}, "records": {"type": "null"}}},
+        ],
+        "anyOf": [{"properties": {"isotonic": {"const": False}}},
+                  {"properties": {"method": {"enum": ["stacking", None]}}}],
+    })
 
     qmatrix_id: str | None = Field(default=None, description="required with inline records")
     records: list[CalibrationRecordIn] | None = Field(default=None, min_length=1)

@@ -6,7 +6,7 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, FailFast, Field
 
-from app.schemas.common import EpsilonValue, Name
+from app.schemas.common import EpsilonValue, Name, WholeNumber
 from app.schemas.diagnosis import StudentIn
 from app.schemas.usage import Usage
 
@@ -19,7 +19,7 @@ class CohortReportRequest(BaseModel):
     qmatrix_id: str
     students: Annotated[list[StudentIn], FailFast()] = Field(min_length=1, max_length=5000)
     epsilon: EpsilonValue = Field(description="central-DP ε for the whole report, charged to every student in it")
-    bins: int = Field(default=5, ge=1, le=20, description="histogram bins over [0, 1]")
+    bins: Annotated[int, Field(ge=1, le=20), WholeNumber] = Field(default=5, description="histogram bins over [0, 1]")
     entities: list[Name] | None = Field(default=None, min_length=1)
 
 

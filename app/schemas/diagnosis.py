@@ -6,11 +6,11 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, FailFast, Field, model_validator
 
-from app.schemas.common import Delta, Epsilon, Name
+from app.schemas.common import Delta, Epsilon, Identifier, Name
 from app.schemas.qmatrices import QMatrixCreate
 from app.schemas.usage import EntityUsage, Usage
 from privacy import DELTA_MAX, DELTA_MIN, EPSILON_MAX, EPSILON_MIN
-from qmatrix import Identifier, Response
+from qmatrix import Response
 
 __all__ = [
     "BatchDiagnoseRequest",
@@ -35,8 +35,15 @@ __all__ = [
 MAX_FORECAST_ITEMS = 20_000  # as many as a Q-matrix may hold (FEDCD_MAX_QMATRIX_ITEMS' default)
 
 
+# What _one_qmatrix checks, stated in the schema: a stored Q-matrix by id, or one inline, never both.
+_ONE_QMATRIX: dict[str, Any] = {"oneOf": [
+    {"required": ["qmatrix_id"], "properties": {"qmatrix_id": {"type": "string"}, "qmatrix": {"type": "null"}}},
+    {"required": ["qmatrix"], "properties": {"qmatrix": {"type": "object"}, "qmatrix_id": {"type": "null"}}},
+]}
+
+
 class DiagnoseOptions(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)  # a request: no type coercion
+    model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra=_ONE_QMATRIX)  # a request: no coercion
 
     qmatrix_id: str | None = None
     qmatrix: QMatrixCreate | None = Field(default=None, description="an inline Q-matrix instead of qmatrix_id")
@@ -89,7 +96,7 @@ _EXAMPLE_RESPONSES = [{"item_id": "q01", "correct": True}, {"item_id": "q03", "c
 
 
 class DiagnoseRequest(DiagnoseOptions):
-    model_config = ConfigDict(json_schema_extra={"examples": [
+    model_config = ConfigDict(json_schema_extra={**_ONE_QMATRIX, "examples": [
         {"student_id": "demo-student", "qmatrix_id": "example-prealgebra", "responses": _EXAMPLE_RESPONSES},
         {"student_id": "demo-student", "qmatrix_id": "example-prealgebra", "responses": _EXAMPLE_RESPONSES,
          "epsilon": 8.0, "mechanism": "laplace", "sensitivity": "assessed", "include_entities": True},
@@ -107,7 +114,7 @@ class StudentIn(BaseModel):
 
 
 class BatchDiagnoseRequest(DiagnoseOptions):
-    model_config = ConfigDict(json_schema_extra={"examples": [{
+    model_config = ConfigDict(json_schema_extra={**_ONE_QMATRIX, "examples": [{
         "qmatrix_id": "example-prealgebra",
         "students": [{"student_id": "s1", "responses": _EXAMPLE_RESPONSES}, {"student_id": "s2", "responses": _EXAMPLE_RESPONSES[:1]}],
     }]})

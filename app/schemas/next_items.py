@@ -6,8 +6,8 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, FailFast, Field
 
-from app.schemas.common import Name
-from qmatrix import Identifier, Response
+from app.schemas.common import Identifier, Name, WholeNumber
+from qmatrix import Response
 
 __all__ = [
     "BatchNextItemsRequest",
@@ -38,13 +38,13 @@ class NextItemsOptions(BaseModel):
         default=None, description="the concepts to pin down; omitted: every concept of the Q-matrix")
     exclude_items: Annotated[list[Identifier], FailFast(), Field(max_length=MAX_LISTED_IDS)] = Field(
         default_factory=list, description="items never to suggest (items already answered are never suggested)")
-    count: int = Field(default=DEFAULT_COUNT, ge=1, le=MAX_COUNT, description="how many items to return, best first")
+    count: Annotated[int, Field(ge=1, le=MAX_COUNT), WholeNumber] = Field(default=DEFAULT_COUNT, description="how many items to return, best first")
     target_width: float | None = Field(
         default=None, gt=0.0, le=1.0, allow_inf_nan=False,
         description="stop once every targeted concept's 90 % credible interval (mastery scale) is narrower; "
         "omitted: never stop for width")
-    randomesque: int = Field(
-        default=DEFAULT_RANDOMESQUE, ge=1, le=20,
+    randomesque: Annotated[int, Field(ge=1, le=20), WholeNumber] = Field(
+        default=DEFAULT_RANDOMESQUE,
         description="exposure control: each item is drawn among this many best remaining (1: always the best); "
         "the draw is seeded by the student and the responses, so a repeat gets the same list")
     min_gain: float = Field(

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from app.pagination import Paginated
-from app.schemas.common import EpsilonValue
+from app.schemas.common import EpsilonValue, Identifier
 from privacy import EPSILON_MIN, BudgetPeriod, CalendarDay, CalendarWeek, Lifetime, Rolling, Terms
-from qmatrix import Identifier
 
 __all__ = [
     "DayPeriod",
@@ -57,8 +56,14 @@ class StudentBudget(BaseModel):
 # -- privacy policies (admin) --------------------------------------------------------------------------------
 
 
+def _kind_required(schema: dict[str, Any]) -> None:
+    """``kind`` tells the periods apart (the discriminator): a period without it is a 422, so the schema requires it."""
+    if "kind" in schema.get("properties", {}):  # TermDates shares the base and has no kind
+        schema["required"] = ["kind", *[name for name in schema.get("required", []) if name != "kind"]]
+
+
 class _PeriodBase(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
+    model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra=_kind_required)
 
 
 class LifetimePeriod(_PeriodBase):

@@ -8,8 +8,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, FailFast, Field, create_model
 
 from app.pagination import Paginated
-from app.schemas.common import Name, QMatrixNames
-from qmatrix import Identifier
+from app.schemas.common import Identifier, Name, QMatrixNames
 
 __all__ = [
     "AgreementPublic",

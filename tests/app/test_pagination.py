@@ -5,7 +5,7 @@ added between two requests never makes another one appear twice or not at all.""
 from __future__ import annotations
 
 import base64
-import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -139,16 +139,18 @@ def test_a_job_submitted_between_pages_shifts_nothing(client: TestClient) -> Non
     assert [j["job_id"] for j in first["data"] + second["data"]] == ["j3", "j2", "j1"]
 
 
-def _cursor(body: dict) -> str:
-    return base64.urlsafe_b64encode(json.dumps(body).encode()).rstrip(b"=").decode()
+def _b64(text: str) -> str:
+    return base64.urlsafe_b64encode(text.encode()).rstrip(b"=").decode()
 
 
 @pytest.mark.parametrize("params,needle", [
     ({"limit": 0}, "limit"),
     ({"limit": 201}, "limit"),
     ({"cursor": "not a cursor!"}, "not a cursor"),
-    ({"cursor": _cursor({"l": "x", "k": ["a"]})}, "another list"),
-    ({"cursor": _cursor([1, 2])}, "not a cursor"),
+    ({"cursor": ""}, "not a cursor"),
+    ({"cursor": f"keys~1.5~{_b64('k')}"}, "another list"),
+    ({"cursor": f"jobs~{_b64('2026-03-01')}"}, "not a cursor"),  # one key part of two
+    ({"cursor": f"jobs~{_b64('a')}~A"}, "not a cursor"),  # a base64 length that decodes to nothing
     ({"offset": 1}, "unknown query parameter"),
     ({"state": "sleeping"}, "state"),
 ])
@@ -165,6 +167,22 @@ def test_a_cursor_of_one_list_is_refused_by_another(client: TestClient) -> None:
         r = client.get(path, params={"cursor": cursor})
         assert r.status_code == 422 and "another list" in r.text, (path, r.text)
     # An edited cursor of the right list but a key of the wrong shape: still a 422, never a 500
-    tag = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))["l"]
-    r = client.get("/v1/qmatrices", params={"cursor": _cursor({"l": tag, "k": ["x"]})})
+    r = client.get("/v1/qmatrices", params={"cursor": f"qmatrices~{_b64('x')}~{_b64('x')}"})
     assert r.status_code == 422 and "cursor" in r.text
+
+
+def test_every_cursor_the_schema_allows_is_a_page(client: TestClient) -> None:
+    """The cursor parameter's pattern (in the OpenAPI schema) is exact: whatever matches it is a page of the list —
+    a forged key only moves within the tenant's own list — and the pattern is the one the server checks."""
+    _qmatrix(client, "m")
+    params = {p["name"]: p["schema"] for p in client.get("/openapi.json").json()["paths"]["/v1/jobs"]["get"]["parameters"]}
+    pattern = re.compile(params["cursor"]["anyOf"][0]["pattern"])
+    forged = [f"jobs~{_b64('')}~", "jobs~AA~AA", "jobs~_-8~QR", f"jobs~{_b64('9999-12-31T00:00:00+00:00')}~{_b64('z')}"]
+    for cursor in forged:
+        assert pattern.fullmatch(cursor), cursor
+        r = client.get("/v1/jobs", params={"cursor": cursor})
+        assert r.status_code == 200 and r.json()["data"] == [], (cursor, r.text)  # the tenant has no job
+    for cursor in ("qmatrices~-5~", "qmatrices~0~" + _b64("\x00\ufffd"), "qmatrices~1~" + _b64("a")):
+        r = client.get("/v1/qmatrices", params={"cursor": cursor})
+        assert r.status_code == 200, (cursor, r.text)
+    assert client.get("/v1/qmatrices", params={"cursor": "qmatrices~1~" + _b64("a")}).json()["data"] == ["m"]

@@ -157,7 +157,7 @@ class DatasetRef(RequestModel):
 
 class DayPeriod(ResponseModel):
     timezone: str = 'UTC'
-    kind: Literal['day'] = 'day'
+    kind: Literal['day']
 
 
 class DiagnoseRequest(RequestModel):
@@ -327,7 +327,7 @@ class JobRecord(ResponseModel):
 
 
 class LifetimePeriod(ResponseModel):
-    kind: Literal['lifetime'] = 'lifetime'
+    kind: Literal['lifetime']
 
 
 class PrivacyBlock(ResponseModel):
@@ -409,7 +409,7 @@ class RetentionPolicyPublic(ResponseModel):
 
 
 class RollingPeriod(ResponseModel):
-    kind: Literal['rolling'] = 'rolling'
+    kind: Literal['rolling']
     window_s: float = 86400.0
 
 
@@ -479,7 +479,7 @@ class TermDates(ResponseModel):
 
 class TermPeriod(ResponseModel):
     timezone: str = 'UTC'
-    kind: Literal['term'] = 'term'
+    kind: Literal['term']
     terms: list[TermDates]
 
 
@@ -507,7 +507,7 @@ class UsageReport(ResponseModel):
 
 class WeekPeriod(ResponseModel):
     timezone: str = 'UTC'
-    kind: Literal['week'] = 'week'
+    kind: Literal['week']
 
 
 # Every model refers to others by name: resolve them now that all are defined.
