@@ -10,7 +10,7 @@ import pytest
 from providers import CircuitBreakers, CircuitBroken, EntityCircuitOpen, EntityError, EntityPrediction, PromptContext
 from providers import EntityParseError, EntityRejected, EntitySkipped, EntityTimeout, EntityUnavailable
 from providers.circuit import Circuit, CircuitPolicy, CircuitStoreUnavailable, MemoryCircuitStore
-from tests.test_wrappers import CONTEXT
+from tests.providers.test_wrappers import CONTEXT
 
 THRESHOLD, RESET_S, LEASE_S = 3, 30.0, 10.0
 
