@@ -28,7 +28,7 @@ from providers.sdk_errors import map_sdk_errors
 from providers.types import EntityPrediction, PromptContext, TokenUsage
 from providers.wrappers import timed
 
-__all__ = ["ChatCompletionReply", "GroqEntity", "OpenAIChatEntity", "response_format_for"]
+__all__ = ["ChatCompletionReply", "ChatCompletionsEntity", "GroqEntity", "OpenAIChatEntity", "response_format_for"]
 
 
 @lru_cache(maxsize=4096)
@@ -81,7 +81,7 @@ def _usage(value: object) -> TokenUsage:
     return TokenUsage(**{key: n for key, n in counts.items() if isinstance(n, int) and not isinstance(n, bool) and n >= 0})
 
 
-class _ChatCompletionsEntity:
+class ChatCompletionsEntity:
     """Shared body of the OpenAI-style adapters; subclasses pick the SDK module and client."""
 
     sdk: ModuleType
@@ -127,7 +127,7 @@ class _ChatCompletionsEntity:
         await self.client.close()
 
 
-class OpenAIChatEntity(_ChatCompletionsEntity):
+class OpenAIChatEntity(ChatCompletionsEntity):
     """OpenAI, or any server speaking its chat-completions protocol (``base_url``)."""
 
     sdk = openai
@@ -145,7 +145,7 @@ class OpenAIChatEntity(_ChatCompletionsEntity):
         super().__init__(spec, client)
 
 
-class GroqEntity(_ChatCompletionsEntity):
+class GroqEntity(ChatCompletionsEntity):
     """LLaMA (and others) hosted by Groq, through the official ``groq`` SDK."""
 
     sdk = groq

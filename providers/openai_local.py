@@ -7,7 +7,7 @@ path does the same POST in about 0.1 ms. It is used only for ``openai_compatible
 (``providers.factory``): hosted providers (``https://``, and every ``openai``, ``groq`` and ``anthropic`` entity)
 are still called through their official SDKs.
 
-It is an adapter like the others (``_ChatCompletionsEntity``: the same request body, the same strict reply parsing)
+It is an adapter like the others (``ChatCompletionsEntity``: the same request body, the same strict reply parsing)
 and raises the same error tree with the same messages as ``providers.sdk_errors`` does for the SDK path, so the
 wrappers (retries, deadline, concurrency, circuit breaker) and the fault tests see no difference.
 
@@ -30,7 +30,7 @@ import httptools
 
 from providers.config import EntitySpec
 from providers.errors import EntityError, EntityParseError, EntityRejected, EntityTimeout, EntityUnavailable
-from providers.openai_chat import _ChatCompletionsEntity
+from providers.openai_chat import ChatCompletionsEntity
 from providers.sdk_errors import parse_retry_after
 
 __all__ = ["LocalChatClient", "LocalOpenAIChatEntity", "uses_thin_path"]
@@ -181,7 +181,7 @@ class LocalChatClient:
             writer.close()
 
 
-class LocalOpenAIChatEntity(_ChatCompletionsEntity):
+class LocalOpenAIChatEntity(ChatCompletionsEntity):
     """An ``openai_compatible`` entity on a plain-HTTP (local) server, through :class:`LocalChatClient`."""
 
     path = "/chat/completions"
