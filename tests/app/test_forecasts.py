@@ -68,8 +68,11 @@ def test_forecasts_come_from_the_trained_model_with_intervals_and_cost_nothing(t
         width = {f["item_id"]: f["interval"][1] - f["interval"][0] for f in exact.json()["forecasts"]}
         assert width["q10"] > width["q01"]
 
-        weak = client.post("/v1/diagnose", json=_body("s-weak", False, forecast_items=["q01"])).json()
-        assert weak["forecasts"][0]["p_correct"] < forecasts["q01"]["p_correct"]  # answers move the forecast
+        # answers move the forecast: compared without noise (two noisy answers at ε 32 split over the assessed
+        # concepts may both clip to the same bound, and then forecast alike)
+        weak = client.post("/v1/diagnose", json=_body("s-weak", False, epsilon="none", forecast_items=["q01"])).json()
+        exact_q01 = next(f for f in exact.json()["forecasts"] if f["item_id"] == "q01")
+        assert weak["forecasts"][0]["p_correct"] < exact_q01["p_correct"]
 
         every = client.post("/v1/diagnose", json=_body("s-all", True, forecast_items="all")).json()
         assert [f["item_id"] for f in every["forecasts"]] == [f"q{n:02d}" for n in range(1, 13)]
