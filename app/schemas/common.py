@@ -30,8 +30,9 @@ __all__ = ["Delta", "Epsilon", "EpsilonValue", "Identifier", "Name", "QMatrixNam
 
 
 def _char_class(codes: list[int]) -> str:
-    """A regex character-class body for sorted code points: BMP ones escaped (``\\uXXXX``, which Python, ECMA-262
-    and Rust read alike), astral ones written as themselves (Python has no ``\\u{…}``, ECMA-262 no ``\\U``)."""
+    """A regex character-class body for sorted code points: BMP ones escaped (``\\u`` and four hex digits, which
+    Python, ECMA-262 and Rust read alike), astral ones written as themselves (Python has no ``\\u{…}``, ECMA-262 no
+    ``\\U``)."""
     def char(code: int) -> str:
         return f"\\u{code:04x}" if code <= 0xFFFF else chr(code)
 
