@@ -144,7 +144,7 @@ class JobRow(Base):
     error: Mapped[str | None] = mapped_column(Text, nullable=True)
     resumed: Mapped[int] = mapped_column(Integer, default=0)
     # Which worker runs it, and when it last showed it is alive; a job whose worker stopped
-    # heartbeating is claimed again by another worker (app.services.jobs).
+    # heartbeating is claimed again by another worker (app.jobs.runner).
     claimed_by: Mapped[str | None] = mapped_column(String(64), nullable=True)
     heartbeat_at: Mapped[float | None] = mapped_column(Float, nullable=True)
     created_at: Mapped[str] = mapped_column(String(40), default=utcnow)

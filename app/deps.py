@@ -11,30 +11,37 @@ from __future__ import annotations
 
 import asyncio
 import hmac
-from typing import Annotated
+from typing import Annotated, TypeVar
 
-from fastapi import Depends, HTTPException, Request, status
+from fastapi import Depends, FastAPI, HTTPException, Request, status
 from fastapi.dependencies.utils import get_flat_dependant
 from fastapi.routing import APIRoute
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from sqlalchemy.orm import sessionmaker
 
 from app.auth import KeyStore, Principal
 from app.errors import InputError
 from app.federation import Federation
+from app.gateway import Gateway
 from app.metrics import count_rate_limited
-from app.ratelimit import RateLimited, RateLimiter
+from app.ratelimit import RateLimited
 from app.services.budgets import BudgetService
 from app.services.calibration import CalibrationService
 from app.services.cohort import CohortService
 from app.services.training import TrainingService
 from app.services.diagnosis import DiagnosisService
 from app.services.qmatrices import QMatrixService
-from app.services.job_queries import JobQueries
+from app.jobs import JobQueries
+from app.services.next_items import NextItemsService, next_items_service
+from app.services.students import StudentDataService
 from app.settings import Settings
 from app.storage import UsageStore
+from app.storage.retention import RetentionStore
 from privacy import PrivacyLedger
 
 __all__ = [
+    "app_gateway",
+    "gateway_of",
     "reject_unknown_query",
     "AdminDep",
     "BudgetServiceDep",
@@ -43,66 +50,107 @@ __all__ = [
     "TrainingServiceDep",
     "DiagnosisServiceDep",
     "FederationDep",
+    "GatewayDep",
     "JobQueriesDep",
     "KeyStoreDep",
     "LedgerDep",
     "MetricsAccessDep",
     "PrincipalDep",
+    "NextItemsServiceDep",
     "QMatrixServiceDep",
+    "RetentionStoreDep",
+    "SessionsDep",
     "SettingsDep",
+    "StudentDataDep",
     "UsageStoreDep",
 ]
 
+T = TypeVar("T")
 AUTH_DISABLED = Principal(tenant="dev", role="admin", key_id="auth-disabled")
 _bearer = HTTPBearer(auto_error=False, description="an API key: `Authorization: Bearer fcd_...`")
 
 
+def app_gateway(app: FastAPI) -> Gateway:
+    """The app's gateway: the one thing ``app.main`` keeps on ``app.state``; every dependency reads through it."""
+    return app.state.gateway
+
+
+def gateway_of(request: Request) -> Gateway:
+    return app_gateway(request.app)
+
+
+def _started(service: T | None) -> T:
+    """A service the gateway builds on start-up (its lifespan runs before any request)."""
+    assert service is not None, "the gateway has not started"
+    return service
+
+
+async def _gateway(request: Request) -> Gateway:
+    return gateway_of(request)
+
+
 async def _settings(request: Request) -> Settings:
-    return request.app.state.settings
+    return gateway_of(request).settings
 
 
 async def _federation(request: Request) -> Federation:
-    return request.app.state.federation
+    return _started(gateway_of(request).federation)
 
 
 async def _keys(request: Request) -> KeyStore:
-    return request.app.state.keys
+    return gateway_of(request).keys
 
 
 async def _usage(request: Request) -> UsageStore:
-    return request.app.state.usage
+    return gateway_of(request).usage
 
 
 async def _ledger(request: Request) -> PrivacyLedger | None:
-    return request.app.state.ledger
+    return gateway_of(request).ledger
 
 
 async def _diagnosis(request: Request) -> DiagnosisService:
-    return request.app.state.diagnosis
+    return _started(gateway_of(request).diagnosis)
 
 
 async def _calibration_service(request: Request) -> CalibrationService:
-    return request.app.state.calibration_service
+    return _started(gateway_of(request).calibration)
 
 
 async def _training_service(request: Request) -> TrainingService:
-    return request.app.state.training_service
+    return _started(gateway_of(request).training)
 
 
 async def _cohort(request: Request) -> CohortService:
-    return request.app.state.gateway.cohort
+    return _started(gateway_of(request).cohort)
 
 
 async def _budgets(request: Request) -> BudgetService:
-    return request.app.state.gateway.budgets
+    return gateway_of(request).budgets
 
 
 async def _qmatrix_service(request: Request) -> QMatrixService:
-    return request.app.state.gateway.qmatrix_service
+    return _started(gateway_of(request).qmatrix_service)
 
 
 async def _job_queries(request: Request) -> JobQueries:
-    return request.app.state.gateway.job_queries
+    return gateway_of(request).job_queries
+
+
+async def _next_items(request: Request) -> NextItemsService:
+    return next_items_service(gateway_of(request))
+
+
+async def _students(request: Request) -> StudentDataService:
+    return gateway_of(request).students
+
+
+async def _retention(request: Request) -> RetentionStore:
+    return gateway_of(request).retention
+
+
+async def _sessions(request: Request) -> sessionmaker:
+    return gateway_of(request).database.sessions
 
 
 def _unauthorized(message: str) -> HTTPException:
@@ -112,23 +160,21 @@ def _unauthorized(message: str) -> HTTPException:
 async def _principal(
     request: Request, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
 ) -> Principal:
-    settings: Settings = request.app.state.settings
-    if settings.auth == "disabled":
+    gateway = gateway_of(request)
+    if gateway.settings.auth == "disabled":
         principal = AUTH_DISABLED
     else:
         if credentials is None:
             raise _unauthorized("missing API key: send 'Authorization: Bearer <key>'")
-        keys: KeyStore = request.app.state.keys
-        found = await asyncio.to_thread(keys.authenticate, credentials.credentials)
+        found = await asyncio.to_thread(gateway.keys.authenticate, credentials.credentials)
         if found is None:
             raise _unauthorized("invalid, expired or revoked API key")
         principal = found
     request.state.principal = principal  # for the access log
     # After authentication (no tenant is known before: an unauthenticated request is a 401, never a 429), and
     # before any work: a tenant over its rate costs the others nothing but this check (README "Rate limits").
-    limiter: RateLimiter = request.app.state.rate_limiter
     try:
-        await limiter.check(principal.tenant)
+        await gateway.rate_limiter.check(principal.tenant)
     except RateLimited:
         count_rate_limited(principal.tenant)
         raise
@@ -144,7 +190,7 @@ async def _admin(principal: Annotated[Principal, Depends(_principal)]) -> Princi
 async def _metrics_access(
     request: Request, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
 ) -> None:
-    token = request.app.state.settings.metrics_token
+    token = gateway_of(request).settings.metrics_token
     if token is None:
         return
     given = credentials.credentials if credentials is not None else ""
@@ -170,6 +216,7 @@ async def reject_unknown_query(request: Request) -> None:
         raise InputError(("query", unknown[0]), [f"unknown query parameter(s): {', '.join(unknown)}"])
 
 
+GatewayDep = Annotated[Gateway, Depends(_gateway)]
 SettingsDep = Annotated[Settings, Depends(_settings)]
 FederationDep = Annotated[Federation, Depends(_federation)]
 JobQueriesDep = Annotated[JobQueries, Depends(_job_queries)]
@@ -180,6 +227,10 @@ DiagnosisServiceDep = Annotated[DiagnosisService, Depends(_diagnosis)]
 CohortServiceDep = Annotated[CohortService, Depends(_cohort)]
 BudgetServiceDep = Annotated[BudgetService, Depends(_budgets)]
 QMatrixServiceDep = Annotated[QMatrixService, Depends(_qmatrix_service)]
+NextItemsServiceDep = Annotated[NextItemsService, Depends(_next_items)]
+StudentDataDep = Annotated[StudentDataService, Depends(_students)]
+RetentionStoreDep = Annotated[RetentionStore, Depends(_retention)]
+SessionsDep = Annotated[sessionmaker, Depends(_sessions)]  # the database's sessions (/metrics counts jobs with them)
 CalibrationServiceDep = Annotated[CalibrationService, Depends(_calibration_service)]
 TrainingServiceDep = Annotated[TrainingService, Depends(_training_service)]
 PrincipalDep = Annotated[Principal, Depends(_principal)]

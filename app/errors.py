@@ -1,8 +1,12 @@
 """Domain errors → HTTP responses, in one place. Every error body is valid JSON.
 
-* ``InputError`` (bad Q-matrix, unknown item ids, unknown entity…) → 422 (or the status it
-  carries: 404 unknown resource, 409 conflict, 403), with FastAPI's ``detail`` shape: a list
-  of ``{loc, msg, type}`` whose ``loc`` names the field.
+* The layers below the routes raise ``app.domain_errors`` (no status, no ``loc``): each class has its status here
+  (``InvalidInput`` 422, ``NotFound`` 404, ``Conflict`` 409, ``Unavailable`` 503, ``GroupBudgetSpent`` 429), and its
+  field gets the ``loc`` the route received it under: ``path`` for a path parameter of the route, else ``query`` on
+  a GET or DELETE, else ``body`` (:func:`http_error`). The body has FastAPI's ``detail`` shape: a list of
+  ``{loc, msg, type}`` whose ``loc`` names the field.
+* ``InputError`` is that same response made by the route layer itself (routes and their dependencies: an unknown
+  query parameter, a cursor of another list…), with its ``loc`` and status (422 unless it says otherwise).
 * Request validation errors → 422. The echoed input is made encodable (NaN, ±Infinity, lone
   surrogates, bytes that are not UTF-8) and shortened, so the error itself can never fail.
 * Every error list is capped: the first ``MAX_ERRORS`` entries, then one counting the rest, and each
@@ -27,7 +31,6 @@ import logging
 import math
 import re
 import reprlib
-import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -37,21 +40,31 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Route, compile_path
 
+from app.domain_errors import (
+    NO_RENEWAL_RETRY_AFTER_S,
+    Conflict,
+    DomainError,
+    GroupBudgetSpent,
+    InvalidInput,
+    NotFound,
+    TryLater,
+    Unavailable,
+    budget_retry_after,
+)
 from app.ratelimit import RateLimited
 from diagnosis import AllEntitiesFailed, NoEntitySelected
 from privacy import BudgetExceeded, iso_utc
 from qmatrix import QMatrixError
 
 __all__ = [
-    "MAX_ERRORS", "NO_RENEWAL_RETRY_AFTER_S", "InputError", "TryLater", "budget_refusal", "budget_retry_after",
-    "install_error_handlers", "safe_json",
+    "MAX_ERRORS", "NO_RENEWAL_RETRY_AFTER_S", "InputError", "budget_refusal", "budget_retry_after", "http_error",
+    "http_status", "install_error_handlers", "safe_json",
 ]
 
 log = logging.getLogger("fedcd.errors")
 _MAX_ECHO = 200  # characters of an offending input echoed back
 MAX_ERRORS = 20  # entries of one error list; the rest are counted in one more entry
 _MAX_MESSAGE = 4000  # characters of one message (20 of them listing 128-character ids fit)
-NO_RENEWAL_RETRY_AFTER_S = 86400  # Retry-After of a budget that does not renew (see the module doc)
 
 # repr() of an echoed input, bounded before it is built: repr() of a million-element list would be built whole
 # (tens of MB) only to be cut to _MAX_ECHO characters.
@@ -88,20 +101,29 @@ def _shortened(message: str) -> str:
     return message if len(message) <= _MAX_MESSAGE else message[:_MAX_MESSAGE] + "…"
 
 
-class TryLater(Exception):
-    """503 with ``Retry-After``: the request cannot be answered now, but the same request will be."""
+# The one table of a domain error's status (the first class of its MRO listed here).
+_STATUS: dict[type[DomainError], int] = {
+    InvalidInput: 422, NotFound: 404, Conflict: 409, Unavailable: 503, GroupBudgetSpent: 429,
+}
+_QUERY_METHODS = ("GET", "HEAD", "DELETE")  # requests without a body: a field that is no path parameter is a query's
 
-    def __init__(self, message: str, *, retry_after_s: int = 5) -> None:
-        self.retry_after_s = retry_after_s
-        super().__init__(message)
+
+def http_status(exc: DomainError) -> int:
+    return next((_STATUS[c] for c in type(exc).__mro__ if c in _STATUS), 422)
 
 
-def budget_retry_after(exc: BudgetExceeded, *, now: float | None = None) -> int:
-    """Retry-After of a spent privacy budget: whole seconds until it renews (rounded up, at least 1), or
-    :data:`NO_RENEWAL_RETRY_AFTER_S` when it does not renew."""
-    if exc.renews_at is None or not math.isfinite(exc.renews_at):
-        return NO_RENEWAL_RETRY_AFTER_S
-    return max(1, math.ceil(exc.renews_at - (time.time() if now is None else now)))
+def http_error(exc: DomainError, request: Request) -> InputError:
+    """The response of a domain error: its status, and its field's ``loc`` as the route received it (a path
+    parameter of the route; else the query of a request without a body; else the body)."""
+    field = exc.field
+    where = ("path" if field and field[0] in request.path_params
+             else "query" if request.method in _QUERY_METHODS else "body")
+    extra, retry_after = dict(exc.details), None
+    if isinstance(exc, GroupBudgetSpent):  # a privacy-budget 429: says so, and when to come back
+        retry_after = exc.retry_after_s
+        extra = {"type": "privacy_budget", "retry_after_s": retry_after, **extra}
+    return InputError((where, *field), exc.messages, status_code=http_status(exc), extra=extra,
+                      retry_after_s=retry_after)
 
 
 def budget_refusal(exc: BudgetExceeded) -> dict[str, Any]:
@@ -177,6 +199,10 @@ def install_error_handlers(app: FastAPI) -> None:
     async def _input_error(_: Request, exc: InputError) -> JSONResponse:
         headers = {"Retry-After": str(exc.retry_after_s)} if exc.retry_after_s is not None else None
         return _json(exc.status_code, {"detail": exc.detail()}, headers=headers)
+
+    @app.exception_handler(DomainError)
+    async def _domain_error(request: Request, exc: DomainError) -> JSONResponse:
+        return await _input_error(request, http_error(exc, request))
 
     @app.exception_handler(RequestValidationError)
     async def _validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:

@@ -18,18 +18,21 @@ from app.auth import KeyStore
 from app.bootstrap import ensure_dev_key, train_default_model
 from app.db import Database
 from app.federation import Federation, circuit_breakers, response_cache
+from app.jobs import JobQueries, JobRunner, JobTiming
+from app.jobs.calibration import CalibrationJobHandler
+from app.jobs.training import TrainingJobHandler
 from app.locks import database_lock
 from app.pseudonyms import Pseudonyms
+from app.services.activity import TenantActivity
 from app.services.budgets import BudgetService
 from app.services.calibration import CalibrationService, start_default_calibration
-from app.services.calibration_job import CalibrationJobHandler
 from app.services.cohort import CohortLimits, CohortService
+from app.services.console_sessions import ConsoleSessions
 from app.services.diagnosis import BatchLimits, DiagnosisService
 from app.services.forecasts import ForecastService
+from app.services.next_items import NextItemsService
 from app.services.planning import Planner
 from app.services.qmatrices import QMatrixService
-from app.services.job_queries import JobQueries
-from app.services.jobs import JobRunner, JobTiming
 from app.services.retention import RetentionPurger
 from app.services.students import StudentDataService
 from app.services.validation import ValidationLoader
@@ -99,6 +102,8 @@ class Gateway:
             on_finish=self.webhooks.job_finished if self.webhooks.enabled else None,
         )
         self.job_queries = JobQueries(self.jobs)
+        self.activity = TenantActivity(sessions)  # what the console's overview and entity pages count
+        self.console_sessions = ConsoleSessions(sessions, settings)
         self.rate_limiter = RateLimiter(
             parse_rate(settings.rate_limit),
             RedisBuckets(settings.redis_url.get_secret_value(), prefix=settings.rate_limit_key_prefix)
@@ -118,6 +123,7 @@ class Gateway:
         self.qmatrix_service: QMatrixService | None = None
         self.calibration: CalibrationService | None = None
         self.training: TrainingService | None = None
+        self.next_items: NextItemsService | None = None  # built on first use (app.services.next_items)
         self._maintenance: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
@@ -155,6 +161,8 @@ class Gateway:
             qmatrices=self.qmatrices, jobs=self.jobs, calibration=self.calibration, settings=settings,
             pseudonyms=self.pseudonyms,
         )
+        training_job = TrainingJobHandler(qmatrices=self.qmatrices, calibration=self.calibration, settings=settings)
+        self.jobs.register("train", training_job.run, on_abandoned=training_job.discard)
         planner = Planner(
             federation=self.federation, config=self.tenant_config, settings=settings, pseudonyms=self.pseudonyms
         )

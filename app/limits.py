@@ -1,4 +1,5 @@
-"""Request limits that depend on settings (README "Limits"); each refusal is a 422 naming the field.
+"""Request limits that depend on settings (README "Limits"); each refusal is an ``InvalidInput`` naming the field (a
+422).
 
 Q-matrix sizes are checked while a Q-matrix is read (:func:`qmatrix_from_csv_checked`,
 :func:`qmatrix_from_json_checked`): reading stops at the first row or column past the limit, so an
@@ -12,7 +13,7 @@ import io
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from app.errors import InputError
+from app.domain_errors import InvalidInput
 from app.settings import Settings
 from qmatrix import QMatrix, QMatrixError, Response, qmatrix_from_json
 from qmatrix.io import check_size, qmatrix_from_csv_lines
@@ -28,24 +29,24 @@ __all__ = [
 MAX_LISTED = 20  # ids listed in one message; the rest are counted
 
 
-def check_qmatrix_size(q: QMatrix, settings: Settings, loc: Sequence[str | int]) -> None:
+def check_qmatrix_size(q: QMatrix, settings: Settings, field: Sequence[str | int]) -> None:
     try:
         check_size(len(q.items), len(q.concepts), max_items=settings.max_qmatrix_items,
                    max_concepts=settings.max_qmatrix_concepts)
     except QMatrixError as exc:
-        raise InputError(loc, exc.problems) from exc
+        raise InvalidInput(field, exc.problems) from exc
 
 
-def qmatrix_from_json_checked(data: dict[str, Any], settings: Settings, loc: Sequence[str | int]) -> QMatrix:
+def qmatrix_from_json_checked(data: dict[str, Any], settings: Settings, field: Sequence[str | int]) -> QMatrix:
     """The JSON form, its item and concept counts checked against the settings before any item is built."""
     try:
         return qmatrix_from_json(data, max_items=settings.max_qmatrix_items, max_concepts=settings.max_qmatrix_concepts)
     except QMatrixError as exc:  # capped: at most qmatrix.model.MAX_PROBLEMS listed, the rest counted
-        raise InputError(loc, exc.problems) from exc
+        raise InvalidInput(field, exc.problems) from exc
 
 
 def qmatrix_from_csv_checked(
-    data: bytes | Iterable[str], qid: str, settings: Settings, loc: Sequence[str | int]
+    data: bytes | Iterable[str], qid: str, settings: Settings, field: Sequence[str | int]
 ) -> QMatrix:
     """The CSV form; reading stops at the first row past ``max_qmatrix_items`` (a header with more than
     ``max_qmatrix_concepts`` concept columns is refused before any row is read).
@@ -62,21 +63,20 @@ def qmatrix_from_csv_checked(
         return qmatrix_from_csv_lines(lines, id=qid, max_items=settings.max_qmatrix_items,
                                       max_concepts=settings.max_qmatrix_concepts)
     except QMatrixError as exc:
-        raise InputError(loc, exc.problems) from exc
+        raise InvalidInput(field, exc.problems) from exc
 
 
-def check_responses(q: QMatrix, responses: Sequence[Response], settings: Settings, loc: Sequence[str | int]) -> None:
+def check_responses(q: QMatrix, responses: Sequence[Response], settings: Settings, field: Sequence[str | int]) -> None:
     """At most ``max_responses_per_student`` responses, every item id in the Q-matrix."""
     if len(responses) > settings.max_responses_per_student:
-        raise InputError(
-            (*loc, "responses"), [f"{len(responses)} responses; at most {settings.max_responses_per_student} per student"]
-        )
+        most = settings.max_responses_per_student
+        raise InvalidInput((*field, "responses"), [f"{len(responses)} responses; at most {most} per student"])
     unknown = q.unknown_items(r.item_id for r in responses)
     if unknown:
         shown = unknown[:MAX_LISTED]
-        raise InputError(
-            (*loc, "responses"),
+        raise InvalidInput(
+            (*field, "responses"),
             [f"unknown item ids for Q-matrix '{q.id}': {', '.join(shown)}"
              + (f" … and {len(unknown) - MAX_LISTED} more" if len(unknown) > MAX_LISTED else "")],
-            extra={"unknown_item_ids": shown},
+            details={"unknown_item_ids": shown},
         )

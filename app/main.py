@@ -11,7 +11,7 @@ from fastapi import Depends, FastAPI
 from app.deps import reject_unknown_query
 from app.errors import install_error_handlers
 from app.gateway import Gateway
-from app.middleware import AccessLog, BodyLimit, RequestMetrics
+from app.middleware import BodyLimit, ObservedRequests
 from app.console import install_console
 from app.openapi import install_docs, install_openapi
 from app.routes import admin_keys, admin_policy, calibrate, cohort, diagnose, health, jobs, local_model, privacy, qmatrices
@@ -44,10 +44,6 @@ def create_app(
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         await gateway.start()
-        app.state.federation = gateway.federation
-        app.state.diagnosis = gateway.diagnosis
-        app.state.calibration_service = gateway.calibration
-        app.state.training_service = gateway.training
         if on_ready is not None:
             on_ready()
         yield
@@ -62,17 +58,7 @@ def create_app(
         docs_url=None,  # install_docs: the same pages, with their scripts served here instead of from CDNs
         redoc_url=None,
     )
-    app.state.settings = settings
-    app.state.gateway = gateway
-    app.state.database = gateway.database
-    app.state.qmatrices = gateway.qmatrices
-    app.state.calibrations = gateway.calibrations
-    app.state.keys = gateway.keys
-    app.state.policies = gateway.policies
-    app.state.usage = gateway.usage
-    app.state.ledger = gateway.ledger
-    app.state.jobs = gateway.jobs
-    app.state.rate_limiter = gateway.rate_limiter
+    app.state.gateway = gateway  # the one thing on app.state: app.deps reads every store and service through it
     install_error_handlers(app)
     install_openapi(app, settings)
     install_docs(app)
@@ -84,8 +70,7 @@ def create_app(
         return settings.max_qmatrix_body_bytes if upload else settings.max_body_bytes
 
     app.add_middleware(BodyLimit, limit_for=body_limit)
-    app.add_middleware(AccessLog)
-    app.add_middleware(RequestMetrics)
+    app.add_middleware(ObservedRequests)  # the access log and the request metrics
     for router in (health.router, qmatrices.router, qmatrices.extractions, diagnose.router, calibrate.router,
                    cohort.router, privacy.router, local_model.router, entities_routes.router, admin_keys.router,
                    admin_policy.router, usage_routes.router, metrics_routes.router, jobs.router, training_routes.router,

@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 
 from app.settings import Settings
+from privacy import StudentKey
 
 __all__ = ["CONSOLE_SECRET_FILE", "SECRET_FILE", "Pseudonyms", "cache_tag", "console_secret", "existing_server_secret",
            "secret_path", "server_secret"]
@@ -130,10 +131,10 @@ class Pseudonyms:
     def _tenant_key(self, tenant: str) -> bytes:
         return hmac.new(self._secret, _KEY_CONTEXT + tenant.encode(), hashlib.sha256).digest()
 
-    def key(self, tenant: str, student_id: str) -> str:
+    def key(self, tenant: str, student_id: str) -> StudentKey:
         """The stored form of ``student_id`` in ``tenant``: 64 hex characters. Always hashes, whatever the id
         looks like: an id that happens to look like a key is still an id."""
-        return hmac.new(self._tenant_key(tenant), student_id.encode(), hashlib.sha256).hexdigest()
+        return StudentKey(hmac.new(self._tenant_key(tenant), student_id.encode(), hashlib.sha256).hexdigest())
 
 
 def cache_tag(tenant: str, key: str) -> str:

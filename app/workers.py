@@ -3,7 +3,7 @@
 Each worker registers a row (host, pid) and heartbeats it. A worker is *live* while its heartbeat
 is fresh — and, for workers on this host, while its process exists (so a restart on the same
 machine takes over at once instead of waiting for the heartbeat to go stale). Jobs claimed by a
-dead worker are claimed again (``app.services.jobs``); pending privacy charges of a dead worker are
+dead worker are claimed again (``app.jobs.runner``); pending privacy charges of a dead worker are
 refunded (``PrivacyLedger.settle_orphans``).
 """
 

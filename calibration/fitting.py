@@ -92,7 +92,7 @@ async def answer_validation_student(
     def request(level: NoiseLevel) -> DiagnosisRequest:
         return DiagnosisRequest(
             student_id=student.student_id, qmatrix=qmatrix, responses=student.responses, epsilon=level.epsilon,
-            mechanism=level.mechanism, sensitivity=level.sensitivity,  # type: ignore[arg-type]
+            mechanism=level.mechanism_name, sensitivity=level.sensitivity,  # type: ignore[arg-type]
             delta=level.delta, entities=entities, cache_scope=cache_scope,
         )
 
@@ -159,7 +159,7 @@ def calibration_record(
         entities=sorted(entities),
         epsilon=noise.epsilon,
         sensitivity=noise.sensitivity,
-        mechanism="none" if noise.noiseless else noise.mechanism,
+        mechanism=noise.mechanism_name,
         delta=noise.delta,
         truth_source=truth_source,
         n_students=n_students,

@@ -193,7 +193,7 @@ async def _diagnose(
         async with gate:
             request = DiagnosisRequest(
                 student_id=f"{part}-{i}", qmatrix=q, responses=responses, epsilon=noise.epsilon,
-                mechanism=noise.mechanism, sensitivity=noise.sensitivity, delta=noise.delta,  # type: ignore[arg-type]
+                mechanism=noise.mechanism_name, sensitivity=noise.sensitivity, delta=noise.delta,  # type: ignore[arg-type]
                 federation=mode, entities=entities(responses),
             )
             try:

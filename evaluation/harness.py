@@ -40,7 +40,7 @@ def served_setting(served: ServedConfig | None) -> list[NoiseSetting]:
     """The served noise as a collection setting (none without a served configuration, or when it is no noise)."""
     if served is None or served.noise.noiseless:
         return []
-    return [NoiseSetting(served.noise.mechanism, served.noise.epsilon, served.noise.sensitivity)]
+    return [NoiseSetting(served.noise.mechanism_name, served.noise.epsilon, served.noise.sensitivity)]
 
 
 def noise_settings(epsilons: Sequence[float]) -> list[NoiseSetting]:

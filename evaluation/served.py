@@ -171,7 +171,7 @@ async def _diagnose_all(
         async with gate:
             request = DiagnosisRequest(
                 student_id=f"served-{i}", qmatrix=q, responses=responses, epsilon=level.epsilon,
-                mechanism=level.mechanism, sensitivity=level.sensitivity, delta=level.delta,  # type: ignore[arg-type]
+                mechanism=level.mechanism_name, sensitivity=level.sensitivity, delta=level.delta,  # type: ignore[arg-type]
             )
             try:
                 result = await pipeline.diagnose(request, aggregator)
@@ -212,7 +212,7 @@ async def served_estimates(
         run.estimates.append(Estimates(
             name="served", epsilon=level.epsilon,
             validation=(await _diagnose_all(pipeline, q, validation, level, aggregator, gate)).mastery,
-            test=tested.mastery, mechanism="none" if level.noiseless else level.mechanism,
+            test=tested.mastery, mechanism=level.mechanism_name,
             test_intervals=tested.intervals if tested.level is not None else None, interval_level=tested.level,
         ))
         run.calibrations.append({"noise": level.fields(), "method": record.method, "aggregation": aggregator.kind,

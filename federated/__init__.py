@@ -4,7 +4,8 @@ Layers, each usable alone: :mod:`~federated.features` (items as Q-row + hashed t
 :mod:`~federated.model` (monotone encoder, Q-respecting decoder), :mod:`~federated.data`
 (tensors, splits, client partitions), :mod:`~federated.local` (plain or student-level
 DP-SGD local training), :mod:`~federated.dp` and :mod:`~federated.accountant` (client-level
-clipping/noise/sampling and epsilon), :mod:`~federated.inprocess` (a FedAvg driver), and
+clipping/noise/sampling and epsilon), :mod:`~federated.modes` (the DP modes as types),
+:mod:`~federated.inprocess` (a FedAvg driver), and
 :mod:`~federated.predict` (diagnosis in the project's own types). Nothing here imports
 Flower; a Flower app wraps these pieces.
 """
@@ -23,7 +24,8 @@ from federated.data import (
 from federated.dp import add_gaussian_noise, clip_update, flatten, l2_norm, poisson_sample, unflatten, update_nbytes
 from federated.features import hash_text, item_features
 from federated.gate import GateDecision, GatePolicy, canary_shift, canary_students, heldout_auc, promotion_gate
-from federated.inprocess import DPMode, FedConfig, FedResult, RoundRecord, run_fedavg
+from federated.inprocess import FedConfig, FedResult, RoundRecord, run_fedavg
+from federated.modes import DP_MODES, ClientLevelDP, DPMode, NoDP, StudentLevelDP, dp_mode
 from federated.registry import (
     FORMAT,
     LoadedModel,
@@ -72,10 +74,12 @@ __all__ = [
     "model_key",
     "AGGREGATIONS",
     "DEFAULT_MODEL",
+    "DP_MODES",
     "FORMAT",
     "MECHANISM",
     "Aggregation",
     "CDModel",
+    "ClientLevelDP",
     "DPMode",
     "Diagnosis",
     "Evaluation",
@@ -89,6 +93,7 @@ __all__ = [
     "LocalResult",
     "ModelNotFound",
     "ModelRegistry",
+    "NoDP",
     "PrivacyAccountant",
     "RegistryError",
     "ResponseTensors",
@@ -96,6 +101,7 @@ __all__ = [
     "SignatureInvalid",
     "Split",
     "StudentDP",
+    "StudentLevelDP",
     "TrainResult",
     "TrainingConfig",
     "PublishOptions",
@@ -111,6 +117,7 @@ __all__ = [
     "diagnose",
     "diagnose_batch",
     "dirichlet_partition",
+    "dp_mode",
     "encode_dataset",
     "encode_students",
     "epsilon_for",

@@ -1,8 +1,9 @@
 """Privacy accounting for Poisson-subsampled Gaussian steps, via Google's ``dp_accounting``.
 
 Like Opacus' accountants, the accountant is a small pure object: its state is a ``history``
-of ``(noise_multiplier, sample_rate, steps)`` tuples, ``step`` appends to it, and epsilon is
-recomputed from the history on demand. It does no training and no I/O.
+of :class:`Step` events ``(noise_multiplier, sample_rate, steps)``, ``step`` appends to it, and epsilon is
+recomputed from the history on demand. It does no training and no I/O. What a manifest says of it is an
+:class:`AccountingRecord`, made JSON only where the manifest is written (:meth:`AccountingRecord.to_json`).
 
 PLD (privacy loss distributions) is the primary method because it is nearly tight; RDP is
 kept as a cross-check (it is always looser, so ``rdp >= pld`` is a cheap sanity test). The PLD
@@ -18,18 +19,46 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
+from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
-
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 if TYPE_CHECKING:
     import dp_accounting
 
-__all__ = ["MECHANISM", "PrivacyAccountant", "epsilon_for", "noise_multiplier_for"]
+__all__ = ["MECHANISM", "AccountingRecord", "PrivacyAccountant", "Step", "epsilon_for", "noise_multiplier_for"]
 
 MECHANISM = "poisson_subsampled_gaussian"
-Step = tuple[float, float, int]  # (noise_multiplier, sample_rate, steps)
+_COMPOSITION = ("each event is dp_accounting.PoissonSampledDpEvent(sample_rate, GaussianDpEvent(noise_multiplier)) "
+                "self-composed steps times; the events compose")
+
+
+class Step(NamedTuple):
+    """One accountant event: ``steps`` applications of the Gaussian mechanism (noise multiplier σ) on a Poisson
+    sample at ``sample_rate``. A named tuple, as Opacus' history entries are tuples: ``(σ, q, n)`` literals compare
+    equal to it and unpack like it."""
+
+    noise_multiplier: float
+    sample_rate: float
+    steps: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class AccountingRecord:
+    """The manifest's account of the guarantee per student: every charged event in order and the ε they compose
+    to, enough to recompute it with ``dp_accounting`` alone (tests/federated/test_item_release.py does)."""
+
+    delta: float
+    value_discretization_interval: float
+    epsilon: float
+    events: tuple[Step, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        """The manifest's ``privacy_accounting`` block (its keys and order are the manifest's format)."""
+        return {"mechanism": MECHANISM, "unit": "student", "delta": self.delta, "method": "pld",
+                "value_discretization_interval": self.value_discretization_interval, "epsilon": self.epsilon,
+                "events": [{"noise_multiplier": s, "sample_rate": q, "steps": n} for s, q, n in self.events],
+                "composition": _COMPOSITION}
 _RDP_ORDERS = tuple([1.25, 1.5, 1.75] + [2 + x / 4 for x in range(40)] + list(range(12, 65)) + [128, 256, 512])
 
 
@@ -38,7 +67,7 @@ def _compress(history: Iterable[Step]) -> tuple[Step, ...]:
     for sigma, q, steps in history:
         if q > 0 and steps > 0:
             totals[(sigma, q)] = totals.get((sigma, q), 0) + steps
-    return tuple(sorted((sigma, q, n) for (sigma, q), n in totals.items()))
+    return tuple(sorted(Step(sigma, q, n) for (sigma, q), n in totals.items()))
 
 
 def _subsampled_gaussian(sigma: float, q: float) -> dp_accounting.DpEvent:
@@ -108,7 +137,7 @@ class PrivacyAccountant:
     def step(self, *, noise_multiplier: float, sample_rate: float, steps: int = 1) -> None:
         """Record ``steps`` applications of the Gaussian mechanism on a Poisson(q) sample."""
         _check_step(noise_multiplier, sample_rate, steps)
-        self.history.append((float(noise_multiplier), float(sample_rate), int(steps)))
+        self.history.append(Step(float(noise_multiplier), float(sample_rate), int(steps)))
 
     def get_epsilon(self, delta: float) -> float:
         """Epsilon spent so far (PLD)."""
@@ -123,20 +152,16 @@ class PrivacyAccountant:
     ) -> bool:
         """True if taking these steps would push epsilon past ``epsilon_budget``: ask *before* a round runs."""
         _check_step(noise_multiplier, sample_rate, steps)
-        proposed = [*self.history, (float(noise_multiplier), float(sample_rate), int(steps))]
+        proposed = [*self.history, Step(float(noise_multiplier), float(sample_rate), int(steps))]
         return epsilon_for(proposed, delta=delta, method="pld", interval=self.interval) > epsilon_budget
 
     def mechanism(self) -> str:
         return MECHANISM
 
-    def record(self, delta: float) -> dict[str, Any]:
-        """The manifest's account of the guarantee per student: every charged event in order and the ε they compose
-        to, enough to recompute it with ``dp_accounting`` alone (tests/federated/test_item_release.py does)."""
-        return {"mechanism": MECHANISM, "unit": "student", "delta": delta, "method": "pld",
-                "value_discretization_interval": self.interval, "epsilon": self.get_epsilon(delta),
-                "events": [{"noise_multiplier": s, "sample_rate": q, "steps": n} for s, q, n in self.history],
-                "composition": "each event is dp_accounting.PoissonSampledDpEvent(sample_rate, GaussianDpEvent("
-                               "noise_multiplier)) self-composed steps times; the events compose"}
+    def record(self, delta: float) -> AccountingRecord:
+        """The account of the guarantee per student at ``delta`` (the manifest's, once made JSON)."""
+        return AccountingRecord(delta=delta, value_discretization_interval=self.interval,
+                                epsilon=self.get_epsilon(delta), events=tuple(self.history))
 
     def __len__(self) -> int:
         return sum(steps for _, _, steps in self.history)
@@ -148,7 +173,7 @@ class PrivacyAccountant:
         """Restore a saved history; refuses another mechanism's state."""
         if state.get("mechanism") != MECHANISM:
             raise ValueError(f"state is for mechanism {state.get('mechanism')!r}, not {MECHANISM!r}")
-        history = [(float(s), float(q), int(n)) for s, q, n in state["history"]]
+        history = [Step(float(s), float(q), int(n)) for s, q, n in state["history"]]
         for s, q, n in history:
             _check_step(s, q, n)
         self.interval, self.history = float(state["interval"]), history
@@ -178,7 +203,7 @@ def noise_multiplier_for(
         raise ValueError(f"the earlier steps alone spend epsilon {target_epsilon} or more")
 
     def eps(sigma: float) -> float:
-        return epsilon_for([*before, (sigma, sample_rate, steps)], delta=delta, interval=interval)
+        return epsilon_for([*before, Step(sigma, sample_rate, steps)], delta=delta, interval=interval)
 
     _check_step(1.0, sample_rate, steps)
     low, high = 0.05, 1.0

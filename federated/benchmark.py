@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from federated.modes import DPMode, NoDP, StudentLevelDP
 from federated.publish import PublishOptions
 from federated.train import TrainingConfig, train_federated
 from qmatrix import Dataset
@@ -40,17 +41,17 @@ def compare_training(
     seed: int = 0,
     on_setting: Callable[[str], None] | None = None,
 ) -> TrainingComparison:
-    settings: list[tuple[str, int, str, float | None]] = [
-        ("centralized", 1, "none", None),
-        ("federated", clients, "none", None),
-        *((f"federated-dp(ε={e:g})", clients, "student", e) for e in epsilons),
+    settings: list[tuple[str, int, DPMode, float | None]] = [
+        ("centralized", 1, NoDP(), None),
+        ("federated", clients, NoDP(), None),
+        *((f"federated-dp(ε={e:g})", clients, StudentLevelDP(), e) for e in epsilons),
     ]
     rows: list[dict[str, object]] = []
     for name, n_clients, dp, epsilon in settings:
         if on_setting is not None:
             on_setting(name)
         with tempfile.TemporaryDirectory(prefix="fedcd-bench-") as registry:
-            config = TrainingConfig(clients=n_clients, rounds=rounds, dp=dp, epsilon=epsilon,  # type: ignore[arg-type]
+            config = TrainingConfig(clients=n_clients, rounds=rounds, dp=dp, epsilon=epsilon,
                                     delta=delta, seed=seed, threads=1)
             result = train_federated(dataset=dataset, registry=registry, config=config,
                                      publish=PublishOptions(force=True))
@@ -58,10 +59,10 @@ def compare_training(
         rows.append({
             "name": name,
             "clients": n_clients,
-            "dp": dp,
+            "dp": dp.name,
             "epsilon_budget": epsilon,
             "epsilon_spent": history[-1].epsilon if history else None,
-            "delta": delta if dp != "none" else None,
+            "delta": delta if dp.private else None,
             "rounds_run": len(history),
             "heldout_auc": result.heldout_metrics.get("auc"),
             "bytes_per_round": float(np.mean([h.bytes_sent for h in history])) if history else None,

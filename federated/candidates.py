@@ -20,22 +20,21 @@ import torch
 
 from federated.accountant import PrivacyAccountant
 from federated.data import ResponseTensors, Split, encode_dataset
-from federated.dp import poisson_sample, update_nbytes
-from federated.inprocess import FedConfig, RoundRecord, evaluation_mask, fedavg_round
+from federated.inprocess import Aggregate, FedConfig, RoundRecord, evaluation_mask, fedavg_round
 from federated.item_release import ItemRelease
 from federated.itembank import ItemBank
-from federated.local import add_update, get_parameters, set_parameters, train_local
+from federated.local import LocalResult
 from federated.metrics import evaluate_masked
-from federated.model import CDModel
 from federated.models import DiagnosisModel, new_model
+from federated.modes import DPMode
 from federated.rounds import BestRound, run_rounds
 from qmatrix import Dataset
 
 if TYPE_CHECKING:
     from federated.train import TrainingConfig
 
-__all__ = ["Fitted", "Plan", "choose", "coordinate_median", "fit_candidate", "selection_record", "selection_rule",
-           "trimmed_mean", "warm_start"]
+__all__ = ["Fitted", "Plan", "RobustRule", "choose", "coordinate_median", "fit_candidate", "selection_record",
+           "selection_rule", "trimmed_mean", "warm_start"]
 
 Update = Sequence[np.ndarray]
 
@@ -62,30 +61,17 @@ def warm_start(model: ItemBank, clients: Sequence[ResponseTensors], *, table: np
     model.warm_start(table, sum(s[0] for s in sums), sum(s[1] for s in sums))
 
 
-def robust_round(model: CDModel, clients: Sequence[ResponseTensors], evaluation: ResponseTensors,
-                  hidden: torch.Tensor, config: FedConfig, rng: np.random.Generator,
-                  aggregate: Callable[[list[Update]], list[np.ndarray]]) -> RoundRecord:
-    start = time.perf_counter()
-    global_params, worker = get_parameters(model), copy.deepcopy(model)
-    sampled = poisson_sample(len(clients), config.client_sample_rate, rng)
-    results = []
-    for c in sampled:
-        set_parameters(worker, global_params)
-        generator = torch.Generator().manual_seed(int(rng.integers(2**62)))
-        results.append(train_local(worker, clients[c], config=config.local, generator=generator,
-                                   dp=config.student_dp if config.dp == "student" else None))
-    if results:
-        add_update(model, aggregate([r.update for r in results]), scale=config.server_lr)
-    for c in sampled:  # as in run_fedavg: under DP the public bank, not what clients answered
-        model.mark_seen(clients[c].answered_items() if config.dp == "none" else clients[c].item_ids)
-    evaluation_result = evaluate_masked(model, evaluation, hidden)
-    losses = [r.loss for r in results if r.loss == r.loss]
-    norms = [x for r in results for x in r.pre_clip_norms]
-    return RoundRecord(round=0, sampled_clients=tuple(int(c) for c in sampled),
-                       train_loss=float(np.mean(losses)) if losses else float("nan"),
-                       eval_loss=evaluation_result.loss, auc=evaluation_result.auc, epsilon=None,
-                       bytes_sent=sum(update_nbytes(r.update) for r in results), seconds=time.perf_counter() - start,
-                       student_norm_median=float(np.median(norms)) if norms else None)
+class RobustRule:
+    """A robust rule (trimmed mean, median) in place of the DP mode's mean, as an
+    :class:`~federated.inprocess.Aggregate`: every sampled client's update counts once, whatever it claims (no
+    weights, no per-item counts)."""
+
+    def __init__(self, rule: Callable[[list[Update]], list[np.ndarray]]) -> None:
+        self.rule = rule
+
+    def __call__(self, results: list[LocalResult], *, n_clients: int, fed: FedConfig, rng: np.random.Generator,
+                 like: list[np.ndarray]) -> tuple[list[np.ndarray] | None, dict[int, float]]:
+        return (self.rule([r.update for r in results]) if results else None), {}
 
 
 @dataclass(frozen=True)
@@ -145,19 +131,19 @@ def fit_candidate(kind: str, plan: Plan, accountant: PrivacyAccountant | None,
     train, evaluation = data.subset(plan.split.train), data.subset(plan.split.test)
     shards = [train.subset(p) for p in plan.parts]
     if c.rounds > 0 and isinstance(model, ItemBank):  # rounds=0: the untrained model
-        if c.dp == "none":
+        if c.dp.reveals_counts:
             warm_start(model, shards, table=data.features.numpy())
         elif plan.release is not None:  # already charged: every kind post-processes the same release
             plan.release.warm_start(model, data.features.numpy())
     rng = np.random.default_rng()
     rng.bit_generator.state = copy.deepcopy(plan.rng_state)
     hidden, worker, fed = evaluation_mask(evaluation, plan.fed), copy.deepcopy(model), plan.fed
-    robust = {"trimmed_mean": lambda u: trimmed_mean(u, trim=c.trim_fraction), "median": coordinate_median}
+    robust: dict[str, Aggregate] = {"trimmed_mean": RobustRule(lambda u: trimmed_mean(u, trim=c.trim_fraction)),
+                                    "median": RobustRule(coordinate_median)}
+    aggregate = robust.get(c.aggregation)  # None: the DP mode's own mean
 
     def play(_: int) -> RoundRecord:
-        if c.aggregation in robust:
-            return robust_round(model, shards, evaluation, hidden, fed, rng, robust[c.aggregation])
-        return fedavg_round(model, worker, shards, evaluation, hidden, fed, rng)
+        return fedavg_round(model, worker, shards, evaluation, hidden, fed, rng, aggregate)
 
     best = BestRound(model)
     start_auc = None
@@ -184,17 +170,17 @@ def choose(fitted: Sequence[Fitted]) -> Fitted:
     return max(fitted, key=lambda f: f.auc if f.auc == f.auc else float("-inf"))
 
 
-def selection_rule(dp: str) -> str:
+def selection_rule(dp: DPMode) -> str:
     """How the published kind is chosen (every trainer, every engine), and what that means under DP."""
     rule = ("every candidate kind trained on the same students and shards; the published one has the highest "
             "held-out AUC on the coordinator's held-out students (never trained on), each at its best round")
-    if dp != "none":
+    if dp.private:
         rule += ("; choosing by those held-out students costs no privacy, but every candidate trained on the "
                  "training students, so the epsilon recorded is all candidates' rounds composed")
     return rule
 
 
-def selection_record(fitted: Sequence[Fitted], chosen: Fitted, dp: str) -> dict[str, Any]:
+def selection_record(fitted: Sequence[Fitted], chosen: Fitted, dp: DPMode) -> dict[str, Any]:
     """The manifest's record of the choice: every candidate's held-out AUC (at its served round) and the rule."""
     return {"chosen": chosen.kind, "served_round": chosen.served_round, "rule": selection_rule(dp),
             "candidates": [f.describe() for f in fitted]}

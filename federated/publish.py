@@ -21,6 +21,7 @@ from federated.inprocess import FedConfig, FedResult, RoundRecord
 from federated.local import LocalConfig
 from federated.metrics import evaluate_masked
 from federated.model import CDModel
+from federated.modes import DPMode, NoDP, StudentLevelDP, dp_mode
 from federated.predict import predict_mastery_batch
 from federated.active import utc_now
 from federated.registry import ModelRegistry
@@ -30,13 +31,13 @@ __all__ = ["HeldOut", "PublishOptions", "PublishTarget", "TrainResult", "Trainin
            "publish_federated", "publish_trained"]
 
 
-def _history_row(record: RoundRecord, dp: str) -> dict[str, Any]:
+def _history_row(record: RoundRecord, dp: DPMode) -> dict[str, Any]:
     """One round of the manifest's history. Under DP no ``train_loss``: the training students' mean loss is
     outside the privacy accounting (held-out metrics are on students the coordinator holds, not trained on)."""
     row: dict[str, Any] = {"round": record.round, "clients": len(record.sampled_clients),
                            "eval_loss": record.eval_loss, "auc": record.auc, "epsilon": record.epsilon,
                            "bytes_sent": record.bytes_sent, "seconds": round(record.seconds, 3)}
-    if dp == "none":
+    if dp.reveals_train_loss:
         row["train_loss"] = record.train_loss
     return row
 
@@ -107,7 +108,7 @@ class TrainingRun:
     None: the history's last ε."""
 
     stop_reason: str | None
-    dp: str
+    dp: DPMode
     delta: float
     train_students: int | None
     config: dict[str, Any]
@@ -150,11 +151,11 @@ def gate_and_publish(
                                   active_version=target.active_version, policy=options.gate, force=options.force)
     version = manifest = None
     spent = (run.epsilon if run.epsilon is not None else history[-1].epsilon if history else None) \
-        if dp != "none" else None
+        if dp.private else None
     if decision.accepted:
         version, manifest = target.registry.publish(model, activate=options.activate, manifest={
             "trained_at": utc_now(), "rounds": len(history), "stop_reason": stop_reason,
-            "dp_mode": dp, "epsilon": spent, "delta": run.delta if dp != "none" else None,
+            "dp_mode": dp.name, "epsilon": spent, "delta": run.delta if dp.private else None,
             "heldout_metrics": metrics, "qmatrix_id": dataset.qmatrix.id,
             "items": {item.id: list(item.concepts) for item in dataset.qmatrix.items},
             "data": {"name": dataset.name, "simulated": dataset.simulated, "students": len(dataset.students),
@@ -191,7 +192,7 @@ def publish_trained(
     selection = getattr(fed, "selection", None)
     delta = options.get("delta", 1e-5)
     run = TrainingRun(
-        stop_reason=getattr(fed, "stop_reason", None), dp=options.get("dp", "none"), delta=delta,
+        stop_reason=getattr(fed, "stop_reason", None), dp=dp_mode(options.get("dp", NoDP())), delta=delta,
         train_students=len(split.train), config={**options, "engine": "flower", "accountant": accountant is not None},
         started=started, extra={"model_selection": selection} if selection else None,
         # several candidate kinds trained on the same students: the composed accountant, not the chosen run's history
@@ -237,7 +238,7 @@ def publish_federated(
     data = {"name": dataset.name, "simulated": None, "nodes": federation.get("nodes"), "train_students": None,
             "heldout_students": len(students), "heldout": "students the coordinator owns"}
     run = TrainingRun(
-        stop_reason=fed.stop_reason, dp=options.get("dp", "student"), delta=options.get("delta", 1e-5),
+        stop_reason=fed.stop_reason, dp=dp_mode(options.get("dp", StudentLevelDP())), delta=options.get("delta", 1e-5),
         train_students=None, config={**options, "engine": "flower-deployment"}, started=started,
         extra={"data": data, "federation": federation},
     )

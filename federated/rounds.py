@@ -23,11 +23,14 @@ from __future__ import annotations
 import copy
 import dataclasses
 from collections.abc import Callable
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import torch
 
 from federated.accountant import PrivacyAccountant
+
+if TYPE_CHECKING:
+    from federated.modes import DPMode
 
 __all__ = ["BestRound", "RoundPlan", "run_rounds"]
 
@@ -38,7 +41,7 @@ class RoundPlan(Protocol):
     """What the loop reads of a run's configuration (``federated.inprocess.FedConfig``)."""
 
     rounds: int
-    dp: str
+    dp: DPMode
     epsilon_budget: float | None
     delta: float
 
@@ -50,7 +53,7 @@ def run_rounds(config: RoundPlan, play_round: Callable[[int], R], *, on_round: C
                ) -> tuple[list[R], str | None, PrivacyAccountant | None]:
     """Play ``config.rounds`` rounds; returns (history, the reason it stopped early or None, the accountant).
     ``accountant``: continue one that earlier runs on the same students were charged to (module docstring)."""
-    if config.dp == "none":
+    if not config.dp.private:
         accountant = None
     elif accountant is None:
         accountant = PrivacyAccountant()
@@ -67,7 +70,7 @@ def run_rounds(config: RoundPlan, play_round: Callable[[int], R], *, on_round: C
         if accountant is not None and mechanism is not None:
             accountant.step(noise_multiplier=mechanism[0], sample_rate=mechanism[1], steps=mechanism[2])
         stamp: dict[str, Any] = {"round": r, "epsilon": accountant.get_epsilon(config.delta) if accountant else None}
-        if config.dp != "none":  # outside the privacy accounting: never released (module docstring)
+        if not config.dp.reveals_train_loss:  # outside the privacy accounting: never released (module docstring)
             stamp["train_loss"] = float("nan")
         record = dataclasses.replace(record, **stamp)  # type: ignore[type-var]
         history.append(record)

@@ -8,12 +8,12 @@ runs the promotion gate (:mod:`federated.gate`) and publishes to the registry
 
 Rounds run one at a time so ``progress`` sees each :class:`RoundRecord` as it finishes.
 Rounds run through the one round loop every engine shares (:func:`federated.rounds.run_rounds`:
-budget stop before a round, ε composed over all rounds); ``fedavg``/``fedprox`` rounds are
-:func:`federated.inprocess.fedavg_round` with the same ``rng``, so the draws are those of one
-:func:`~federated.inprocess.run_fedavg` call.
-``trimmed_mean`` and ``median`` (robust to a few bad clients) aggregate the sampled
-clients' updates coordinate-wise (:mod:`federated.candidates`); they are refused
-with client-level DP, whose noise is calibrated to a clipped *sum* of updates (with
+budget stop before a round, ε composed over all rounds); every round is the one round body,
+:func:`federated.inprocess.fedavg_round`, with the same ``rng``, so the draws are those of one
+:func:`~federated.inprocess.run_fedavg` call. The DP mode (:mod:`federated.modes`) owns the clipping, noise,
+weights and what the server may learn. ``trimmed_mean`` and ``median`` (robust to a few bad clients) take the
+place of the mode's mean and aggregate the sampled clients' updates coordinate-wise (:mod:`federated.candidates`);
+they are refused with client-level DP, whose noise is calibrated to a clipped *sum* of updates (with
 student-level DP each update is already private, and any aggregate of them is too).
 
 ``model_kind="auto"`` (the default) trains every candidate kind and publishes the one with the best
@@ -34,17 +34,17 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
-from federated.accountant import noise_multiplier_for
 from federated.candidates import (Plan, choose, coordinate_median, fit_candidate, selection_record, trimmed_mean,
                                   warm_start)
 from federated.data import (ResponseTensors, dirichlet_partition, encode_dataset, iid_partition,
                             split_student_indices)
-from federated.inprocess import AGGREGATIONS, Aggregation, DPMode, FedConfig, RoundRecord
+from federated.inprocess import AGGREGATIONS, Aggregation, FedConfig, RoundRecord
 from federated.item_release import ItemRelease, release_for_training
 from federated.itembank import ItemBank
 from federated.local import LocalConfig, StudentDP
 from federated.model import Interaction
 from federated.models import AUTO, DEFAULT_KIND, candidate_kinds, new_model
+from federated.modes import DPMode, NoDP, calibrate, dp_mode
 from federated.publish import HeldOut, PublishOptions, PublishTarget, TrainingRun, TrainResult, gate_and_publish
 from federated.registry import ModelRegistry, model_key
 from qmatrix import Dataset, example_qmatrix, simulate_dina
@@ -84,11 +84,12 @@ class TrainingConfig:
     ``item_release_share``: under student-level DP, the share of ``epsilon`` spent once on releasing per-item and
     per-item-group sums that start the item parameters (``federated.item_release``); the rounds get the rest, with
     the per-item parameters held fixed. 0: DP-SGD over every parameter, no release.
+    ``dp``: the DP mode (:mod:`federated.modes`; a name, ``"none"``, ``"student"`` or ``"client"``, is looked up).
     """
 
     clients: int = 3
     rounds: int = 10
-    dp: DPMode = "none"
+    dp: DPMode = NoDP()
     epsilon: float | None = None
     delta: float = 1e-5
     aggregation: Aggregation = "fedavg"
@@ -116,24 +117,25 @@ class TrainingConfig:
     def releases_item_sums(self) -> bool:
         """Student-level DP spends ``item_release_share`` of ε on releasing per-item sums (federated.item_release)
         and trains the rest with the per-item parameters held fixed; 0 trains everything by DP-SGD alone."""
-        return self.dp == "student" and self.item_release_share > 0
+        return self.dp.releases_item_sums and self.item_release_share > 0
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "dp", dp_mode(self.dp))
         if self.aggregation not in AGGREGATIONS:
             raise ValueError(f"aggregation must be one of {', '.join(AGGREGATIONS)}, got {self.aggregation!r}")
-        if self.aggregation in ("trimmed_mean", "median") and self.dp == "client":
-            raise ValueError(f"{self.aggregation} cannot be combined with client-level DP (its noise assumes a "
+        if self.aggregation in ("trimmed_mean", "median") and self.dp.noise_at_server:
+            raise ValueError(f"{self.aggregation} cannot be combined with {self.dp.label} (its noise assumes a "
                              "clipped sum)")
         if self.partition not in ("iid", "dirichlet"):
             raise ValueError(f"partition must be 'iid' or 'dirichlet', got {self.partition!r}")
         if self.clients < 1 or self.rounds < 0 or not 0 < self.heldout_fraction < 1:
             raise ValueError(f"need clients >= 1, rounds >= 0, heldout_fraction in (0, 1); got {self.clients}, "
                              f"{self.rounds}, {self.heldout_fraction}")
-        if self.dp != "none" and self.epsilon is None:
-            raise ValueError(f"dp={self.dp!r} needs an epsilon budget")
+        if self.dp.private and self.epsilon is None:
+            raise ValueError(f"dp={self.dp.name!r} needs an epsilon budget")
         if self.noise_multiplier is not None and not self.noise_multiplier > 0:
             raise ValueError(f"noise_multiplier must be > 0, got {self.noise_multiplier}")
-        if self.dp == "none" and self.epsilon is not None:
+        if not self.dp.private and self.epsilon is not None:
             raise ValueError("epsilon is a DP budget; pass dp='student' or dp='client'")
         candidate_kinds(self.model_kind)  # raises for an unknown kind
         if self.keep not in ("best", "last"):
@@ -180,21 +182,20 @@ def train_federated(
                  dirichlet_partition(train.proportion_correct(), n_clients=c.clients, alpha=c.alpha, rng=rng))
         local = LocalConfig(epochs=c.local_epochs, lr=c.local_lr,
                             prox_mu=c.prox_mu if c.aggregation == "fedprox" else 0.0)
-        steps = max(1, round(c.local_epochs / c.student_sample_rate)) if c.dp == "student" else 1
         shards = [train.subset(p) for p in parts]
         release = item_release(c, kinds[0], dataset, shards, table=proportion.features.numpy(), rng=rng)
-        sigma = c.noise_multiplier
-        if c.dp != "none" and sigma is None:  # the budget covers every candidate's rounds: they compose
-            q, total = ((c.student_sample_rate, c.rounds * steps) if c.dp == "student" else
-                        (c.client_sample_rate, c.rounds))
-            sigma = noise_multiplier_for(target_epsilon=float(c.epsilon or 0), delta=c.delta, sample_rate=q,
-                                         steps=total * len(kinds), prior=release.events if release else ())
-        student_dp = StudentDP(noise_multiplier=sigma, clip_norm=c.clip_norm or 1.0, sample_rate=c.student_sample_rate,
-                               steps=steps, frozen=("item_delta",) if release else ()) \
-            if c.dp == "student" and sigma else None
-        fed = FedConfig(rounds=c.rounds, client_sample_rate=c.client_sample_rate, local=local, dp=c.dp,
-                        noise_multiplier=sigma if c.dp == "client" and sigma else 1.0, clip_norm=c.clip_norm or 0.1,
-                        student_dp=student_dp, delta=c.delta, epsilon_budget=c.epsilon if c.dp != "none" else None)
+        fed = c.dp.configure(
+            FedConfig(rounds=c.rounds, client_sample_rate=c.client_sample_rate, local=local,
+                      clip_norm=c.clip_norm or 0.1, delta=c.delta),
+            epsilon_budget=c.epsilon, student=lambda: StudentDP(
+                noise_multiplier=c.noise_multiplier or 1.0, clip_norm=c.clip_norm or 1.0,
+                sample_rate=c.student_sample_rate, steps=max(1, round(c.local_epochs / c.student_sample_rate)),
+                frozen=("item_delta",) if release else ()))
+        if c.noise_multiplier is not None:
+            fed = c.dp.with_noise(fed, c.noise_multiplier)
+        else:  # the budget covers every candidate's rounds (they compose), after the item release
+            fed = calibrate(fed, epsilon=float(c.epsilon or 0), candidates=len(kinds),
+                            prior=release.events if release else ())
         plan = Plan(c, dataset, split, parts, fed, copy.deepcopy(rng.bit_generator.state), release)
         fitted, accountant = [], release.charged() if release else None
         for kind in kinds:
@@ -203,7 +204,7 @@ def train_federated(
         chosen = choose(fitted)
         mechanism = fed.round_mechanism()
         config_row = {
-            "clients": c.clients, "rounds": c.rounds, "dp": c.dp, "epsilon_budget": c.epsilon, "delta": c.delta,
+            "clients": c.clients, "rounds": c.rounds, "dp": c.dp.name, "epsilon_budget": c.epsilon, "delta": c.delta,
             "aggregation": c.aggregation, "partition": c.partition, "seed": c.seed,
             "alpha": c.alpha if c.partition == "dirichlet" else None,
             "trim_fraction": c.trim_fraction if c.aggregation == "trimmed_mean" else None,
@@ -213,12 +214,12 @@ def train_federated(
             "noise_multiplier": mechanism[0] if mechanism else None,
             "sample_rate": mechanism[1] if mechanism else None,
             "steps_per_round": mechanism[2] if mechanism else None,
-            "clip_norm": (student_dp.clip_norm if student_dp else fed.clip_norm) if c.dp != "none" else None,
+            "clip_norm": c.dp.clip_norm(fed),
             "item_release": release.describe() if release else None,
         }
         extra: dict[str, Any] = {"model_selection": selection_record(fitted, chosen, c.dp)}
         if accountant is not None:  # every release in order: the guarantee per student, reproducible from here
-            extra["privacy_accounting"] = accountant.record(c.delta)
+            extra["privacy_accounting"] = accountant.record(c.delta).to_json()  # the manifest's JSON, made here
         if tenant is not None:
             extra["tenant"] = tenant
         run = TrainingRun(stop_reason=chosen.stop_reason, dp=c.dp, delta=c.delta, train_students=len(train),

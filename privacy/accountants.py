@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import copy
 import math
-from numbers import Real
 from abc import ABC, abstractmethod
 from functools import lru_cache
 from typing import Any, ClassVar
@@ -42,8 +41,8 @@ from typing import Any, ClassVar
 import numpy as np
 
 from privacy.gaussian import AnalyticGaussianMechanism, analytic_gaussian_sigma
-from privacy.mechanisms import LaplaceMechanism
-from privacy.ranges import MAX_RELEASE_EPSILON
+from privacy.mechanisms import LaplaceMechanism, ReleaseCost
+from privacy.ranges import NOISE_MULTIPLIER_RANGE
 from privacy.registry import names_of
 
 __all__ = [
@@ -59,9 +58,6 @@ __all__ = [
 ]
 
 DEFAULT_TARGET_DELTA = 1e-5
-# σ/Δ₂ of a Gaussian release. The analytic calibration gives 0.023 … 5412 over the allowed (ε, δ);
-# the range keeps ρ = 1/(2(σ/Δ₂)²) and every RDP order's α·ρ finite with a wide margin.
-NOISE_MULTIPLIER_RANGE = (1e-6, 1e6)
 # The names a recorded release may carry (the registry's, so no name is spelt here): the Gaussian is recorded as
 # "analytic_gaussian" (its charge) or "gaussian" (the request's name). Exact Laplace only: the secure (snapping)
 # Laplace, the bounded mechanisms and any other name are charged as generic pure ε-DP.
@@ -71,65 +67,39 @@ _EVENT_KEYS = frozenset({"mechanism", "epsilon", "delta", "sigma_over_sensitivit
 _STATE_KEYS = frozenset({"accountant", "history"})
 
 
-def _float(value: object, name: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, Real) or not math.isfinite(float(value)):
-        raise ValueError(f"{name} must be a finite number, got {value!r}")
-    return float(value)
-
-
-def _event(*, epsilon: float, delta: float, mechanism: str, sigma_over_sensitivity: float | None) -> dict[str, Any]:
-    """One validated release, as the plain dict that ``history`` and ``state_dict`` hold."""
-    if not isinstance(mechanism, str) or not mechanism:
-        raise ValueError(f"mechanism must be a non-empty name, got {mechanism!r}")
-    epsilon = _float(epsilon, "epsilon")
-    delta = _float(delta, "delta")
-    if not 0 < epsilon <= MAX_RELEASE_EPSILON:
-        raise ValueError(f"epsilon of one release must lie in (0, {MAX_RELEASE_EPSILON:g}], got {epsilon!r}")
-    if not (0.0 <= delta < 1.0):
-        raise ValueError(f"delta must lie in [0, 1), got {delta!r}")
-    if sigma_over_sensitivity is not None:
-        sigma_over_sensitivity = _float(sigma_over_sensitivity, "sigma_over_sensitivity")
-        low, high = NOISE_MULTIPLIER_RANGE
-        if not low <= sigma_over_sensitivity <= high:
-            raise ValueError(f"sigma_over_sensitivity must lie in [{low:g}, {high:g}], got {sigma_over_sensitivity!r}")
+def _stored(event: ReleaseCost) -> dict[str, Any]:
+    """One release as ``state_dict`` stores it (JSON, in the ledger's ``privacy_students`` rows): the edge where
+    an event stops being a :class:`ReleaseCost`."""
     return {
-        "mechanism": mechanism,
-        "epsilon": epsilon,
-        "delta": delta,
-        "sigma_over_sensitivity": sigma_over_sensitivity,
+        "mechanism": event.mechanism,
+        "epsilon": event.epsilon,
+        "delta": event.delta,
+        "sigma_over_sensitivity": event.sigma_over_sensitivity,
     }
 
 
 class Accountant(ABC):
     """Adds up the privacy cost of a sequence of releases about one individual.
 
-    ``history`` is a list of plain dicts ``{mechanism, epsilon, delta, sigma_over_sensitivity}``,
-    one per :meth:`step`; subclasses derive everything else from it.
+    ``history`` is the list of :class:`~privacy.mechanisms.ReleaseCost` events, one per :meth:`step` (checked
+    when they were made); subclasses derive everything else from it.
     """
 
     name: ClassVar[str]
 
     def __init__(self) -> None:
-        self.history: list[dict[str, Any]] = []
+        self.history: list[ReleaseCost] = []
 
-    def step(
-        self,
-        *,
-        epsilon: float,
-        delta: float = 0.0,
-        mechanism: str = "laplace",
-        sigma_over_sensitivity: float | None = None,
-    ) -> None:
+    def step(self, cost: ReleaseCost) -> None:
         """Record one release that is (ε, δ)-DP by itself (δ = 0: pure ε-DP).
 
-        ``sigma_over_sensitivity`` (σ/Δ₂) is the Gaussian noise multiplier, used by the Rényi
+        ``cost.sigma_over_sensitivity`` (σ/Δ₂) is the Gaussian noise multiplier, used by the Rényi
         accountants; without it they derive it from (ε, δ).
         """
-        event = _event(
-            epsilon=epsilon, delta=delta, mechanism=mechanism, sigma_over_sensitivity=sigma_over_sensitivity
-        )
-        self._compose(event)  # may refuse the event before it enters the history
-        self.history.append(event)
+        if not isinstance(cost, ReleaseCost):
+            raise TypeError(f"an accountant steps by a ReleaseCost, got {type(cost).__name__}")
+        self._compose(cost)  # may refuse the event before it enters the history
+        self.history.append(cost)
 
     @abstractmethod
     def spent(self, delta: float | None = None) -> tuple[float, float]:
@@ -142,32 +112,23 @@ class Accountant(ABC):
     def __len__(self) -> int:
         return len(self.history)
 
-    def _compose(self, event: dict[str, Any]) -> None:  # noqa: B027 - optional hook
+    def _compose(self, event: ReleaseCost) -> None:  # noqa: B027 - optional hook
         """Fold one validated event into derived state; raise ``ValueError`` to refuse it."""
 
     def _reset(self) -> None:  # noqa: B027 - optional hook
         """Clear derived state (``history`` is cleared by the caller)."""
 
     def spent_after(
-        self,
-        *,
-        epsilon: float,
-        delta: float = 0.0,
-        mechanism: str = "laplace",
-        sigma_over_sensitivity: float | None = None,
-        count: int = 1,
-        target_delta: float | None = None,
+        self, cost: ReleaseCost, *, count: int = 1, target_delta: float | None = None
     ) -> tuple[float, float]:
-        """What :meth:`spent` would say after ``count`` more such releases (this accountant is unchanged)."""
+        """What :meth:`spent` would say after ``count`` more releases costing ``cost`` (this accountant is unchanged)."""
         trial = copy.deepcopy(self)
         for _ in range(count):
-            trial.step(
-                epsilon=epsilon, delta=delta, mechanism=mechanism, sigma_over_sensitivity=sigma_over_sensitivity
-            )
+            trial.step(cost)
         return trial.spent(target_delta)
 
     def state_dict(self) -> dict[str, Any]:
-        return {"accountant": self.mechanism(), "history": [dict(e) for e in self.history]}
+        return {"accountant": self.mechanism(), "history": [_stored(e) for e in self.history]}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Replace this accountant's history with a saved one, after checking its keys and its method."""
@@ -182,7 +143,7 @@ class Accountant(ABC):
         for i, entry in enumerate(state["history"]):
             if not isinstance(entry, dict) or set(entry) != _EVENT_KEYS:
                 raise ValueError(f"history entry {i} must have exactly the keys {sorted(_EVENT_KEYS)}, got {entry!r}")
-            events.append(_event(**entry))
+            events.append(ReleaseCost(**entry))
         self.history = []
         self._reset()
         for event in events:
@@ -199,8 +160,8 @@ class BasicCompositionAccountant(Accountant):
         return _basic(self.history)
 
 
-def _basic(history: list[dict[str, Any]]) -> tuple[float, float]:
-    return math.fsum(e["epsilon"] for e in history), math.fsum(e["delta"] for e in history)
+def _basic(history: list[ReleaseCost]) -> tuple[float, float]:
+    return math.fsum(e.epsilon for e in history), math.fsum(e.delta for e in history)
 
 
 @lru_cache(maxsize=1)
@@ -258,10 +219,10 @@ class RDPAccountant(Accountant):
         """The composed RDP curve, one value per order."""
         return self._curve.copy()
 
-    def _event_curve(self, event: dict[str, Any]) -> np.ndarray:
-        mechanism, epsilon, delta = event["mechanism"], event["epsilon"], event["delta"]
+    def _event_curve(self, event: ReleaseCost) -> np.ndarray:
+        mechanism, epsilon, delta = event.mechanism, event.epsilon, event.delta
         if mechanism in GAUSSIAN_MECHANISMS:
-            multiplier = event["sigma_over_sensitivity"]
+            multiplier = event.sigma_over_sensitivity
             if multiplier is None:
                 if delta <= 0:
                     raise ValueError("a Gaussian release needs delta > 0 or sigma_over_sensitivity")
@@ -278,7 +239,7 @@ class RDPAccountant(Accountant):
             return np.clip(np.nan_to_num(_dp_accounting_rdp(False, 1.0 / epsilon), nan=np.inf), 0.0, pure)
         return pure
 
-    def _compose(self, event: dict[str, Any]) -> None:
+    def _compose(self, event: ReleaseCost) -> None:
         self._curve = self._curve + self._event_curve(event)
 
     def _reset(self) -> None:
@@ -316,10 +277,10 @@ class ZCDPAccountant(RDPAccountant):
         return math.fsum(self._rho(e) for e in self.history)
 
     @staticmethod
-    def _rho(event: dict[str, Any]) -> float:
-        mechanism, epsilon, delta = event["mechanism"], event["epsilon"], event["delta"]
+    def _rho(event: ReleaseCost) -> float:
+        mechanism, epsilon, delta = event.mechanism, event.epsilon, event.delta
         if mechanism in GAUSSIAN_MECHANISMS:
-            multiplier = event["sigma_over_sensitivity"]
+            multiplier = event.sigma_over_sensitivity
             if multiplier is None:
                 if delta <= 0:
                     raise ValueError("a Gaussian release needs delta > 0 or sigma_over_sensitivity")
@@ -331,7 +292,7 @@ class ZCDPAccountant(RDPAccountant):
             )
         return epsilon**2 / 2.0
 
-    def _event_curve(self, event: dict[str, Any]) -> np.ndarray:
+    def _event_curve(self, event: ReleaseCost) -> np.ndarray:
         return _orders() * self._rho(event)
 
 
@@ -347,13 +308,13 @@ def register_accountant(name: str, cls: type[Accountant], force: bool = False) -
     _REGISTRY[name] = cls
 
 
-def make_accountant(name: str, **kwargs: Any) -> Accountant:
-    """A fresh accountant by registry name; ``kwargs`` go to its constructor."""
+def make_accountant(name: str) -> Accountant:
+    """A fresh accountant by registry name, with its constructor's defaults (build the class itself to set them)."""
     try:
         cls = _REGISTRY[name]
     except KeyError:
         raise ValueError(f"unknown accountant {name!r} (use {', '.join(accountant_names())})") from None
-    return cls(**kwargs)
+    return cls()
 
 
 def accountant_names() -> tuple[str, ...]:

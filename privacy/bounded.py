@@ -52,8 +52,8 @@ from typing import Self
 import numpy as np
 
 from privacy.likelihood import DuchiKernel, HybridKernel, LikelihoodKernel, PiecewiseKernel
-from privacy.mechanisms import Mechanism, ReleaseCost, described_number
-from privacy.ranges import check_coordinate_epsilon, check_dimension, check_split
+from privacy.mechanisms import Mechanism, ReleaseCost, described_dimension, described_number
+from privacy.ranges import Epsilon, check_coordinate_epsilon, check_dimension, check_split
 from privacy.sampling import RELEASE_GRID, stochastic_round
 
 __all__ = [
@@ -231,16 +231,13 @@ class BoundedMechanism(Mechanism):
             raise ValueError(f"clip_output must be a bool, got {self.clip_output!r}")
 
     @classmethod
-    def for_request(cls, *, epsilon: float, delta: float, dimension: int) -> Self:
+    def for_request(cls, *, epsilon: Epsilon, delta: float, dimension: int) -> Self:
         return cls(epsilon=epsilon, dimension=dimension)  # pure ε-DP: δ is not used
 
     @classmethod
     def from_description(cls, description: Mapping[str, object]) -> Self:
-        dimension = described_number(description, "dimension")
-        if not dimension.is_integer():
-            raise ValueError(f"mechanism description needs an integer 'dimension', got {dimension!r}")
         return cls(
-            epsilon=described_number(description, "epsilon"), dimension=int(dimension),
+            epsilon=described_number(description, "epsilon"), dimension=described_dimension(description),
             clip_output=bool(description.get("clip_output", False)),
         )
 

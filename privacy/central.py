@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from privacy.ranges import check_dimension, check_epsilon
+from privacy.ranges import Epsilon, check_dimension
 
 __all__ = ["MAX_BINS", "CohortConceptStats", "cohort_statistics"]
 
@@ -44,7 +44,7 @@ def cohort_statistics(
     rng: np.random.Generator,
 ) -> tuple[dict[str, CohortConceptStats], float]:
     """(per-concept noisy statistics, ε per statistic). ``mastery``: one dict per student."""
-    check_epsilon(epsilon)
+    epsilon = Epsilon(epsilon)
     if isinstance(bins, bool) or not isinstance(bins, int) or not 1 <= bins <= MAX_BINS:
         raise ValueError(f"bins must be an integer in [1, {MAX_BINS}], got {bins!r}")
     if not concepts:

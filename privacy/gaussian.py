@@ -31,7 +31,7 @@ from scipy.special import log_ndtr
 
 from privacy.likelihood import ClippedAdditiveKernel, GaussianNoise, LikelihoodKernel
 from privacy.mechanisms import Mechanism, ReleaseCost, described_number
-from privacy.ranges import DIMENSION_MAX, check_delta, check_dimension, check_epsilon
+from privacy.ranges import DIMENSION_MAX, Epsilon, check_delta, check_dimension
 from privacy.sampling import RELEASE_GRID
 
 __all__ = ["AnalyticGaussianMechanism", "analytic_gaussian_sigma", "classical_gaussian_sigma", "gaussian_delta"]
@@ -60,16 +60,16 @@ def _log_delta(epsilon: float, sigma: float, sensitivity: float) -> float:
     return log_a + math.log(-math.expm1(gap))
 
 
-def gaussian_delta(*, epsilon: float, sigma: float, sensitivity: float) -> float:
+def gaussian_delta(*, epsilon: Epsilon, sigma: float, sensitivity: float) -> float:
     """The exact δ(ε) of the Gaussian mechanism with noise σ and L2 sensitivity Δ."""
     if isinstance(sigma, bool) or not (isinstance(sigma, int | float) and math.isfinite(sigma) and sigma > 0):
         raise ValueError(f"sigma must be a finite number > 0, got {sigma!r}")
-    check_epsilon(epsilon)
+    epsilon = Epsilon(epsilon)
     _check_sensitivity(sensitivity)
     return math.exp(_log_delta(epsilon, sigma, sensitivity))
 
 
-def analytic_gaussian_sigma(*, epsilon: float, delta: float, sensitivity: float, rel_tol: float = 1e-12) -> float:
+def analytic_gaussian_sigma(*, epsilon: Epsilon, delta: float, sensitivity: float, rel_tol: float = 1e-12) -> float:
     """The smallest σ (within ``rel_tol``, rounded up) with δ(σ) ≤ δ.
 
     Total for ε in [EPSILON_MIN, EPSILON_MAX], δ in [DELTA_MIN, DELTA_MAX] and 0 < Δ ≤ DIMENSION_MAX:
@@ -77,7 +77,7 @@ def analytic_gaussian_sigma(*, epsilon: float, delta: float, sensitivity: float,
     bisection at most ``_MAX_BISECTIONS``. (At ε = 1e308, before the ranges existed, δ(σ) was NaN
     everywhere and the bracketing loop never ended.)
     """
-    check_epsilon(epsilon)
+    epsilon = Epsilon(epsilon)
     check_delta(delta)
     _check_sensitivity(sensitivity)
     if not (isinstance(rel_tol, int | float) and 0 < rel_tol < 1):
@@ -114,9 +114,9 @@ def analytic_gaussian_sigma(*, epsilon: float, delta: float, sensitivity: float,
     return hi
 
 
-def classical_gaussian_sigma(*, epsilon: float, delta: float, sensitivity: float) -> float:
+def classical_gaussian_sigma(*, epsilon: Epsilon, delta: float, sensitivity: float) -> float:
     """Dwork & Roth's σ = Δ·√(2 ln(1.25/δ))/ε (valid only for ε < 1); for comparison."""
-    check_epsilon(epsilon)
+    epsilon = Epsilon(epsilon)
     check_delta(delta)
     _check_sensitivity(sensitivity)
     return sensitivity * math.sqrt(2 * math.log(1.25 / delta)) / epsilon
@@ -147,7 +147,7 @@ class AnalyticGaussianMechanism(Mechanism):
         return cls(epsilon=epsilon, delta=delta, sensitivity=math.sqrt(dimension))
 
     @classmethod
-    def for_request(cls, *, epsilon: float, delta: float, dimension: int) -> AnalyticGaussianMechanism:
+    def for_request(cls, *, epsilon: Epsilon, delta: float, dimension: int) -> AnalyticGaussianMechanism:
         check_delta(delta)  # before the σ search, so a bad δ is reported as one
         return cls.for_vector(epsilon=epsilon, delta=delta, dimension=dimension)
 

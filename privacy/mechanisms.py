@@ -24,12 +24,13 @@ import secrets
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from numbers import Real
 from typing import ClassVar, Literal
 
 import numpy as np
 
 from privacy.likelihood import ClippedAdditiveKernel, ExactKernel, GaussianNoise, LikelihoodKernel, laplace_with_error
-from privacy.ranges import check_epsilon, check_split
+from privacy.ranges import MAX_RELEASE_EPSILON, NOISE_MULTIPLIER_RANGE, Epsilon, check_split
 
 __all__ = [
     "LaplaceMechanism",
@@ -37,6 +38,7 @@ __all__ = [
     "NoNoise",
     "ReleaseCost",
     "SensitivityMode",
+    "described_dimension",
     "described_number",
     "laplace_for_request",
     "make_rng",
@@ -60,13 +62,25 @@ def sensitivity_for(mode: SensitivityMode, *, n_concepts_total: int, n_concepts_
     raise ValueError(f"unknown sensitivity mode {mode!r} (use 'paper' or 'assessed')")
 
 
+def _finite(value: object, name: str) -> float:
+    if type(value) is float and math.isfinite(value):  # the common case, first: a ledger replays every release
+        return value
+    if isinstance(value, bool) or not isinstance(value, Real) or not math.isfinite(float(value)):
+        raise ValueError(f"{name} must be a finite number, got {value!r}")
+    return float(value)
+
+
 @dataclass(frozen=True)
 class ReleaseCost:
-    """What one release costs, for a privacy accountant or the ledger.
+    """What one release costs: the one value a privacy accountant steps by and the ledger charges.
 
     ``epsilon`` is what the release really costs (the snapping mechanism's effective ε, slightly above
     its nominal one); ``mechanism`` is the name the accountant composes by; ``sigma_over_sensitivity``
     (σ/Δ₂, the Gaussian only) lets an RDP accountant compose it tightly.
+
+    Checked once, here (``ValueError``), and carried from then on: ε finite in (0, MAX_RELEASE_EPSILON] (a
+    release, not a request: an accountant replays histories charged under earlier versions), δ in [0, 1), σ/Δ₂ in
+    NOISE_MULTIPLIER_RANGE. Numbers are stored as floats.
     """
 
     epsilon: float
@@ -74,14 +88,23 @@ class ReleaseCost:
     mechanism: str
     sigma_over_sensitivity: float | None = None
 
-    def as_dict(self) -> dict[str, float | str | None]:
-        """The plain dict the ledger and accountants take (:func:`privacy.charge_parameters`)."""
-        return {
-            "epsilon": self.epsilon,
-            "delta": self.delta,
-            "mechanism": self.mechanism,
-            "sigma_over_sensitivity": self.sigma_over_sensitivity,
-        }
+    def __post_init__(self) -> None:
+        if not isinstance(self.mechanism, str) or not self.mechanism:
+            raise ValueError(f"mechanism must be a non-empty name, got {self.mechanism!r}")
+        epsilon, delta = _finite(self.epsilon, "epsilon"), _finite(self.delta, "delta")
+        if not 0 < epsilon <= MAX_RELEASE_EPSILON:
+            raise ValueError(f"epsilon of one release must lie in (0, {MAX_RELEASE_EPSILON:g}], got {epsilon!r}")
+        if not (0.0 <= delta < 1.0):
+            raise ValueError(f"delta must lie in [0, 1), got {delta!r}")
+        multiplier = self.sigma_over_sensitivity
+        if multiplier is not None:
+            multiplier = _finite(multiplier, "sigma_over_sensitivity")
+            low, high = NOISE_MULTIPLIER_RANGE
+            if not low <= multiplier <= high:
+                raise ValueError(f"sigma_over_sensitivity must lie in [{low:g}, {high:g}], got {multiplier!r}")
+        for name, value in (("epsilon", epsilon), ("delta", delta), ("sigma_over_sensitivity", multiplier)):
+            if value is not getattr(self, name):  # stored as floats (an int or a numpy float given)
+                object.__setattr__(self, name, value)
 
 
 def described_number(description: Mapping[str, object], key: str) -> float:
@@ -91,6 +114,15 @@ def described_number(description: Mapping[str, object], key: str) -> float:
         # a stored description is data, not a caller's bug: a ValueError, as for any other bad parameter
         raise ValueError(f"mechanism description {dict(description)!r} lacks a numeric {key!r}")  # noqa: TRY004
     return float(value)
+
+
+def described_dimension(description: Mapping[str, object]) -> int:
+    """``description["dimension"]`` as an int (how many concepts a bounded release splits ε over), or a
+    ``ValueError``."""
+    dimension = described_number(description, "dimension")
+    if not dimension.is_integer():
+        raise ValueError(f"mechanism description needs an integer 'dimension', got {dimension!r}")
+    return int(dimension)
 
 
 class Mechanism(ABC):
@@ -106,7 +138,7 @@ class Mechanism(ABC):
 
     @classmethod
     @abstractmethod
-    def for_request(cls, *, epsilon: float, delta: float, dimension: int) -> Mechanism:
+    def for_request(cls, *, epsilon: Epsilon, delta: float, dimension: int) -> Mechanism:
         """This mechanism for one request: ε (δ where it uses one) over ``dimension`` concepts (the budget's Δ)."""
 
     @classmethod
@@ -144,7 +176,7 @@ class NoNoise(Mechanism):
     adds_noise: ClassVar[bool] = False
 
     @classmethod
-    def for_request(cls, *, epsilon: float, delta: float, dimension: int) -> NoNoise:
+    def for_request(cls, *, epsilon: Epsilon, delta: float, dimension: int) -> NoNoise:
         return cls()
 
     @classmethod
@@ -213,7 +245,7 @@ class LaplaceMechanism(Mechanism):
         }
 
     @classmethod
-    def for_request(cls, *, epsilon: float, delta: float, dimension: int) -> LaplaceMechanism:
+    def for_request(cls, *, epsilon: Epsilon, delta: float, dimension: int) -> LaplaceMechanism:
         return cls(epsilon=epsilon, sensitivity=float(dimension))  # pure ε-DP: δ is not used
 
     @classmethod
@@ -242,6 +274,6 @@ def laplace_for_request(
     """The paper's mechanism for one request; ``epsilon=None`` means the request asked for no noise."""
     if epsilon is None:
         return NoNoise()
-    check_epsilon(epsilon)
+    epsilon = Epsilon(epsilon)
     delta = sensitivity_for(mode, n_concepts_total=n_concepts_total, n_concepts_assessed=n_concepts_assessed)
     return LaplaceMechanism(epsilon=epsilon, sensitivity=delta)

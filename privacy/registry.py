@@ -17,27 +17,34 @@ from collections.abc import Mapping
 from functools import lru_cache
 from typing import Literal
 
+from privacy.anchored import AnchoredPiecewiseMechanism
 from privacy.bounded import DuchiMechanism, HybridMechanism, PiecewiseMechanism
 from privacy.gaussian import AnalyticGaussianMechanism
 from privacy.mechanisms import LaplaceMechanism, Mechanism, NoNoise, SensitivityMode, sensitivity_for
-from privacy.ranges import check_epsilon
+from privacy.ranges import Epsilon
 from privacy.sampling import SecureLaplaceMechanism
 
 __all__ = [
+    "COHORT_MECHANISM",
     "DEFAULT_DELTA",
     "MECHANISM_NAMES",
     "PAPER_MECHANISM",
     "MechanismName",
-    "charge_parameters",
     "mechanism_for_request",
     "mechanism_from_description",
+    "mechanism_kind",
     "names_of",
+    "requested_name",
 ]
 
-MechanismName = Literal["laplace", "secure_laplace", "gaussian", "duchi", "piecewise", "hybrid"]
-MECHANISM_NAMES: tuple[MechanismName, ...] = ("laplace", "secure_laplace", "gaussian", "duchi", "piecewise", "hybrid")
+MechanismName = Literal["laplace", "secure_laplace", "gaussian", "duchi", "piecewise", "hybrid", "anchored_piecewise"]
+MECHANISM_NAMES: tuple[MechanismName, ...] = (
+    "laplace", "secure_laplace", "gaussian", "duchi", "piecewise", "hybrid", "anchored_piecewise"
+)
 PAPER_MECHANISM: MechanismName = "laplace"  # the paper's Algorithm 1, the default of a request
 DEFAULT_DELTA = 1e-5
+# What a cohort report's central Laplace release (privacy.central) is charged as: a pure ε-DP release of each student.
+COHORT_MECHANISM = "central_laplace"
 
 # The name a request asks for -> the type that builds it.
 _REQUESTED: dict[str, type[Mechanism]] = {
@@ -47,6 +54,7 @@ _REQUESTED: dict[str, type[Mechanism]] = {
     "duchi": DuchiMechanism,
     "piecewise": PiecewiseMechanism,
     "hybrid": HybridMechanism,
+    "anchored_piecewise": AnchoredPiecewiseMechanism,
 }
 # The name a description carries (``describe()["mechanism"]``, each type's own ``name``: the Gaussian calls
 # itself ``analytic_gaussian``) -> its type; the requested names are accepted too.
@@ -78,7 +86,7 @@ def mechanism_for_request(
     """
     if epsilon is None:
         return NoNoise()
-    check_epsilon(epsilon)
+    epsilon = Epsilon(epsilon)
     kind = _REQUESTED.get(name)
     if kind is None:
         raise ValueError(f"unknown mechanism {name!r} (use {', '.join(MECHANISM_NAMES)})")
@@ -103,7 +111,19 @@ def names_of(kind: type[Mechanism]) -> frozenset[str]:
     return frozenset(name for name, known in _DESCRIBED.items() if known is kind)
 
 
-def charge_parameters(mechanism: Mechanism) -> dict[str, float | str | None]:
-    """What one release by ``mechanism`` costs, as the plain dict a privacy accountant or the ledger takes
-    (:meth:`Mechanism.charge`). A release without noise cannot be charged (``ValueError``)."""
-    return mechanism.charge().as_dict()
+def requested_name(kind: type[Mechanism]) -> MechanismName:
+    """The name a request asks for ``kind`` by (a default that names a type, not a string); ``ValueError`` when a
+    request cannot ask for it."""
+    for name in MECHANISM_NAMES:
+        if _REQUESTED[name] is kind:
+            return name
+    raise ValueError(f"{kind.__name__} is not a mechanism a request may ask for")
+
+
+def mechanism_kind(name: str) -> type[Mechanism]:
+    """The mechanism kind a name (requested or described, ``"none"`` included) stands for: what a stored or
+    requested name becomes at the edge (``diagnosis.NoiseLevel``). ``ValueError`` for an unknown name."""
+    kind = _DESCRIBED.get(name)
+    if kind is None:
+        raise ValueError(f"no mechanism named {name!r} (known: {', '.join(sorted(_DESCRIBED))})")
+    return kind

@@ -51,7 +51,7 @@ import numpy as np
 
 from privacy.likelihood import LikelihoodKernel, SnappedLaplaceKernel, laplace_with_error
 from privacy.mechanisms import Mechanism, ReleaseCost, described_number
-from privacy.ranges import check_split
+from privacy.ranges import Epsilon, check_split
 
 __all__ = [
     "RELEASE_GRID",
@@ -266,7 +266,7 @@ class SecureLaplaceMechanism(Mechanism):
         }
 
     @classmethod
-    def for_request(cls, *, epsilon: float, delta: float, dimension: int) -> SecureLaplaceMechanism:
+    def for_request(cls, *, epsilon: Epsilon, delta: float, dimension: int) -> SecureLaplaceMechanism:
         return cls(epsilon=epsilon, sensitivity=float(dimension))  # pure ε-DP: δ is not used
 
     @classmethod
@@ -285,7 +285,7 @@ class SecureLaplaceMechanism(Mechanism):
     def likelihood(self, entity_error_sd: float) -> LikelihoodKernel:
         # Exact on the output grid: each report is an interval of the pre-rounding value (the floating-point
         # Laplace draw is treated as exact Laplace; with τ > 0 the input clamp is ignored, as for the Gaussian).
-        return SnappedLaplaceKernel(laplace_with_error(self.scale, entity_error_sd), self.grid)
+        return SnappedLaplaceKernel(laplace_with_error(self.scale, entity_error_sd), self.grid, self.name)
 
     @property
     def noise_sd(self) -> float:

@@ -38,7 +38,7 @@ def make_client(
 
 def auth_headers(app: FastAPI, *, tenant: str = "default", role: str = "admin") -> dict[str, str]:
     """Headers carrying a new key of ``tenant`` on ``app``'s server."""
-    key = app.state.keys.create(tenant=tenant, role=role)
+    key = app.state.gateway.keys.create(tenant=tenant, role=role)
     return {"Authorization": f"Bearer {key.api_key}"}
 
 

@@ -170,6 +170,7 @@ def coordinator(
 ) -> None:
     """Start the SuperLink (TLS, only registered nodes), train across the nodes, gate, and publish the signed model
     (the weights after the best held-out round)."""
+    from federated import DP_MODES
     from federated.flower import CoordinatorLink, FlowerConfig, LinkTLS, StartingModel, coordinate, plan_config
     from federated.inprocess import FedConfig
     from federated.publish import publish_federated
@@ -183,7 +184,8 @@ def coordinator(
     aggregation = {"trimmed": "trimmed_mean"}.get(aggregation, aggregation)
     if missing:
         raise _fail(f"TLS files not found: {', '.join(missing)}")
-    if dp != "student":
+    mode = DP_MODES.get(dp)  # federated.modes: the registry of DP modes by name
+    if mode is None or not mode.noise_at_clients:
         raise _fail("--dp must be student: nodes add the noise themselves (DP-SGD) and refuse any other run")
     if not epsilon > 0:
         raise _fail("--epsilon must be > 0")
@@ -195,7 +197,7 @@ def coordinator(
         q = _qmatrix(qmatrix, qmatrix_id, tenant)
         students = read_responses_csv(heldout)
         base = FlowerConfig(fed=FedConfig(client_sample_rate=client_rate), node_wait_s=node_wait)
-        config = plan_config(base, rounds=rounds, dp="student", epsilon=epsilon, delta=delta, secagg=secagg,
+        config = plan_config(base, rounds=rounds, dp=mode, epsilon=epsilon, delta=delta, secagg=secagg,
                              aggregation=aggregation)  # type: ignore[arg-type]
         unknown = q.unknown_items(r.item_id for s in students for r in s.responses)
         if unknown:
@@ -219,7 +221,7 @@ def coordinator(
         result = coordinate(qmatrix=q, heldout=students, link=link, config=config, work_dir=folder,
                             start=StartingModel(kind=model, seed=seed), progress=on_round,
                             on_event=lambda line: console.print(line, soft_wrap=True))
-        options = {"model_kind": model, "served_round": result.fed.served_round, "rounds": rounds, "dp": "student",
+        options = {"model_kind": model, "served_round": result.fed.served_round, "rounds": rounds, "dp": mode.name,
                    "epsilon_budget": epsilon, "delta": delta, "secagg": secagg,
                    "aggregation": aggregation, "client_sample_rate": client_rate, "seed": seed,
                    "noise_multiplier": config.fed.student_dp.noise_multiplier if config.fed.student_dp else None,

@@ -20,7 +20,7 @@ _STUDENT = typer.Argument(help="the student id, as the tenant's platform sends i
 
 async def _run(action: str, tenant: str, student_id: str) -> dict[str, Any]:
     from app.db import Database
-    from app.errors import InputError
+    from app.domain_errors import DomainError
     from app.federation import response_cache
     from app.pseudonyms import Pseudonyms, existing_server_secret, secret_path
     from app.services.students import StudentDataService
@@ -54,7 +54,7 @@ async def _run(action: str, tenant: str, student_id: str) -> dict[str, Any]:
     try:
         result = await (service.export if action == "export" else service.erase)(tenant, student_id)
         return result.model_dump(mode="json")
-    except InputError as exc:
+    except DomainError as exc:
         err.print(f"[red]error:[/] {exc}")
         raise typer.Exit(1) from exc
     finally:

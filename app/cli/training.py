@@ -52,18 +52,21 @@ def train(
 
     For experiments. Real institutions, each keeping its own data, use `fedcd federation`."""
     from qmatrix.catalog import load_dataset
-    from federated import PublishOptions, TrainingConfig, train_federated
+    from federated import PublishOptions, TrainingConfig, dp_mode, train_federated
     from federated.models import TRAINABLE_KINDS, candidate_kinds
 
     aggregation = {"trimmed": "trimmed_mean"}.get(aggregation, aggregation)
     problems = []
-    if dp not in ("none", "student", "client"):
+    try:
+        private = dp_mode(dp).private
+    except ValueError:
         problems.append("--dp must be none, student or client")
+        private = True  # an unknown mode is not taken for "no DP"
     if model not in TRAINABLE_KINDS:
         problems.append(f"--model: unknown model kind {model!r}; one of {', '.join(TRAINABLE_KINDS)}")
-    if dp != "none" and epsilon is None:
+    if private and epsilon is None:
         problems.append("--epsilon is required with --dp student|client")
-    if dp == "none" and epsilon is not None:
+    if not private and epsilon is not None:
         problems.append("--epsilon only applies with --dp student|client")
     if aggregation not in ("fedavg", "fedprox", "trimmed_mean", "median"):
         problems.append("--aggregation must be fedavg, fedprox, trimmed or median")

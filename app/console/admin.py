@@ -12,10 +12,10 @@ from fastapi import APIRouter, Request, Response
 from fastapi.responses import RedirectResponse
 from markupsafe import Markup
 
-from app.console.charts import timeline_chart
+from app.presentation.charts import timeline_chart
 from app.console.forms import FieldErrors, number, policy_from_form, student_id_from_form
 from app.console.web import ConsolePage, ConsoleRoute, User, UserDep, base, data_of, page, posted
-from app.errors import InputError
+from app.domain_errors import Conflict, InvalidInput
 from app.schemas.students import StudentExport
 from privacy import MECHANISM_NAMES
 
@@ -89,9 +89,7 @@ async def student_erase(request: Request, user: UserDep) -> Response:
         return _students_page(request, user, status=422, errors=errors, student_id=form.get("student_id", ""))
     try:
         erased = await data_of(request).erase(user.tenant, student_id)
-    except InputError as exc:
-        if exc.status_code != 409:
-            raise
+    except Conflict as exc:
         return _students_page(request, user, status=409, errors={"erase": exc.messages}, student_id=student_id)
     return _students_page(request, user, erased=erased, student_id=student_id)
 
@@ -171,8 +169,8 @@ async def update_policy(request: Request, user: UserDep) -> Response:
     if parsed is not None:
         try:
             await asyncio.to_thread(data_of(request).put_policy, user.tenant, parsed, user.key_id)
-        except InputError as exc:  # refused by the server's settings (allow_unnoised)
-            errors = {str(exc.loc[-1]) if exc.loc else "form": exc.messages}
+        except InvalidInput as exc:  # refused by the server's settings (allow_unnoised)
+            errors = {str(exc.field[-1]) if exc.field else "form": exc.messages}
         else:
             return await _policy_page(request, user, saved=True)
     return await _policy_page(request, user, status=422, values=form, errors=errors)

@@ -1,12 +1,12 @@
-"""Everything the operator console shows or changes, gathered from the gateway's own objects (``app.state``) in this
-one module: when the services are refactored, only this file changes. Every method takes the signed-in tenant and
-reads that tenant's rows only (plus the shared, read-only ones every tenant sees: the built-in Q-matrix and the
-first-start calibration). Blocking methods are plain functions (the routes run them in worker threads); the
-async ones are the services' own async calls."""
+"""Everything the operator console shows or changes, gathered from the gateway's services (the ones the API's routes
+use, reached through ``app.deps``) in this one module. Every method takes the signed-in tenant and reads that
+tenant's data only (plus the shared, read-only data every tenant sees: the built-in Q-matrix and the first-start
+calibration). Blocking methods are plain functions (the routes run them in worker threads); the async ones await
+the services' own async calls."""
 
 from __future__ import annotations
 
-import inspect
+import asyncio
 import json
 import logging
 import time
@@ -14,20 +14,17 @@ from collections import Counter
 from datetime import UTC, datetime
 from typing import Any
 
-from fastapi import FastAPI
 from prometheus_client import REGISTRY, CollectorRegistry
 from prometheus_client.multiprocess import MultiProcessCollector
-from sqlalchemy import func, select
 
 from app.auth import KeyInfo, NewKey, Principal, Role
-from app.console.views import ACTIVE_JOB, CalibrationView, EntityView, FailureEvent, JobView, Overview, QMatrixView
-from app.db import SHARED_TENANT, JobItemRow, JobRow, UsageRow
+from app.console.views import CalibrationView, EntityView, FailureEvent, JobView, Overview, QMatrixView
 from app.deps import AUTH_DISABLED
+from app.gateway import Gateway
+from app.jobs import JobSummary
 from app.routes.entities import public_base_url
 from app.schemas import CalibrateRequest, DatasetRef, PrivacyPolicy, PrivacyPolicyPublic
 from app.schemas.students import StudentErasure, StudentExport
-from app.storage.calibrations import StoredCalibration
-from privacy.ledger.tables import REFUNDED, charges
 from providers.circuit import CircuitStoreUnavailable
 
 __all__ = ["ConsoleData"]
@@ -43,50 +40,60 @@ def _day_start(now: float) -> float:
 
 
 class ConsoleData:
-    def __init__(self, app: FastAPI) -> None:
-        self.state = app.state
+    def __init__(self, gateway: Gateway) -> None:
+        self.gateway = gateway
 
     # -- sign-in ----------------------------------------------------------------------------------
     @property
     def auth_disabled(self) -> bool:
-        return self.state.settings.auth == "disabled"
+        return self.gateway.settings.auth == "disabled"
 
     def authenticate(self, api_key: str) -> Principal | None:
-        return AUTH_DISABLED if self.auth_disabled else self.state.keys.authenticate(api_key)
+        return AUTH_DISABLED if self.auth_disabled else self.gateway.keys.authenticate(api_key)
 
     def key_active(self, tenant: str, key_id: str) -> bool:
         """Whether the admin key a session was opened with is still valid (checked on every console request)."""
         if key_id == AUTH_DISABLED.key_id:
             return self.auth_disabled and tenant == AUTH_DISABLED.tenant
         now = time.time()
-        return any(k.key_id == key_id and k.role == "admin" and k.active(now) for k in self.state.keys.list(tenant))
+        return any(k.key_id == key_id and k.role == "admin" and k.active(now) for k in self.gateway.keys.list(tenant))
+
+    @property
+    def secret(self) -> bytes:
+        """The key console sessions and forms are signed under (``app.services.console_sessions``)."""
+        return self.gateway.console_sessions.secret
+
+    def session_generation(self, key_id: str) -> int:
+        return self.gateway.console_sessions.generation(key_id)
+
+    def end_sessions(self, key_id: str) -> None:
+        self.gateway.console_sessions.end(key_id)
 
     async def rate_check(self, tenant: str) -> None:
-        await self.state.rate_limiter.check(tenant)  # raises RateLimited
+        await self.gateway.rate_limiter.check(tenant)  # raises RateLimited
 
     # -- overview ---------------------------------------------------------------------------------
     async def circuits(self) -> dict[str, str] | None:
         """Each breaker-guarded entity's circuit state; None when the breakers' store (Redis) did not answer."""
-        federation = self.state.federation
+        federation = self.gateway.federation
         try:
             return dict(await federation.circuit_states()) if federation is not None else {}
         except CircuitStoreUnavailable:
             return None
 
-    def overview(self, tenant: str) -> Overview:
+    async def overview(self, tenant: str) -> Overview:
+        view, active = await asyncio.gather(asyncio.to_thread(self._overview, tenant),
+                                            self.gateway.job_queries.active_count(tenant))
+        view.active_jobs = active
+        return view
+
+    def _overview(self, tenant: str) -> Overview:
         now = time.time()
         since = _day_start(now)
-        usage = self.state.usage.report(tenant, datetime.fromtimestamp(since, UTC))  # writes its buffer first
+        usage = self.gateway.usage.report(tenant, datetime.fromtimestamp(since, UTC))  # writes its buffer first
         first_hour = now - now % 3600 - 23 * 3600
-        with self.state.database.sessions() as session:
-            stamps = session.scalars(select(UsageRow.at).distinct().where(  # one diagnosis: one timestamp; served if
-                UsageRow.tenant == tenant, UsageRow.source == "diagnosis",  # at least one entity answered
-                UsageRow.status != "failed", UsageRow.at >= min(since, first_hour))).all()
-            failed = dict(session.execute(select(UsageRow.entity, func.count()).where(
-                UsageRow.tenant == tenant, UsageRow.at >= since, UsageRow.status == "failed").group_by(UsageRow.entity)).all())
-            spent = session.scalar(select(func.coalesce(func.sum(charges.c.epsilon * charges.c.releases), 0.0)).where(
-                charges.c.tenant == tenant, charges.c.created_at >= since, charges.c.status != REFUNDED))
-            active = session.scalar(select(func.count()).where(JobRow.tenant == tenant, JobRow.status.in_(ACTIVE_JOB)))
+        counts = self.gateway.activity.counts(tenant, since=since, stamps_since=min(since, first_hour))
+        stamps = counts.diagnosis_stamps
         hours = Counter(int((at - first_hour) // 3600) for at in stamps if at >= first_hour)
         reasons: dict[str, Counter[str]] = {}
         for event in self.failures(tenant, since):
@@ -94,36 +101,18 @@ class ConsoleData:
         return Overview(
             since=since, diagnoses=sum(1 for at in stamps if at >= since),
             per_hour=[(first_hour + h * 3600, hours.get(h, 0)) for h in range(24)], usage=usage,
-            failed_calls={str(k): int(v) for k, v in failed.items()}, reasons=reasons, circuits={},
-            refusals=self.refusals(tenant), epsilon_today=float(spent or 0.0), active_jobs=int(active or 0),
+            failed_calls=counts.failed_calls, reasons=reasons, circuits={},
+            refusals=self.refusals(tenant), epsilon_today=counts.epsilon_spent, active_jobs=0,
         )
 
     def failures(self, tenant: str, since: float) -> list[FailureEvent]:
-        """Entity failures named by the tenant's stored diagnoses since ``since``, newest first (a diagnosis that
-        failed outright, or whose answer retention removed, is not stored: its failures are counted, unexplained)."""
-        query = (select(charges.c.created_at, charges.c.answer_json)
-                 .where(charges.c.tenant == tenant, charges.c.source == "diagnosis", charges.c.created_at >= since,
-                        charges.c.answer_json.is_not(None))
-                 .order_by(charges.c.seq.desc()).limit(_SCAN_ANSWERS))
-        with self.state.database.sessions() as session:
-            rows = session.execute(query).all()
-        events = []
-        for at, answer in rows:
-            try:
-                stored = json.loads(answer)
-            except ValueError:
-                continue
-            if not isinstance(stored, dict):
-                continue
-            errors = {e.get("name"): e.get("error") for e in stored.get("entities") or [] if isinstance(e, dict)}
-            for entity, reason in (stored.get("failure_reasons") or {}).items():
-                events.append(FailureEvent(float(at), str(entity), str(reason), errors.get(entity)))
-        return events
+        """Entity failures named by the tenant's stored diagnoses since ``since``, newest first."""
+        return self.gateway.activity.failures(tenant, since=since, limit=_SCAN_ANSWERS)
 
     def refusals(self, tenant: str) -> dict[str, int]:
         """Budget 429s of the tenant by source, from the metrics (since this server — or, with several workers, the
         metrics folder — started)."""
-        folder = self.state.settings.prometheus_multiproc_dir
+        folder = self.gateway.settings.prometheus_multiproc_dir
         registry = REGISTRY
         if folder is not None:
             registry = CollectorRegistry()
@@ -134,14 +123,11 @@ class ConsoleData:
 
     # -- entities ---------------------------------------------------------------------------------
     def entities(self, tenant: str, circuits: dict[str, str] | None) -> tuple[list[EntityView], list[CalibrationView]]:
-        federation = self.state.federation
+        federation = self.gateway.federation
         if federation is None:
             return [], []
         latest = self.latest_calibrations(tenant)
-        since = _day_start(time.time())
-        with self.state.database.sessions() as session:
-            calls = session.execute(select(UsageRow.entity, UsageRow.status, func.count()).where(
-                UsageRow.tenant == tenant, UsageRow.at >= since).group_by(UsageRow.entity, UsageRow.status)).all()
+        calls = self.gateway.activity.entity_calls(tenant, since=_day_start(time.time()))
         last: dict[str, FailureEvent] = {}
         for event in self.failures(tenant, time.time() - 7 * 86400):
             last.setdefault(event.entity, event)
@@ -159,15 +145,15 @@ class ConsoleData:
                 base_url=public_base_url(spec.base_url) if spec else None,
                 weights={c.record.id: c.weight(name) for c in latest}, last_error=last.get(name),
             )
-            view.calls_today = sum(n for e, _, n in calls if e == name)
-            view.failed_today = sum(n for e, s, n in calls if e == name and s == "failed")
+            view.calls_today = sum(c.calls for c in calls if c.entity == name)
+            view.failed_today = sum(c.calls for c in calls if c.entity == name and c.status == "failed")
             views.append(view)
         return views, latest
 
     def dropped_entities(self) -> list[tuple[str, str, str]]:
-        federation = self.state.federation
+        federation = self.gateway.federation
         names = federation.names if federation is not None else []
-        return [(d.name, d.kind, d.reason) for d in self.state.settings.dropped_entities if d.name not in names]
+        return [(d.name, d.kind, d.reason) for d in self.gateway.settings.dropped_entities if d.name not in names]
 
     def latest_calibrations(self, tenant: str) -> list[CalibrationView]:
         """The calibration each of the tenant's Q-matrices is diagnosed with now (the tenant's newest for its current
@@ -178,26 +164,26 @@ class ConsoleData:
     def qmatrices(self, tenant: str) -> list[QMatrixView]:
         """The tenant's Q-matrices (and the built-in ones), each with the calibration in use (if any)."""
         views = []
-        for qid in self.state.qmatrices.ids(tenant):
-            stored = self.state.qmatrices.get(tenant, qid)
+        for qid in self.gateway.qmatrices.ids(tenant):
+            stored = self.gateway.qmatrices.get(tenant, qid)
             if stored is None:
                 continue
             q = stored.qmatrix
-            in_use = self.state.calibrations.latest_for(tenant, q.id, stored.version)
+            in_use = self.gateway.calibrations.latest_for(tenant, q.id, stored.version)
             views.append(QMatrixView(id=q.id, version=stored.version, builtin=stored.builtin, concepts=list(q.concepts),
                                      items=[], item_count=len(q.items),
-                                     calibrations=[CalibrationView(in_use)] if in_use is not None else []))
+                                     calibrations=[CalibrationView.of(in_use)] if in_use is not None else []))
         return views
 
     def qmatrix(self, tenant: str, qid: str) -> QMatrixView | None:
-        stored = self.state.qmatrices.get(tenant, qid)
+        stored = self.gateway.qmatrices.get(tenant, qid)
         if stored is None:
             return None
         q = stored.qmatrix
         items = [(i.id, i.text or "", list(i.concepts)) for i in list(q.items)[:_ITEMS_SHOWN]]
-        in_use = self.state.calibrations.latest_for(tenant, qid, stored.version)
-        listed = sorted(self.state.calibrations.list(tenant, qid), key=lambda c: c.record.created_at, reverse=True)
-        calibrations = [CalibrationView(c) for c in listed]
+        in_use = self.gateway.calibrations.latest_for(tenant, qid, stored.version)
+        listed = sorted(self.gateway.calibrations.list(tenant, qid), key=lambda c: c.record.created_at, reverse=True)
+        calibrations = [CalibrationView.of(c) for c in listed]
         model, note = self.local_model(tenant, qid)
         return QMatrixView(id=q.id, version=stored.version, builtin=stored.builtin, concepts=list(q.concepts),
                            items=items, item_count=len(q.items), calibrations=calibrations, model=model, model_note=note,
@@ -205,7 +191,7 @@ class ConsoleData:
 
     def local_model(self, tenant: str, qid: str) -> tuple[dict[str, Any] | None, str]:
         """The ``local-fed`` model serving the Q-matrix for this tenant (its own, else the operator's), or why none."""
-        federation = self.state.federation
+        federation = self.gateway.federation
         if federation is None or "local-fed" not in federation.names:
             return None, "no local-fed entity is configured (FEDCD_LOCAL_FED)"
         from federated import ModelNotFound, RegistryError
@@ -222,101 +208,61 @@ class ConsoleData:
             return None, f"the model cannot be used: {exc}"
         return info, "the tenant's own model" if info["owner"] == "tenant" else "the operator's model"
 
-    def reliability(self, tenant: str, stored: StoredCalibration) -> tuple[list[tuple[float, float, int]], str]:
+    async def reliability(self, tenant: str, chosen: CalibrationView) -> tuple[list[tuple[float, float, int]], str]:
         """Reliability bins of the calibrated estimates on the validation students it was fitted on (in-sample), read
         from its job's stored answers while retention keeps them; ``[]`` and why when there is nothing to draw."""
-        from calibration.fitting import ValidationAnswer
-        from calibration.reliability import reliability_bins
-
-        record = stored.record
-        with self.state.database.sessions() as session:
-            job_id = session.scalar(select(JobRow.id).where(
-                JobRow.calibration_id == record.id, JobRow.tenant.in_((tenant, SHARED_TENANT))).limit(1))
-            results = session.scalars(select(JobItemRow.result_json).where(JobItemRow.job_id == job_id)
-                                      .order_by(JobItemRow.idx).limit(_RELIABILITY_STUDENTS)).all() if job_id else []
+        results = await self.gateway.job_queries.calibration_results(tenant, chosen.record.id,
+                                                                     limit=_RELIABILITY_STUDENTS)
         if not results:
             return [], ("no validation answers are stored for it any more (its job's inputs expire after "
                         "FEDCD_RETENTION_JOB_INPUTS_DAYS, or it was fitted elsewhere)")
-        aggregator = record.aggregator()
-        predicted, observed = [], []
-        for raw in results:
-            try:
-                answer = ValidationAnswer.from_json(json.loads(raw))
-                estimate = aggregator.aggregate(answer.answers, list(answer.truth), mechanism=answer.mechanism)
-            except Exception as exc:  # noqa: BLE001 - an answer stored in another form is skipped, never a broken page
-                log.debug("console: a validation answer of %s could not be read: %s", record.id, exc)
-                continue
-            for concept, value in estimate.mastery.items():
-                if concept in answer.truth:
-                    predicted.append(value)
-                    observed.append(float(answer.truth[concept]))
-        if not predicted:
-            return [], "its stored validation answers could not be read"
-        return reliability_bins(predicted, observed, n_bins=10), (
-            f"{len(predicted)} concept estimates of {len(results)} validation students, aggregated as diagnoses under "
-            "this calibration are (in-sample: the students it was fitted on)")
+        return await asyncio.to_thread(_reliability, chosen, results)
 
     async def calibrate(self, tenant: str, qid: str, method: str | None, max_students: int | None) -> str:
         """Start a calibration of the Q-matrix on SIMULATED students (README "Calibration"); the job id."""
         body = CalibrateRequest(
             qmatrix_id=qid, method=method,  # type: ignore[arg-type]
             dataset=DatasetRef(name="synthetic", part="validation", seed=0, max_students=max_students))
-        return await self.state.calibration_service.submit(body, tenant)
+        assert self.gateway.calibration is not None  # set once the gateway started: before any request
+        return await self.gateway.calibration.submit(body, tenant)
 
     # -- jobs -------------------------------------------------------------------------------------
-    def jobs(self, tenant: str, *, limit: int, before: tuple[str, str] | None) -> tuple[list[JobView], tuple[str, str] | None]:
-        rows = self.state.jobs.page(tenant, limit=limit + 1, before=before)
-        more = len(rows) > limit
-        rows = rows[:limit]
-        return [self._job(row, history=False) for row in rows], (rows[-1].created_at, rows[-1].id) if more else None
+    async def jobs(self, tenant: str, *, limit: int, before: tuple[str, str] | None
+                   ) -> tuple[list[JobView], tuple[str, str] | None]:
+        found, following = await self.gateway.job_queries.summaries(tenant, limit=limit, before=before)
+        return [_job_view(summary) for summary in found], following
 
-    def job(self, tenant: str, job_id: str) -> JobView | None:
-        row = self.state.jobs.get(job_id, tenant=tenant)
-        return self._job(row, history=True) if row is not None else None
-
-    def _job(self, row: JobRow, *, history: bool) -> JobView:
-        return JobView(
-            id=row.id, kind=row.kind, status=row.status, done=row.done, total=row.total, summary=_summary(row),
-            created_at=row.created_at, updated_at=row.updated_at, error=row.error, calibration_id=row.calibration_id,
-            resumed=row.resumed, failed_entities=json.loads(row.failed_entities_json or "{}"),
-            metrics=json.loads(row.metrics_json or "{}"), notes=json.loads(row.notes_json or "[]"),
-            history=self.state.jobs.history(row.id) if history else [],
-        )
-
-    @property
-    def can_cancel(self) -> bool:
-        return callable(getattr(self.state.jobs, "cancel", None))
+    async def job(self, tenant: str, job_id: str) -> JobView | None:
+        found = await self.gateway.job_queries.summary(job_id, tenant)
+        return _job_view(found) if found is not None else None
 
     async def cancel(self, tenant: str, job_id: str, by: str) -> tuple[str | None, bool]:
-        """Cancel the tenant's job (``JobRunner.cancel``): (its status now — None: no such job —, whether this call
-        cancelled it). A queued job is ``cancelled`` at once, a running one ``cancelling`` until its worker stops it."""
-        outcome = self.state.jobs.cancel(job_id, tenant=tenant, by=by)
-        status, cancelled = await outcome if inspect.isawaitable(outcome) else outcome
-        return status, bool(cancelled)
+        """Cancel the tenant's job: (its status now — None: no such job —, whether this call cancelled it). A queued
+        job is ``cancelled`` at once, a running one ``cancelling`` until its worker stops it."""
+        return await self.gateway.job_queries.request_cancel(job_id, tenant, by=by)
 
     # -- students ---------------------------------------------------------------------------------
     async def student(self, tenant: str, student_id: str) -> StudentExport:
-        return await self.state.gateway.students.export(tenant, student_id)
+        return await self.gateway.students.export(tenant, student_id)
 
     async def erase(self, tenant: str, student_id: str) -> StudentErasure:
-        return await self.state.gateway.students.erase(tenant, student_id)
+        return await self.gateway.students.erase(tenant, student_id)
 
     def student_report(self, tenant: str, export: StudentExport) -> tuple[str, str] | None:
         """(Q-matrix id, the teacher's report chart as SVG) of the student's latest stored diagnosis, drawn by the
-        report of ``GET /v1/students/{id}/report`` (``app.services.report``); None when no diagnosis is stored."""
+        report of ``GET /v1/students/{id}/report`` (``app.presentation.report``); None when no diagnosis is stored."""
         if not export.diagnoses:
             return None
-        try:
-            from app.services.report import build_report, report_svg
-            from app.services.next_items import with_next_items
-        except ImportError:  # a version without the teacher's report
-            return None
+        from app.presentation.report import report_svg
+        from app.services.next_items import with_next_items
+        from app.services.report import build_report
+
         latest = export.diagnoses[-1]  # oldest first
         qid = str(latest.diagnosis.get("qmatrix_id") or "")
-        stored = self.state.qmatrices.get(tenant, qid) if qid else None
+        stored = self.gateway.qmatrices.get(tenant, qid) if qid else None
         try:
             q = stored.qmatrix if stored is not None else None
-            report = with_next_items(self.state, build_report(latest, q), q, tenant)  # issue 34: items to ask next
+            report = with_next_items(self.gateway, build_report(latest, q), q, tenant)  # issue 34: items to ask next
             return qid, report_svg(report)
         except Exception:  # the page shows the export without the chart rather than fail
             log.exception("console: the report chart of a stored diagnosis could not be drawn")
@@ -324,41 +270,60 @@ class ConsoleData:
 
     # -- keys -------------------------------------------------------------------------------------
     def keys(self, tenant: str) -> list[KeyInfo]:
-        return self.state.keys.list(tenant)
+        return self.gateway.keys.list(tenant)
 
     def create_key(self, tenant: str, role: Role, expires_days: float | None, created_by: str) -> NewKey:
-        return self.state.keys.create(tenant=tenant, role=role, expires_days=expires_days, created_by=created_by)
+        return self.gateway.keys.create(tenant=tenant, role=role, expires_days=expires_days, created_by=created_by)
 
     def revoke_key(self, tenant: str, key_id: str) -> bool:
-        return self.state.keys.revoke(key_id, tenant=tenant)
+        return self.gateway.keys.revoke(key_id, tenant=tenant)
 
     # -- privacy policy ---------------------------------------------------------------------------
     def policy(self, tenant: str) -> PrivacyPolicyPublic:
-        return self.state.policies.current(tenant)
+        return self.gateway.policies.current(tenant)
 
     def policy_history(self, tenant: str) -> list[PrivacyPolicyPublic]:
-        return self.state.policies.history(tenant)
+        return self.gateway.policies.history(tenant)
 
     def put_policy(self, tenant: str, policy: PrivacyPolicy, created_by: str) -> PrivacyPolicyPublic:
-        return self.state.policies.put(tenant, policy, created_by=created_by)  # raises InputError (422) when refused
+        return self.gateway.policies.put(tenant, policy, created_by=created_by)  # raises InvalidInput when refused
 
     @property
     def server_allows_unnoised(self) -> bool:
-        return bool(self.state.policies.server_allows_unnoised)
+        return bool(self.gateway.policies.server_allows_unnoised)
 
 
-def _summary(row: JobRow) -> str:
-    """What a job works on, in a few words (never its records: they hold students)."""
-    try:
-        request = json.loads(row.request_json)
-    except ValueError:
-        return ""
-    if row.kind == "calibrate":
-        dataset = request.get("dataset") or {}
-        on = (f"{dataset.get('name')} dataset" + (f", at most {dataset['max_students']} students"
-                                                  if dataset.get("max_students") else "")
-              if dataset else f"{len(request.get('records') or [])} records")
-        return f"{request.get('method') or 'default'} calibration of {request.get('qmatrix_id') or 'the example'} on {on}"
-    if row.kind == "train":
-        return f"upload and train {request.get('qmatrix_id', '')}".strip()
-    return row.kind
+def _reliability(chosen: CalibrationView, results: list[str]) -> tuple[list[tuple[float, float, int]], str]:
+    """The reliability bins of the calibration's estimates on its stored validation answers (CPU: a worker thread)."""
+    from calibration.fitting import ValidationAnswer
+    from calibration.reliability import reliability_bins
+
+    record = chosen.record
+    aggregator = record.aggregator()
+    predicted, observed = [], []
+    for raw in results:
+        try:
+            answer = ValidationAnswer.from_json(json.loads(raw))
+            estimate = aggregator.aggregate(answer.answers, list(answer.truth), mechanism=answer.mechanism)
+        except Exception as exc:  # noqa: BLE001 - an answer stored in another form is skipped, never a broken page
+            log.debug("console: a validation answer of %s could not be read: %s", record.id, exc)
+            continue
+        for concept, value in estimate.mastery.items():
+            if concept in answer.truth:
+                predicted.append(value)
+                observed.append(float(answer.truth[concept]))
+    if not predicted:
+        return [], "its stored validation answers could not be read"
+    return reliability_bins(predicted, observed, n_bins=10), (
+        f"{len(predicted)} concept estimates of {len(results)} validation students, aggregated as diagnoses under "
+        "this calibration are (in-sample: the students it was fitted on)")
+
+
+def _job_view(found: JobSummary) -> JobView:
+    job = found.job
+    return JobView(
+        id=job.job_id, kind=job.kind, status=job.status, done=job.progress.done, total=job.progress.total,
+        summary=found.summary, created_at=job.created_at, updated_at=job.updated_at, error=job.error,
+        calibration_id=job.calibration_id, resumed=job.resumed, failed_entities=job.progress.failed_entities,
+        metrics=job.metrics, notes=job.notes, history=job.history,
+    )

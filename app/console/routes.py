@@ -11,17 +11,15 @@ from datetime import UTC, datetime
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse, RedirectResponse
 
-from app.console.charts import bar_chart, hbar_chart, reliability_chart
+from app.presentation.charts import bar_chart, hbar_chart, reliability_chart
 from app.console.forms import FieldErrors, number
 from app.console.session import (
     COOKIE,
     LOGIN_COOKIE,
     LOGIN_S,
     SESSION_S,
-    end_sessions,
     login_token,
     new_nonce,
-    session_generation,
     sign_session,
     valid_token,
 )
@@ -89,7 +87,7 @@ async def login(request: Request) -> Response:
         raise ConsolePage(403, "The console needs an admin key", [(
             f"This is a client key of tenant '{principal.tenant}'. Client keys call the API (diagnoses, reports); "
             "the console is for the tenant's administrators: sign in with an admin key.")])
-    generation = await asyncio.to_thread(session_generation, request.app.state.database.sessions, principal.key_id)
+    generation = await asyncio.to_thread(data.session_generation, principal.key_id)
     session = sign_session(secret, key_id=principal.key_id, tenant=principal.tenant, generation=generation)
     response = RedirectResponse(base(request), status_code=303)
     _cookie(request, response, COOKIE, session.value, SESSION_S)
@@ -102,7 +100,7 @@ async def logout(request: Request, user: UserDep) -> Response:
     """Sign out: ends every session of the key, not only this browser's (a clear cookie alone would leave any copy
     of it valid until it expired)."""
     await posted(request, user)
-    await asyncio.to_thread(end_sessions, request.app.state.database.sessions, user.key_id)
+    await asyncio.to_thread(data_of(request).end_sessions, user.key_id)
     response = RedirectResponse(f"{base(request)}/login", status_code=303)
     _forget(request, response, COOKIE)
     return response
@@ -112,7 +110,7 @@ async def logout(request: Request, user: UserDep) -> Response:
 @router.get("")
 async def overview(request: Request, user: UserDep) -> Response:
     data = data_of(request)
-    view, circuits = await asyncio.gather(asyncio.to_thread(data.overview, user.tenant), data.circuits())
+    view, circuits = await asyncio.gather(data.overview(user.tenant), data.circuits())
     view.circuits = circuits
     hours = [(datetime.fromtimestamp(at, UTC).strftime("%H:00"), n) for at, n in view.per_hour]
     failed = sorted(view.failed_calls.items(), key=lambda pair: (-pair[1], pair[0]))
@@ -155,7 +153,7 @@ async def _qmatrix_page(request: Request, user: UserDep, qid: str, calibration: 
         None if calibration or not view.calibrations else view.calibrations[0])
     if calibration and chosen is None:
         raise ConsolePage(404, "No such calibration", [f"Q-matrix '{qid}' has no calibration '{calibration}'."])
-    bins, note = await asyncio.to_thread(data.reliability, user.tenant, chosen.stored) if chosen else ([], "")
+    bins, note = await data.reliability(user.tenant, chosen) if chosen else ([], "")
     return page(request, "qmatrix.html", {
         "active": "qmatrices", "title": f"Q-matrix {qid}", "q": view, "chosen": chosen, "bins": bins,
         "reliability_note": note, "methods": _METHODS, "errors": errors or {},
@@ -201,14 +199,14 @@ def _cursor(text: str | None) -> tuple[str, str] | None:
 @router.get("/jobs")
 async def jobs(request: Request, user: UserDep, cursor: str | None = None) -> Response:
     data = data_of(request)
-    views, last = await asyncio.to_thread(data.jobs, user.tenant, limit=_JOBS_PER_PAGE, before=_cursor(cursor))
+    views, last = await data.jobs(user.tenant, limit=_JOBS_PER_PAGE, before=_cursor(cursor))
     following = base64.urlsafe_b64encode(json.dumps(list(last)).encode()).decode().rstrip("=") if last else None
     return page(request, "jobs.html", {"active": "jobs", "title": "Jobs", "jobs": views, "next_cursor": following,
                                        "first_page": cursor is None}, user=user)
 
 
 async def _job(request: Request, user: UserDep, job_id: str):  # type: ignore[no-untyped-def]
-    view = await asyncio.to_thread(data_of(request).job, user.tenant, job_id)
+    view = await data_of(request).job(user.tenant, job_id)
     if view is None:
         raise ConsolePage(404, "No such job", [f"Tenant '{user.tenant}' has no job '{job_id}'."])
     return view
@@ -223,17 +221,13 @@ async def job_progress(request: Request, user: UserDep, job_id: str) -> Response
 @router.get("/jobs/{job_id}")
 async def job(request: Request, user: UserDep, job_id: str) -> Response:
     view = await _job(request, user, job_id)
-    return page(request, "job.html", {"active": "jobs", "title": f"Job {job_id}", "job": view,
-                                      "can_cancel": data_of(request).can_cancel}, user=user)
+    return page(request, "job.html", {"active": "jobs", "title": f"Job {job_id}", "job": view}, user=user)
 
 
 @router.post("/jobs/{job_id}/cancel")
 async def cancel_job(request: Request, user: UserDep, job_id: str) -> Response:
     await posted(request, user)
-    data = data_of(request)
-    if not data.can_cancel:
-        raise ConsolePage(409, "Cancelling jobs is not available in this version", [])
-    status, cancelled = await data.cancel(user.tenant, job_id, user.key_id)
+    status, cancelled = await data_of(request).cancel(user.tenant, job_id, user.key_id)
     if status is None:
         raise ConsolePage(404, "No such job", [f"Tenant '{user.tenant}' has no job '{job_id}'."])
     if not cancelled and status != "cancelling":  # cancelling already: the job is stopping, as asked

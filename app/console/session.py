@@ -9,8 +9,8 @@ request checks the signature, the expiry, that the key id is still an active adm
 key ends its sessions at once), and that the key's session generation is still the one the cookie was signed with:
 signing out raises it, so a copy of the cookie (another browser's, a stolen one) is refused from then on.
 
-The generation is a counter in the database (``config_generations``, under the reserved name
-``console-session:<key id>``: no tenant name holds a ``:``), so every worker and host sees a sign-out at once.
+The secret and the generation (a counter in the database, so every worker and host sees a sign-out at once) are kept
+by ``app.services.console_sessions``.
 
 Every state-changing form carries a CSRF token, HMAC(secret, cookie + "csrf"), checked on POST; the cookie is also
 ``SameSite=Strict``, so a cross-site form never sends it. The sign-in form, which has no session yet, is bound the
@@ -26,20 +26,14 @@ import secrets
 import time
 from dataclasses import dataclass
 
-from sqlalchemy.orm import sessionmaker
-
-from app.db import engine_of
-from app.storage.generations import bump, read_generations
-
-__all__ = ["COOKIE", "LOGIN_COOKIE", "LOGIN_S", "SESSION_S", "Session", "csrf_token", "end_sessions", "login_token",
-           "new_nonce", "session_generation", "sign_session", "valid_token", "verify_session"]
+__all__ = ["COOKIE", "LOGIN_COOKIE", "LOGIN_S", "SESSION_S", "Session", "csrf_token", "login_token", "new_nonce",
+           "sign_session", "valid_token", "verify_session"]
 
 COOKIE = "fedcd_console"
 LOGIN_COOKIE = "fedcd_console_login"
 SESSION_S = 8 * 3600  # a working day; sign in again after it
 LOGIN_S = 3600  # how long a sign-in form stays usable
 _CONTEXT = b"fedcd-console-session/v2"  # v2: the payload holds the key's session generation
-_GENERATION = "console-session:"
 
 
 @dataclass(frozen=True)
@@ -82,19 +76,6 @@ def verify_session(secret: bytes, value: str, *, now: float | None = None) -> Se
     if expires_at <= (time.time() if now is None else now):
         return None
     return Session(key_id=key_id, tenant=tenant, expires_at=expires_at, generation=signed_generation, value=value)
-
-
-def session_generation(sessions: sessionmaker, key_id: str) -> int:
-    """The key's session generation now (0 before its first sign-out). Blocking: call it from a worker thread."""
-    with engine_of(sessions).connect() as conn:
-        return read_generations(conn, _GENERATION + key_id)[0]
-
-
-def end_sessions(sessions: sessionmaker, key_id: str) -> None:
-    """End every console session opened with the key so far, copies of their cookies included (sign-out).
-    Blocking: call it from a worker thread."""
-    with sessions.begin() as session:
-        bump(session, _GENERATION + key_id)
 
 
 def csrf_token(secret: bytes, session_value: str) -> str:

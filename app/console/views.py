@@ -4,25 +4,30 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
-from app.db import JobEventRow
-from app.schemas import UsageReport
-from app.storage.calibrations import StoredCalibration
+from app.schemas import JobEvent, UsageReport
+from app.services.activity import FailureEvent
+from app.jobs import ACTIVE_STATES
 from calibration import CalibrationRecord
 from calibration.params import BiasParams, PaperParams, PosteriorParams, StackingParams
 
 __all__ = ["ACTIVE_JOB", "CalibrationView", "EntityView", "FailureEvent", "JobView", "Overview", "QMatrixView"]
 
-ACTIVE_JOB = ("queued", "running", "cancelling")  # not finished yet (cancelling: stopping after a cancel)
+ACTIVE_JOB = ACTIVE_STATES  # not finished yet (cancelling: stopping after a cancel)
 
 
-@dataclass(frozen=True)
-class FailureEvent:
-    at: float
-    entity: str
-    reason: str
-    error: str | None
+class _Stored(Protocol):
+    """A stored calibration as the calibration store returns it."""
+
+    @property
+    def record(self) -> CalibrationRecord: ...
+
+    @property
+    def qmatrix_version(self) -> int: ...
+
+    @property
+    def shared(self) -> bool: ...
 
 
 @dataclass
@@ -58,13 +63,15 @@ class EntityView:
     last_error: FailureEvent | None = None
 
 
-@dataclass
+@dataclass(frozen=True)
 class CalibrationView:
-    stored: StoredCalibration
+    record: CalibrationRecord
+    qmatrix_version: int  # the version of the Q-matrix it was fitted on
+    shared: bool  # the operator's, seen by every tenant
 
-    @property
-    def record(self) -> CalibrationRecord:
-        return self.stored.record
+    @classmethod
+    def of(cls, stored: _Stored) -> CalibrationView:
+        return cls(record=stored.record, qmatrix_version=stored.qmatrix_version, shared=stored.shared)
 
     def weight(self, entity: str) -> str:
         """The entity's say in this calibration, as one short text."""
@@ -115,7 +122,7 @@ class JobView:
     failed_entities: dict[str, int]
     metrics: dict[str, Any]
     notes: list[str]
-    history: list[JobEventRow] = field(default_factory=list)
+    history: list[JobEvent] = field(default_factory=list)
 
     @property
     def active(self) -> bool:

@@ -1,4 +1,5 @@
-"""The console's plumbing: templates, the signed-in user (every request), CSRF-checked forms, and errors as pages.
+"""The console's plumbing: pages (from the one template environment, ``app.presentation``), the signed-in user
+(every request), CSRF-checked forms, and errors as pages.
 
 Every console response goes through :class:`ConsoleRoute`, which turns errors into readable pages with the right
 status — 401/403 sign-in problems, 404 unknown ids, 409 conflicts, 422 field messages, 429 rate limits — instead of
@@ -11,8 +12,6 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
-from pathlib import Path
 from typing import Annotated, Any
 from urllib.parse import urlsplit
 
@@ -20,25 +19,21 @@ from fastapi import Depends, FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, RedirectResponse
 from fastapi.routing import APIRoute
-from fastapi.templating import Jinja2Templates
 from starlette.exceptions import HTTPException
 
 from app.auth import Principal
 from app.console.data import ConsoleData
-from app.console.session import COOKIE, csrf_token, session_generation, valid_token, verify_session
-from app.errors import InputError
+from app.console.session import COOKIE, csrf_token, valid_token, verify_session
+from app.deps import app_gateway, gateway_of
+from app.domain_errors import DomainError
+from app.errors import InputError, http_status
 from app.metrics import count_rate_limited
-from app.pseudonyms import console_secret
+from app.presentation.templates import templates
 from app.ratelimit import RateLimited
 
 __all__ = ["ConsolePage", "ConsoleRoute", "SignIn", "User", "UserDep", "base", "data_of", "page", "posted",
-           "secure_cookies", "session_secret", "templates"]
+           "secure_cookies", "session_secret"]
 
-HERE = Path(__file__).parent
-templates = Jinja2Templates(directory=HERE / "templates")
-NAV = [("", "overview", "Overview"), ("/entities", "entities", "Entities"), ("/qmatrices", "qmatrices", "Q-matrices"),
-       ("/jobs", "jobs", "Jobs"), ("/students", "students", "Students"), ("/keys", "keys", "Keys"),
-       ("/policy", "policy", "Privacy policy")]
 HEADERS = {
     "Content-Security-Policy": "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
                                "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
@@ -47,31 +42,6 @@ HEADERS = {
     "Referrer-Policy": "same-origin",
     "Cache-Control": "no-store",
 }
-
-
-def _when(value: float | str | None) -> str:
-    """An epoch or ISO 8601 time as ``YYYY-MM-DD HH:MM UTC``."""
-    if value is None or value == "":
-        return "—"
-    try:
-        moment = datetime.fromtimestamp(value, UTC) if isinstance(value, int | float) else datetime.fromisoformat(value)
-    except (ValueError, OverflowError, OSError):
-        return str(value)
-    moment = moment if moment.tzinfo else moment.replace(tzinfo=UTC)
-    return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC")
-
-
-def _num(value: float | None, digits: int = 4) -> str:
-    if value is None:
-        return "—"
-    if isinstance(value, int) or float(value).is_integer() and abs(value) < 1e15:
-        return f"{int(value):,}"
-    return f"{value:.{digits}g}"
-
-
-templates.env.filters["when"] = _when
-templates.env.filters["num"] = _num
-templates.env.globals["NAV"] = NAV
 
 
 class SignIn(Exception):
@@ -103,7 +73,7 @@ class User:
 
 
 def data_of(request: Request) -> ConsoleData:
-    return ConsoleData(request.app)
+    return ConsoleData(gateway_of(request))
 
 
 def base(request: Request) -> str:
@@ -114,30 +84,26 @@ def base(request: Request) -> str:
 def session_secret(app: FastAPI) -> bytes:
     """The key console sessions and forms are signed under (``FEDCD_CONSOLE_SECRET_KEY``, else
     ``<state_dir>/console-secret``): read, or created, once per process."""
-    secret: bytes | None = getattr(app.state, "console_secret", None)
-    if secret is None:
-        secret = app.state.console_secret = console_secret(app.state.settings)
-    return secret
+    return ConsoleData(app_gateway(app)).secret
 
 
 def secure_cookies(request: Request) -> bool:
     """Whether the console's cookies are ``Secure``: ``FEDCD_CONSOLE_SECURE_COOKIE``, or on ``auto`` whether this
     request came over HTTPS (a TLS proxy that does not forward the scheme needs ``true``)."""
-    setting = request.app.state.settings.console_secure_cookie
+    setting = gateway_of(request).settings.console_secure_cookie
     return request.url.scheme == "https" if setting == "auto" else bool(setting)
 
 
 async def _user(request: Request) -> User:
     data = data_of(request)
-    secret = session_secret(request.app)
+    secret = data.secret
     value = request.cookies.get(COOKIE)
     session = verify_session(secret, value) if value else None
     if session is None:
         raise SignIn("Your session expired: sign in again." if value else None)
-    sessions = request.app.state.database.sessions
 
     def check() -> tuple[bool, int]:  # one worker thread for both reads
-        return data.key_active(session.tenant, session.key_id), session_generation(sessions, session.key_id)
+        return data.key_active(session.tenant, session.key_id), data.session_generation(session.key_id)
 
     active, generation = await asyncio.to_thread(check)
     if not active:
@@ -189,6 +155,11 @@ def _error_page(request: Request, status: int, title: str, messages: list[str]) 
     return page(request, "error.html", {"status": status, "title": title, "messages": messages}, status=status)
 
 
+def _input_page(request: Request, status: int, messages: list[str]) -> Response:
+    title = {404: "Not found", 409: "Conflict", 403: "Forbidden"}.get(status, "Invalid input")
+    return _error_page(request, status, title, messages)
+
+
 def _signed_out(request: Request, exc: SignIn) -> Response:
     if request.url.path.endswith(".json"):
         response: Response = JSONResponse({"detail": "signed out"}, status_code=401)
@@ -220,9 +191,10 @@ class ConsoleRoute(APIRoute):
                 response = _signed_out(request, exc)
             except ConsolePage as exc:
                 response = _error_page(request, exc.status, exc.title, exc.messages)
+            except DomainError as exc:  # a service's refusal: the status the API answers it with
+                response = _input_page(request, http_status(exc), exc.messages)
             except InputError as exc:
-                title = {404: "Not found", 409: "Conflict", 403: "Forbidden"}.get(exc.status_code, "Invalid input")
-                response = _error_page(request, exc.status_code, title, exc.messages)
+                response = _input_page(request, exc.status_code, exc.messages)
             except RequestValidationError as exc:
                 response = _error_page(request, 422, "Invalid input", _validation_messages(exc))
             except RateLimited as exc:

@@ -4,23 +4,13 @@ responses and finished jobs' inputs are kept before the maintenance loop purges 
 from __future__ import annotations
 
 import asyncio
-from typing import Annotated
+from fastapi import APIRouter
 
-from fastapi import APIRouter, Depends, Request
-
-from app.deps import AdminDep
+from app.deps import AdminDep, RetentionStoreDep
 from app.routes.responses import ADMIN_ERRORS
 from app.schemas.students import RetentionPolicy, RetentionPolicyPublic
-from app.storage.retention import RetentionStore
 
 router = APIRouter(prefix="/v1/admin/retention", tags=["admin"])
-
-
-async def _store(request: Request) -> RetentionStore:
-    return request.app.state.gateway.retention
-
-
-RetentionStoreDep = Annotated[RetentionStore, Depends(_store)]
 
 
 @router.get("", response_model=RetentionPolicyPublic, responses=ADMIN_ERRORS)

@@ -16,7 +16,7 @@ from app.schemas import JobList, JobPublic
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 
 JobState = Literal["queued", "running", "cancelling", "cancelled", "succeeded", "failed"]
-# The kinds the runner has handlers for (app.services.calibration_job, app.services.training): an enum, so a misspelt
+# The kinds the runner has handlers for (app.jobs.calibration, app.jobs.training): an enum, so a misspelt
 # kind is a 422 rather than an empty page. A new kind of job is added here.
 JobKind = Literal["calibrate", "train"]
 

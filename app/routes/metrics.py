@@ -3,15 +3,15 @@ is set (README "Metrics"); it carries counts by tenant and entity, never request
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Request, Response
+from fastapi import APIRouter, Response
 
-from app.deps import FederationDep, MetricsAccessDep, SettingsDep
+from app.deps import FederationDep, MetricsAccessDep, SessionsDep, SettingsDep
 from app.metrics import CONTENT_TYPE, render_metrics
 
 router = APIRouter(tags=["metrics"])
 
 
 @router.get("/metrics", include_in_schema=False, dependencies=[MetricsAccessDep])
-async def read_metrics(request: Request, settings: SettingsDep, federation: FederationDep) -> Response:
-    body = await render_metrics(settings, federation, request.app.state.database.sessions)
+async def read_metrics(settings: SettingsDep, federation: FederationDep, sessions: SessionsDep) -> Response:
+    body = await render_metrics(settings, federation, sessions)
     return Response(body, media_type=CONTENT_TYPE)

@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from fastapi import APIRouter
 
-from fastapi import APIRouter, Depends, Request
-
-from app.deps import PrincipalDep
+from app.deps import NextItemsServiceDep, PrincipalDep
 from app.routes.responses import AUTH_ERRORS
 from app.schemas.next_items import BatchNextItemsRequest, BatchNextItemsResponse, NextItemsRequest, NextItemsResponse
-from app.services.next_items import NextItemsService, next_items_service
 
 router = APIRouter(prefix="/v1/next-items", tags=["next-items"])
 
@@ -20,13 +17,6 @@ _ERRORS = {
                           "items)"},
     429: {"description": "the tenant is over its request rate"},
 }
-
-
-async def _service(request: Request) -> NextItemsService:
-    return next_items_service(request.app.state)
-
-
-NextItemsServiceDep = Annotated[NextItemsService, Depends(_service)]
 
 
 @router.post("", response_model=NextItemsResponse, responses=_ERRORS)

@@ -87,12 +87,12 @@ async def _parse_body(request: Request, settings: Settings, *, path_id: str | No
         raw_id = form.get("id")
         qid = path_id or (raw_id if isinstance(raw_id, str) and raw_id else PurePath(upload.filename or "qmatrix").stem)
         data = await upload.read()
-        return await asyncio.to_thread(qmatrix_from_csv_checked, data, qid, settings, ("body", "file"))
+        return await asyncio.to_thread(qmatrix_from_csv_checked, data, qid, settings, ("file",))
     if content_type == "text/csv":
         qid = path_id or request.query_params.get("id")
         if not qid:
             raise InputError(("query", "id"), ["give the Q-matrix id as ?id=... for a text/csv body"])
-        return await asyncio.to_thread(qmatrix_from_csv_checked, await request.body(), qid, settings, ("body",))
+        return await asyncio.to_thread(qmatrix_from_csv_checked, await request.body(), qid, settings, ())
     return await asyncio.to_thread(_from_json, await request.body(), settings)
 
 
@@ -104,7 +104,7 @@ def _from_json(raw: bytes, settings: Settings) -> QMatrix:
         body = model.model_validate_json(raw)
     except ValidationError as exc:
         raise RequestValidationError([{**e, "loc": ("body", *e["loc"])} for e in exc.errors()]) from exc
-    return qmatrix_from_json_checked(body.model_dump(), settings, ("body",))
+    return qmatrix_from_json_checked(body.model_dump(), settings, ())
 
 
 @router.post("", status_code=status.HTTP_201_CREATED, response_model=QMatrixSummary, openapi_extra=_BODIES, responses={

@@ -11,26 +11,20 @@ import inspect
 from collections.abc import Callable, Coroutine
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Query, Request, Response
+from fastapi import APIRouter, Query, Request, Response
 from fastapi.routing import APIRoute
 
-from app.deps import AdminDep, PrincipalDep, QMatrixServiceDep
+from app.deps import AdminDep, GatewayDep, PrincipalDep, QMatrixServiceDep, StudentDataDep
+from app.domain_errors import NotFound
 from app.errors import InputError
 from app.routes.responses import ADMIN_ERRORS
 from app.schemas.students import StudentErasure, StudentExport
-from app.services.report import REPORT_HEADERS, build_report, report_html, report_png, report_svg
+from app.presentation.report import REPORT_HEADERS, report_html, report_png, report_svg
+from app.services.report import build_report
 from app.services.next_items import with_next_items
-from app.services.students import StudentDataService
 from app.schemas.common import Identifier
 
 router = APIRouter(prefix="/v1/students", tags=["students"])
-
-
-async def _service(request: Request) -> StudentDataService:
-    return request.app.state.gateway.students
-
-
-StudentDataDep = Annotated[StudentDataService, Depends(_service)]
 
 
 @router.get("/{student_id}/export", response_model=StudentExport, responses=ADMIN_ERRORS)
@@ -87,7 +81,7 @@ def _known_handler(request: Request, exc: Exception) -> Callable[..., Any] | Non
 
 async def read_student_report(
     student_id: Identifier, request: Request, service: StudentDataDep, qmatrices: QMatrixServiceDep,
-    principal: PrincipalDep,
+    gateway: GatewayDep, principal: PrincipalDep,
     qmatrix_id: Annotated[Identifier, Query(description="the Q-matrix of the diagnosis to report")],
 ) -> Response:
     """A report a teacher can read, from the student's latest stored diagnosis on the Q-matrix: mastery per concept
@@ -101,9 +95,9 @@ async def read_student_report(
             "erasure)"], status_code=404)
     try:
         found = (await qmatrices.get(principal.tenant, qmatrix_id)).qmatrix
-    except InputError:  # deleted since: the report still reads, in the diagnosis's own concept order
+    except NotFound:  # deleted since: the report still reads, in the diagnosis's own concept order
         found = None
-    report = await asyncio.to_thread(with_next_items, request.app.state, build_report(stored[-1], found), found,
+    report = await asyncio.to_thread(with_next_items, gateway, build_report(stored[-1], found), found,
                                      principal.tenant)  # issue 34: items to ask next for thin-evidence concepts
     accept = request.headers.get("accept", "")
     wanted = next((t for t in _REPORT_TYPES if t in accept), None)

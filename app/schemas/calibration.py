@@ -10,6 +10,7 @@ from app.pagination import Paginated
 from app.schemas.common import Delta, Epsilon, Identifier, Name, WholeNumber
 from app.schemas.jobs import JobEvent, JobProgress
 from app.schemas.usage import Usage
+from privacy import MechanismName
 from qmatrix import Response
 
 __all__ = [
@@ -75,7 +76,7 @@ class CalibrateRequest(BaseModel):
     epsilon: Epsilon | None = Field(
         default=None, description="ε the validation answers are privatized at; omitted: the server default (what diagnoses use)"
     )
-    mechanism: Literal["laplace", "secure_laplace", "gaussian", "duchi", "piecewise", "hybrid"] | None = Field(
+    mechanism: MechanismName | None = Field(
         default=None, description="mechanism the validation answers are privatized with; omitted: the server default"
     )
     sensitivity: Literal["paper", "assessed"] | None = None

@@ -99,7 +99,9 @@ def _whole_number(value: object) -> object:
 # them: a JSON number with no fractional part (5 or 5.0) is an integer, never a string or a boolean.
 WholeNumber = BeforeValidator(_whole_number)
 
-# ε of one release, within the range every mechanism and accountant is total over (privacy/ranges.py).
+# ε of one release, within the range every mechanism and accountant is total over (privacy/ranges.py): the schema
+# states the range from its constants, so a value outside it is a 422 naming the field; privacy.Epsilon is made from
+# the value where it enters privacy/ (pydantic would not serialise a float subclass in the "none" union cleanly).
 EpsilonValue = Annotated[float, Field(ge=EPSILON_MIN, le=EPSILON_MAX, allow_inf_nan=False)]
 Epsilon = EpsilonValue | Literal["none"]
 Delta = Annotated[float, Field(ge=DELTA_MIN, le=DELTA_MAX, allow_inf_nan=False)]

@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict, FailFast, Field, model_validator
 from app.schemas.common import Delta, Epsilon, Identifier, Name
 from app.schemas.qmatrices import QMatrixCreate
 from app.schemas.usage import EntityUsage, Usage
-from privacy import DELTA_MAX, DELTA_MIN, EPSILON_MAX, EPSILON_MIN
+from privacy import DELTA_MAX, DELTA_MIN, EPSILON_MAX, EPSILON_MIN, PAPER_MECHANISM, MechanismName
 from qmatrix import Response
 
 __all__ = [
@@ -55,7 +55,7 @@ class DiagnoseOptions(BaseModel):
     sensitivity: Literal["paper", "assessed"] | None = Field(
         default=None, description="Δ = all K concepts (paper) or the concepts assessed by this request"
     )
-    mechanism: Literal["laplace", "secure_laplace", "gaussian", "duchi", "piecewise", "hybrid"] | None = Field(
+    mechanism: MechanismName | None = Field(
         default=None, description="local DP mechanism on each entity's answer (laplace is the paper's); omitted: the server default"
     )
     delta: Delta = Field(default=1e-5, description=f"δ in [{DELTA_MIN:g}, {DELTA_MAX:g}], for the gaussian mechanism only")
@@ -99,7 +99,7 @@ class DiagnoseRequest(DiagnoseOptions):
     model_config = ConfigDict(json_schema_extra={**_ONE_QMATRIX, "examples": [
         {"student_id": "demo-student", "qmatrix_id": "example-prealgebra", "responses": _EXAMPLE_RESPONSES},
         {"student_id": "demo-student", "qmatrix_id": "example-prealgebra", "responses": _EXAMPLE_RESPONSES,
-         "epsilon": 8.0, "mechanism": "laplace", "sensitivity": "assessed", "include_entities": True},
+         "epsilon": 8.0, "mechanism": PAPER_MECHANISM, "sensitivity": "assessed", "include_entities": True},
     ]})
 
     student_id: Identifier

@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from app.pagination import Paginated
 from app.schemas.common import EpsilonValue, Identifier
-from privacy import EPSILON_MIN, BudgetPeriod, CalendarDay, CalendarWeek, Lifetime, Rolling, Terms
+from privacy import EPSILON_MIN, BudgetPeriod, CalendarDay, CalendarWeek, Lifetime, MechanismName, Rolling, Terms
 
 __all__ = [
     "DayPeriod",
@@ -146,7 +146,7 @@ class PrivacyPolicy(BaseModel):
     period: PeriodIn
     cap_epsilon: float = Field(ge=EPSILON_MIN, le=1e7, allow_inf_nan=False, description="ε allowed per period per student")
     cap_delta: float = Field(default=1e-4, ge=0.0, lt=1.0, description="δ allowed per period per student")
-    default_mechanism: Literal["laplace", "secure_laplace", "gaussian", "duchi", "piecewise", "hybrid"]
+    default_mechanism: MechanismName
     default_epsilon: EpsilonValue = Field(description="ε per entity answer when a request gives none")
     sensitivity: Literal["paper", "assessed"] = Field(description="default Δ when a request gives none")
     allow_unnoised: bool = Field(description='whether "epsilon": "none" (raw answers, no privacy) is allowed')

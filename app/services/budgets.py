@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 
-from app.errors import InputError
+from app.domain_errors import NotFound
 from app.pseudonyms import Pseudonyms
 from app.schemas import PrivacyPolicy, PrivacyPolicyPublic, StudentBudget
 from app.storage import TenantConfigCache, budget_rule
@@ -20,7 +20,7 @@ __all__ = ["BudgetService"]
 
 
 class BudgetService:
-    """``ledger`` None: the ledger is off (a budget lookup is 404)."""
+    """``ledger`` None: the ledger is off (a budget lookup is ``NotFound``)."""
 
     def __init__(self, *, ledger: AsyncLedger | None, config: TenantConfigCache, pseudonyms: Pseudonyms) -> None:
         self.ledger, self.config, self.pseudonyms = ledger, config, pseudonyms
@@ -35,7 +35,7 @@ class BudgetService:
     async def student(self, tenant: str, student_id: str) -> StudentBudget:
         """The student's budget under the tenant's policy: the period's spend, what remains, when it renews."""
         if self.ledger is None:
-            raise InputError(("path", "student_id"), ["the privacy ledger is off on this server"], status_code=404)
+            raise NotFound(("student_id",), ["the privacy ledger is off on this server"])
         status = await self.ledger.status(tenant, self.pseudonyms.key(tenant, student_id), rule=await self.rule(tenant))
         return StudentBudget(**{**status, "student_id": student_id})  # the ledger holds the keyed hash
 
@@ -45,7 +45,7 @@ class BudgetService:
         return await asyncio.to_thread(self.config.policies.current, tenant)
 
     async def set_policy(self, tenant: str, policy: PrivacyPolicy, *, created_by: str) -> PrivacyPolicyPublic:
-        """A new version, from the next request on; 422 for one the server's settings forbid."""
+        """A new version, from the next request on; ``InvalidInput`` for one the server's settings forbid."""
         self.config.policies.check(policy)
         return await asyncio.to_thread(lambda: self.config.policies.put(tenant, policy, created_by=created_by))
 

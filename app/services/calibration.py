@@ -1,6 +1,6 @@
 """``/v1/calibrate`` and ``/v1/calibrations``: calibration jobs submitted (their input checked now, not minutes
 later in the job), followed, and the records they produce read back. The job itself runs in
-``app.services.calibration_job``; its validation students come from ``app.services.validation``.
+``app.jobs.calibration``; its validation students come from ``app.services.validation``.
 
 The ``synthetic`` dataset simulates SIMULATED DINA students on the request's own Q-matrix (the example when it
 names none), with their simulated mastery as the truth, so any Q-matrix can be calibrated before real data
@@ -13,14 +13,13 @@ import asyncio
 import logging
 
 from app.db import SHARED_TENANT
-from app.errors import InputError
+from app.domain_errors import InvalidInput, NotFound
 from app.federation import Federation
 from app.limits import check_responses
 from app.pagination import Page, page_of
 from app.pseudonyms import Pseudonyms
 from app.schemas import CalibrateJob, CalibrateRequest, CalibrationList, CalibrationPublic, DatasetRef
-from app.services.job_queries import JobQueries
-from app.services.jobs import JobRunner
+from app.jobs import JobQueries, JobRunner
 from app.settings import Settings
 from app.storage import CalibrationStore, QMatrixStore, StoredCalibration, UsageStore
 from diagnosis import UnknownEntities
@@ -54,31 +53,32 @@ class CalibrationService:
         self.jobs, self.job_queries, self.usage, self.pseudonyms = jobs, job_queries, usage, pseudonyms
 
     def check(self, body: CalibrateRequest, tenant: str) -> None:
-        """Refuse bad input now (422 naming the field, 404 for an unknown Q-matrix), not minutes later in the job."""
+        """Refuse bad input now (``InvalidInput`` naming the field, ``NotFound`` for an unknown Q-matrix), not minutes
+        later in the job."""
         method = body.method or self.settings.default_calibration_method
         if body.isotonic and method != "stacking":
-            raise InputError(("body", "isotonic"), [f"isotonic maps apply to method 'stacking' only, not '{method}'"])
+            raise InvalidInput(("isotonic",), [f"isotonic maps apply to method 'stacking' only, not '{method}'"])
         if body.entities is not None:
             try:
                 self.federation.pipeline.select(body.entities)
             except UnknownEntities as exc:
-                raise InputError(("body", "entities"), [str(exc)]) from exc
+                raise InvalidInput(("entities",), [str(exc)]) from exc
         if body.records is None:
             simulated_on = body.qmatrix_id if body.dataset is not None and body.dataset.name == "synthetic" else None
             if simulated_on is not None and self.qmatrices.get(tenant, simulated_on) is None:  # it must exist
-                raise InputError(("body", "qmatrix_id"), [f"unknown Q-matrix id '{simulated_on}'"], status_code=404)
+                raise NotFound(("qmatrix_id",), [f"unknown Q-matrix id '{simulated_on}'"])
             return
         if len(body.records) > self.settings.max_calibration_records:
-            raise InputError(("body", "records"), [f"at most {self.settings.max_calibration_records} records"])
+            raise InvalidInput(("records",), [f"at most {self.settings.max_calibration_records} records"])
         stored = self.qmatrices.get(tenant, body.qmatrix_id or "")
         if stored is None:
-            raise InputError(("body", "qmatrix_id"), [f"unknown Q-matrix id '{body.qmatrix_id}'"], status_code=404)
+            raise NotFound(("qmatrix_id",), [f"unknown Q-matrix id '{body.qmatrix_id}'"])
         q = stored.qmatrix
         for n, record in enumerate(body.records):
-            check_responses(q, record.responses, self.settings, ("body", "records", n))
+            check_responses(q, record.responses, self.settings, ("records", n))
             bad = [c for c in (record.truth or {}) if c not in q.concepts]
             if bad:
-                raise InputError(("body", "records", n, "truth"), [f"unknown concepts: {', '.join(bad)}"])
+                raise InvalidInput(("records", n, "truth"), [f"unknown concepts: {', '.join(bad)}"])
 
     async def submit(self, body: CalibrateRequest, tenant: str) -> str:
         await asyncio.to_thread(self.check, body, tenant)
@@ -90,7 +90,8 @@ class CalibrationService:
         return self.jobs.submit("calibrate", request, tenant=tenant)
 
     async def job(self, job_id: str, tenant: str) -> CalibrateJob:
-        """A calibration job of the tenant, with the entity usage of its finished students so far (404 otherwise)."""
+        """A calibration job of the tenant, with the entity usage of its finished students so far (``NotFound``
+        otherwise)."""
         public = await self.job_queries.get(job_id, tenant, kind="calibrate")
         total = await asyncio.to_thread(self.usage.job_total, tenant, job_id)
         return CalibrateJob(**{name: value for name, value in public if name != "kind"}, usage=total)
@@ -104,7 +105,7 @@ class CalibrationService:
     async def record(self, tenant: str, calibration_id: str) -> CalibrationPublic:
         stored = await asyncio.to_thread(self.calibrations.get, tenant, calibration_id)
         if stored is None:
-            raise InputError(("path", "calibration_id"), [f"unknown calibration id '{calibration_id}'"], status_code=404)
+            raise NotFound(("calibration_id",), [f"unknown calibration id '{calibration_id}'"])
         return _public(stored)
 
 

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from app.auth import Principal
-from app.errors import InputError, budget_retry_after
+from app.domain_errors import GroupBudgetSpent, InvalidInput, Unavailable, budget_retry_after
 from app.metrics import count_charge, count_refusal
 from app.pseudonyms import cache_tag
 from app.schemas import CohortConcept, CohortReport, CohortReportRequest, Usage
@@ -24,13 +24,19 @@ from app.services.usage import account_usage
 from app.settings import Settings
 from app.storage import UsageStore, budget_rule, usage_total
 from diagnosis import AllEntitiesFailed, EntityOutcome
-from privacy import AsyncLedger, BudgetExceeded, CohortConceptStats, ReleaseCost, cohort_statistics, make_rng
+from privacy import (
+    COHORT_MECHANISM,
+    AsyncLedger,
+    BudgetExceeded,
+    CohortConceptStats,
+    ReleaseCost,
+    cohort_statistics,
+    make_rng,
+)
 from providers.cache import tagged_as
 from qmatrix import QMatrix
 
 __all__ = ["CohortLimits", "CohortService"]
-
-COHORT_MECHANISM = "central_laplace"
 
 
 @dataclass(frozen=True)
@@ -67,14 +73,14 @@ class CohortService:
         q = config.resolved.qmatrix
         ids = [s.student_id for s in body.students]
         if len(set(ids)) != len(ids):
-            raise InputError(("body", "students"), ["each student may appear once (contributions are bounded per student)"])
+            raise InvalidInput(("students",), ["each student may appear once (contributions are bounded per student)"])
         if len(ids) < limits.min_size:
-            raise InputError(("body", "students"), [f"a cohort needs at least {limits.min_size} students, got {len(ids)}"])
+            raise InvalidInput(("students",), [f"a cohort needs at least {limits.min_size} students, got {len(ids)}"])
         for n, student in enumerate(body.students):
-            self.planner.check_responses(q, student.responses, ("body", "students", n))
+            self.planner.check_responses(q, student.responses, ("students", n))
         # The same aggregation a diagnosis would use (auto: the record's, or Bayes post-processing).
         aggregator = self.planner.aggregators.get(config.calibration, aggregation="auto", estimate="mean")
-        # Planned before anyone is charged: unknown entity names are a 422 that costs nobody anything.
+        # Planned before anyone is charged: unknown entity names are an ``InvalidInput`` that costs nobody anything.
         plans = [self.planner.cohort_plan(tenant, q, s, body.entities, aggregator) for s in body.students]
         release = self.ledger.releasing(  # everyone pays before anything is released, or nobody does
             tenant=tenant, students=[p.key for p in plans], rule=budget_rule(config.policy), source="cohort",
@@ -87,11 +93,8 @@ class CohortService:
                     await release.settle("cohort-report")
         except BudgetExceeded as exc:
             count_refusal(tenant, "cohort")
-            retry_after = budget_retry_after(exc)
-            raise InputError(
-                ("body", "students"), [f"{exc}; no report was released and nobody was charged"], status_code=429,
-                extra={"type": "privacy_budget", "retry_after_s": retry_after}, retry_after_s=retry_after,
-            ) from exc
+            raise GroupBudgetSpent(("students",), [f"{exc}; no report was released and nobody was charged"],
+                                   retry_after_s=budget_retry_after(exc)) from exc
         if release is not None:
             count_charge(tenant, "cohort", body.epsilon * len(release.charges))
         diagnosed = released.diagnosed
@@ -142,8 +145,7 @@ class CohortService:
         diagnosed = [m for m in mastery if m is not None]
         concepts = [c for c in q.concepts if any(c in m for m in diagnosed)]
         if not concepts:
-            raise InputError(("body", "students"), ["no student could be diagnosed; nothing released, nothing charged"],
-                             status_code=503)
+            raise Unavailable(("students",), ["no student could be diagnosed; nothing released, nothing charged"])
         stats, eps_stat = cohort_statistics(
             diagnosed, concepts, epsilon=body.epsilon, bins=body.bins, rng=make_rng(self.limits.noise_seed)
         )

@@ -21,7 +21,7 @@ from collections.abc import Awaitable
 from dataclasses import dataclass
 
 from app.auth import Principal
-from app.errors import InputError, TryLater, budget_retry_after
+from app.domain_errors import InvalidInput, TryLater, budget_retry_after
 from app.metrics import count_diagnosis, count_refusal
 from app.pseudonyms import cache_tag
 from app.schemas import (
@@ -74,23 +74,23 @@ class DiagnosisService:
         tenant = principal.tenant
         config = await self._configuration(body, tenant)
         q = config.resolved.qmatrix
-        self.planner.check_responses(q, body.responses, ("body",))
-        items = self.forecasts.items(body.forecast_items, q)  # a bad item id is a 422 before any charge
+        self.planner.check_responses(q, body.responses, ())
+        items = self.forecasts.items(body.forecast_items, q)  # a bad item id is refused before any charge
         planned = self.planner.plan(body, config, body, self.planner.aggregator(body, config.calibration), tenant)
         response = await _counted(tenant, self._serve(body, config, planned))
         return await self.forecasts.attach(response, items, q=q, qmatrix_id=q.id, tenant=tenant)
 
     async def diagnose_batch(self, body: BatchDiagnoseRequest, principal: Principal) -> BatchDiagnoseResponse:
         if len(body.students) > self.batch.max_students:
-            raise InputError(("body", "students"), [f"at most {self.batch.max_students} students per batch"])
+            raise InvalidInput(("students",), [f"at most {self.batch.max_students} students per batch"])
         tenant = principal.tenant
         config = await self._configuration(body, tenant)
         q = config.resolved.qmatrix
         for n, student in enumerate(body.students):
-            self.planner.check_responses(q, student.responses, ("body", "students", n))
+            self.planner.check_responses(q, student.responses, ("students", n))
         items = self.forecasts.items(body.forecast_items, q)
         aggregator = self.planner.aggregator(body, config.calibration)
-        # Every student planned before anyone is charged: a bad entity name or a refused "none" is one 422.
+        # Every student planned before anyone is charged: a bad entity name or a refused "none" is one refusal.
         plans = [self.planner.plan(body, config, student, aggregator, tenant) for student in body.students]
         gate = asyncio.Semaphore(self.batch.concurrency)
 
@@ -158,7 +158,7 @@ class DiagnosisService:
             await account_usage(self.usage, tenant, "diagnosis", exc.outcomes)
             raise
         except DegeneratePosteriorError as exc:
-            raise InputError(("body", "aggregation"), [f"posterior aggregation impossible: {exc}"]) from exc
+            raise InvalidInput(("aggregation",), [f"posterior aggregation impossible: {exc}"]) from exc
         await account_usage(self.usage, tenant, "diagnosis", result.entities)
         return result
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 from typing import Literal
 
-from app.errors import InputError
+from app.domain_errors import InvalidInput
 from app.schemas import DiagnoseResponse, ForecastBasis, ItemForecast
 from diagnosis.forecast import DEFAULT_LEVEL, concept_beliefs, forecast_items
 from providers.item_response import ItemResponder, ItemResponseFunction, ItemToForecast, item_response_function
@@ -20,7 +20,7 @@ from qmatrix import QMatrix
 
 __all__ = ["ForecastService"]
 
-_LISTED = 20  # unknown item ids named in a 422
+_LISTED = 20  # unknown item ids named in a refusal
 
 
 class ForecastService:
@@ -30,7 +30,7 @@ class ForecastService:
         self.local_fed = local_fed
 
     def items(self, wanted: list[str] | Literal["all"] | None, q: QMatrix) -> list[ItemToForecast]:
-        """The items to forecast, in the order asked (``all``: the Q-matrix's order); 422 naming
+        """The items to forecast, in the order asked (``all``: the Q-matrix's order); ``InvalidInput`` naming
         ``body.forecast_items`` for an id the Q-matrix does not define."""
         if wanted is None:
             return []
@@ -38,7 +38,7 @@ class ForecastService:
         unknown = q.unknown_items(ids)
         if unknown:
             more = f" … and {len(unknown) - _LISTED} more" if len(unknown) > _LISTED else ""
-            raise InputError(("body", "forecast_items"), [
+            raise InvalidInput(("forecast_items",), [
                 f"items not in Q-matrix '{q.id}': {', '.join(unknown[:_LISTED])}{more}"])
         return [ItemToForecast(i, tuple(q.item(i).concepts), q.item(i).text) for i in ids]
 

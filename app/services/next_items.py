@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from app.auth import Principal
-from app.errors import InputError
+from app.domain_errors import InvalidInput, Unavailable
 from app.limits import check_responses
 from app.schemas.next_items import (
     DEFAULT_MIN_GAIN,
@@ -67,17 +67,17 @@ class NextItemsService:
 
     async def next_items(self, body: NextItemsRequest, principal: Principal) -> NextItemsResponse:
         q, key = await self._qmatrix(body, principal.tenant)
-        check_responses(q, body.responses, self.settings, ("body",))
+        check_responses(q, body.responses, self.settings, ())
         targets, exclude = _checked_options(body, q)
         return await asyncio.to_thread(self._one, q, key, principal.tenant, body, body.student_id, body.responses,
                                        targets, exclude)
 
     async def next_items_batch(self, body: BatchNextItemsRequest, principal: Principal) -> BatchNextItemsResponse:
         if len(body.students) > self.settings.max_batch_size:
-            raise InputError(("body", "students"), [f"at most {self.settings.max_batch_size} students per batch"])
+            raise InvalidInput(("students",), [f"at most {self.settings.max_batch_size} students per batch"])
         q, key = await self._qmatrix(body, principal.tenant)
         for n, student in enumerate(body.students):
-            check_responses(q, student.responses, self.settings, ("body", "students", n))
+            check_responses(q, student.responses, self.settings, ("students", n))
         targets, exclude = _checked_options(body, q)
 
         def run() -> list[NextItemsResponse]:
@@ -88,7 +88,7 @@ class NextItemsService:
         return BatchNextItemsResponse(results=results, count=len(results))  # every check ran before any student
 
     async def _qmatrix(self, options: NextItemsOptions, tenant: str) -> tuple[QMatrix, str]:
-        config = await self.planner.configuration(tenant, qmatrix_id=options.qmatrix_id)  # 404: unknown id
+        config = await self.planner.configuration(tenant, qmatrix_id=options.qmatrix_id)  # NotFound: unknown id
         return config.resolved.qmatrix, config.resolved.key
 
     def bank(self, q: QMatrix, key: str, tenant: str) -> ServingBank:
@@ -101,8 +101,7 @@ class NextItemsService:
             loaded = (self.local_fed.serving_model(q.id, tenant, concepts) if self.local_fed is not None
                       else _untrained(concepts))
         except RegistryError as exc:  # the active model failed verification: never replaced silently
-            raise InputError(("body", "qmatrix_id"), [f"the model serving Q-matrix '{q.id}' is not usable: {exc}"],
-                             status_code=503) from exc
+            raise Unavailable(("qmatrix_id",), [f"the model serving Q-matrix '{q.id}' is not usable: {exc}"]) from exc
         cache_key = (*_model_identity(loaded), key)
         with self._lock:
             found = self._banks.get(cache_key)
@@ -187,41 +186,42 @@ def _untrained(concepts: tuple[str, ...]) -> LoadedModel:
     return untrained_model(concepts)
 
 
-def next_items_service(state: Any) -> NextItemsService:
-    """The app's service (``app.state``), built on first use from the diagnosis service's planner and ``local-fed``
-    entity: the same Q-matrix resolution and serving model as ``/v1/diagnose``'s forecasts."""
-    found = getattr(state, "next_items", None)
+def next_items_service(gateway: Any) -> NextItemsService:
+    """The gateway's service (``app.gateway``), built on first use from the diagnosis service's planner and
+    ``local-fed`` entity: the same Q-matrix resolution and serving model as ``/v1/diagnose``'s forecasts."""
+    found = getattr(gateway, "next_items", None)
     if found is None:
-        diagnosis = state.diagnosis
+        diagnosis = gateway.diagnosis
         local_fed = diagnosis.forecasts.local_fed
-        found = state.next_items = NextItemsService(
+        found = gateway.next_items = NextItemsService(
             planner=diagnosis.planner, local_fed=local_fed if hasattr(local_fed, "serving_model") else None,
-            settings=state.settings)
+            settings=gateway.settings)
     return found
 
 
-def with_next_items(state: Any, report: StudentReport, q: QMatrix | None, tenant: str) -> StudentReport:
+def with_next_items(gateway: Any, report: StudentReport, q: QMatrix | None, tenant: str) -> StudentReport:
     """``report`` with its suggested next items (blocking); unchanged without the Q-matrix or when the suggestion
     fails (the report still reads: a suggestion is an extra, logged when it cannot be made)."""
     if q is None:
         return report
     try:
-        return next_items_service(state).suggest_for_report(report, q, tenant)
+        return next_items_service(gateway).suggest_for_report(report, q, tenant)
     except Exception:
         log.exception("the student report's next items could not be chosen")
         return report
 
 
 def _checked_options(options: NextItemsOptions, q: QMatrix) -> tuple[list[str], set[str]]:
-    """(targeted concepts, excluded items); 422 naming the field for a concept or item the Q-matrix lacks."""
+    """(targeted concepts, excluded items); ``InvalidInput`` naming the field for a concept or item the Q-matrix
+    lacks."""
     targets = list(dict.fromkeys(options.target_concepts)) if options.target_concepts else list(q.concepts)
     unknown = [c for c in targets if c not in set(q.concepts)]
     if unknown:
-        raise InputError(("body", "target_concepts"),
+        raise InvalidInput(("target_concepts",),
                          [f"concepts not in Q-matrix '{q.id}': {', '.join(unknown[:_LISTED])}"])
     missing = q.unknown_items(options.exclude_items)
     if missing:
-        raise InputError(("body", "exclude_items"), [f"items not in Q-matrix '{q.id}': {', '.join(missing[:_LISTED])}"])
+        raise InvalidInput(("exclude_items",), [f"items not in Q-matrix '{q.id}': {', '.join(missing[:_LISTED])}"])
     return targets, set(options.exclude_items)
 
 

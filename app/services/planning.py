@@ -16,7 +16,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from app.errors import InputError
+from app.domain_errors import InvalidInput, NotFound
 from app.federation import Federation, federation_mode
 from app.limits import check_responses, qmatrix_from_json_checked
 from app.pseudonyms import Pseudonyms
@@ -25,6 +25,7 @@ from app.settings import Settings
 from app.storage import TenantConfig, TenantConfigCache
 from calibration import CalibrationRecord, aggregator_for
 from diagnosis import Aggregator, DiagnosisPipeline, DiagnosisPlan, DiagnosisRequest, UnknownEntities
+from privacy import StudentKey
 from qmatrix import QMatrix, Response, qmatrix_to_json
 
 __all__ = ["AggregatorCache", "Planner", "RequestConfig", "ResolvedQMatrix", "StudentPlan"]
@@ -57,7 +58,7 @@ class StudentPlan:
     diagnosis: DiagnosisPlan
     left_out: dict[str, str]
     tenant: str
-    key: str
+    key: StudentKey
 
 
 class AggregatorCache:
@@ -118,13 +119,13 @@ class Planner:
     ) -> ResolvedQMatrix:
         if inline is not None:
             # Sizes checked while it is read, before any item is built (app.limits).
-            q = qmatrix_from_json_checked(inline.model_dump(), self.settings, ("body", "qmatrix"))
+            q = qmatrix_from_json_checked(inline.model_dump(), self.settings, ("qmatrix",))
             digest = hashlib.sha256(json.dumps(qmatrix_to_json(q), sort_keys=True).encode()).hexdigest()
             return ResolvedQMatrix(q, None, f"inline:{digest}")
         assert qmatrix_id is not None
         stored = config.qmatrix(qmatrix_id)
         if stored is None:
-            raise InputError(("body", "qmatrix_id"), [f"unknown Q-matrix id '{qmatrix_id}'"], status_code=404)
+            raise NotFound(("qmatrix_id",), [f"unknown Q-matrix id '{qmatrix_id}'"])
         return ResolvedQMatrix(stored.qmatrix, stored.version, f"{stored.tenant}:{stored.id}:v{stored.version}")
 
     def _calibration(
@@ -134,12 +135,10 @@ class Planner:
         if calibration_id is not None:
             stored = self.config.calibrations.get(config.tenant, calibration_id)
             if stored is None:
-                raise InputError(
-                    ("body", "calibration_id"), [f"unknown calibration id '{calibration_id}'"], status_code=404
-                )
+                raise NotFound(("calibration_id",), [f"unknown calibration id '{calibration_id}'"])
             if stored.record.qmatrix_id != resolved.qmatrix.id or stored.qmatrix_version != resolved.version:
-                raise InputError(
-                    ("body", "calibration_id"),
+                raise InvalidInput(
+                    ("calibration_id",),
                     [f"calibration '{stored.record.id}' was fitted on Q-matrix '{stored.record.qmatrix_id}' version "
                      f"{stored.qmatrix_version}, not on the rows this request uses"],
                 )
@@ -156,8 +155,8 @@ class Planner:
     @staticmethod
     def check_unnoised(options: DiagnoseOptions, policy: PrivacyPolicyPublic) -> None:
         if options.epsilon == "none" and not policy.allow_unnoised:
-            raise InputError(
-                ("body", "epsilon"),
+            raise InvalidInput(
+                ("epsilon",),
                 ['"none" would release raw answers with unbounded privacy cost; the tenant\'s privacy policy '
                  "refuses it (allow_unnoised)"],
             )
@@ -171,7 +170,7 @@ class Planner:
         aggregator: Aggregator, tenant: str,
     ) -> StudentPlan:
         """One student's diagnosis, decided: who is asked (the calibration may leave some out), at what noise, with
-        which deadline. 422 for unknown entities or unnoised answers the policy refuses."""
+        which deadline. ``InvalidInput`` for unknown entities or unnoised answers the policy refuses."""
         q, policy = config.resolved.qmatrix, config.policy
         left_out = self._left_out(options, config.calibration, q, student.responses)
         entities = [n for n in self.federation.names if n not in left_out] if left_out else options.entities
@@ -211,7 +210,7 @@ class Planner:
         try:
             return self.pipeline.plan(request, aggregator)
         except UnknownEntities as exc:
-            raise InputError(("body", "entities"), [str(exc)]) from exc
+            raise InvalidInput(("entities",), [str(exc)]) from exc
 
     def _left_out(
         self, options: DiagnoseOptions, record: CalibrationRecord | None, q: QMatrix, responses: Sequence[Response]

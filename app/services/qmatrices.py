@@ -9,7 +9,7 @@ import asyncio
 from collections.abc import Sequence
 from dataclasses import asdict
 
-from app.errors import InputError
+from app.domain_errors import Conflict, InvalidInput, NotFound
 from app.schemas import AgreementPublic, ExtractRequest, ExtractResponse, QMatrixCreate
 from app.storage import QMatrixExists, QMatrixStore, StoredQMatrix
 from diagnosis import DiagnosisPipeline, UnknownEntities
@@ -20,8 +20,8 @@ from qmatrix.extract import GSM8K_CONCEPTS
 __all__ = ["QMatrixService"]
 
 
-def _unknown(qmatrix_id: str) -> InputError:
-    return InputError(("path", "qmatrix_id"), [f"unknown Q-matrix id '{qmatrix_id}'"], status_code=404)
+def _unknown(qmatrix_id: str) -> NotFound:
+    return NotFound(("qmatrix_id",), [f"unknown Q-matrix id '{qmatrix_id}'"])
 
 
 class QMatrixService:
@@ -31,27 +31,27 @@ class QMatrixService:
         self.store, self.pipeline = store, pipeline
 
     def check(self, q: QMatrix, *, path_id: str | None = None) -> None:
-        """422 for an id the store refuses, or one that is not the path's."""
+        """``InvalidInput`` for an id the store refuses, or one that is not the path's."""
         if not self.store.valid_id(q.id):
-            raise InputError(("body", "id"), [f"id {q.id!r}: use 1-128 letters, digits, '.', '_' or '-'"])
+            raise InvalidInput(("id",), [f"id {q.id!r}: use 1-128 letters, digits, '.', '_' or '-'"])
         if path_id is not None and q.id != path_id:
-            raise InputError(("body", "id"), [f"the body's id '{q.id}' is not the path's '{path_id}'"])
+            raise InvalidInput(("id",), [f"the body's id '{q.id}' is not the path's '{path_id}'"])
 
     def check_writable(self, qmatrix_id: str) -> None:
-        """409 for a built-in Q-matrix (shared, read-only)."""
+        """``Conflict`` for a built-in Q-matrix (shared, read-only)."""
         if self.store.is_builtin(qmatrix_id):
-            raise InputError(("path", "qmatrix_id"), [f"'{qmatrix_id}' is a built-in Q-matrix"], status_code=409)
+            raise Conflict(("qmatrix_id",), [f"'{qmatrix_id}' is a built-in Q-matrix"])
 
     def is_builtin(self, qmatrix_id: str) -> bool:
         return self.store.is_builtin(qmatrix_id)
 
     async def create(self, tenant: str, q: QMatrix) -> StoredQMatrix:
-        """Version 1 of a new id; 409 for an id in use (replace it instead) or built in."""
+        """Version 1 of a new id; ``Conflict`` for an id in use (replace it instead) or built in."""
         self.check(q)
         try:
             return await asyncio.to_thread(self.store.create, tenant, q)
         except QMatrixExists as exc:
-            raise InputError(("body", "id"), [str(exc)], status_code=409) from exc
+            raise Conflict(("id",), [str(exc)]) from exc
 
     async def replace(self, tenant: str, q: QMatrix, *, qmatrix_id: str) -> StoredQMatrix:
         """A new version of the tenant's ``qmatrix_id`` (``q`` checked against the path: :meth:`check`)."""
@@ -72,25 +72,25 @@ class QMatrixService:
         return await asyncio.to_thread(self.store.ids, tenant)
 
     async def get(self, tenant: str, qmatrix_id: str, version: int | None = None) -> StoredQMatrix:
-        """The current version (or ``version``); 404 for an unknown id (another tenant's is unknown too)."""
+        """The current version (or ``version``); ``NotFound`` for an unknown id (another tenant's is unknown too)."""
         stored = await asyncio.to_thread(self.store.get, tenant, qmatrix_id, version)
         if stored is None:
             raise _unknown(qmatrix_id)
         return stored
 
     async def extract(self, tenant: str, body: ExtractRequest) -> ExtractResponse:
-        """Tag the items with concepts; with ``save``, register the result as the tenant's (409 when taken)."""
+        """Tag the items with concepts; with ``save``, register the result as the tenant's (``Conflict`` when taken)."""
         concepts: Sequence[str] = body.concepts or list(GSM8K_CONCEPTS)
         if len(set(concepts)) != len(concepts):
-            raise InputError(("body", "concepts"), ["concept names must be unique"])
+            raise InvalidInput(("concepts",), ["concept names must be unique"])
         if len({i.id for i in body.items}) != len(body.items):
-            raise InputError(("body", "items"), ["item ids must be unique"])
+            raise InvalidInput(("items",), ["item ids must be unique"])
         entities = None
         if body.method != "keyword":
             try:
                 entities = self.pipeline.select(body.entities)
             except UnknownEntities as exc:
-                raise InputError(("body", "entities"), [str(exc)]) from exc
+                raise InvalidInput(("entities",), [str(exc)]) from exc
         extraction, agreement = await extract_qmatrix(
             body.id, [(i.id, i.text) for i in body.items], list(concepts), method=body.method, entities=entities
         )
@@ -99,7 +99,7 @@ class QMatrixService:
             try:
                 await asyncio.to_thread(self.store.create, tenant, extraction.qmatrix)
             except QMatrixExists as exc:
-                raise InputError(("body", "id"), [str(exc)], status_code=409) from exc
+                raise Conflict(("id",), [str(exc)]) from exc
             registered = True
         return ExtractResponse(
             qmatrix=QMatrixCreate(**qmatrix_to_json(extraction.qmatrix)) if extraction.qmatrix else None,

@@ -11,7 +11,7 @@ What is stored about a student, all under the keyed hash of ``app.pseudonyms`` (
 * an uploaded responses CSV while its train job runs (raw ids: it is the caller's file) — deleted when the job ends;
   the train job's request lists the keyed hash of each student in it (``student_rows``) — the student's entry erased.
 
-Erasure refuses (409) while a diagnosis of the student is in flight or a job that holds the student is queued,
+Erasure refuses (``Conflict``) while a diagnosis of the student is in flight or a job that holds the student is queued,
 running or cancelling (a cancelling job's worker may still store a result): erasing under them would let them store
 what was just erased. Retry once they finish. A job's stored request is rewritten by compare-and-swap: two erasures
 of students of one job (a class), or an erasure racing the retention purge, each re-read what the other wrote rather
@@ -35,7 +35,7 @@ from sqlalchemy import Connection, delete, select, update
 from sqlalchemy.orm import sessionmaker
 
 from app.db import JobItemRow, JobRow, engine_of
-from app.errors import InputError
+from app.domain_errors import Conflict
 from app.pseudonyms import Pseudonyms, cache_tag
 from app.schemas import StudentBudget
 from app.schemas.students import (
@@ -195,14 +195,14 @@ class StudentDataService:
         busy += [f"job {job.id} (train, {job.status}: its upload holds the student)"
                  for job, _, n in found.uploads if job.status in ACTIVE and n != 0]
         if busy:
-            raise InputError(("path", "student_id"), [
+            raise Conflict(("student_id",), [
                 f"{', '.join(busy)} uses this student's data; erase again once it has finished (erasing now would "
-                "let it store what was erased)"], status_code=409)
+                "let it store what was erased)"])
         removed = {"diagnoses": 0, "job_inputs": 0, "job_results": 0, "uploads": 0, "cache_entries": 0}
         with self._ledger_write(tenant, key) as conn:
             if pending_charges(conn, tenant, key, since=time.time() - self.pending_ttl_s):
-                raise InputError(("path", "student_id"), [
-                    "a diagnosis of this student is being answered; erase again in a few seconds"], status_code=409)
+                raise Conflict(("student_id",), [
+                    "a diagnosis of this student is being answered; erase again in a few seconds"])
             removed["diagnoses"] = erase_released(conn, tenant, key, labels=GROUP_SOURCES)
         for job_id in dict.fromkeys([*(j.row.id for j in found.jobs), *found.listed_in]):
             inputs, results = self._forget_in_job(job_id, key)
@@ -236,8 +236,8 @@ class StudentDataService:
                 results = session.execute(delete(JobItemRow).where(
                     JobItemRow.job_id == job_id, JobItemRow.idx.in_(positions))).rowcount or 0 if positions else 0
                 return len(positions), results
-        raise InputError(("path", "student_id"), [
-            f"job {job_id}'s stored request kept changing while it was being erased; erase again"], status_code=409)
+        raise Conflict(("student_id",), [
+            f"job {job_id}'s stored request kept changing while it was being erased; erase again"])
 
     def _kept(self, tenant: str, key: str) -> list[ErasureKept]:
         with self._ledger_read() as conn:

@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from privacy import EPSILON_MAX, EPSILON_MIN
+from privacy import EPSILON_MAX, EPSILON_MIN, MechanismName, PiecewiseMechanism, requested_name
 
 __all__ = ["PrivacySettings"]
 
@@ -19,7 +19,7 @@ class PrivacySettings(BaseModel):
     default_epsilon: float = Field(
         default=32.0, ge=EPSILON_MIN, le=EPSILON_MAX, description="ε per entity answer when a request gives none"
     )
-    default_mechanism: Literal["laplace", "secure_laplace", "gaussian", "duchi", "piecewise", "hybrid"] = "piecewise"
+    default_mechanism: MechanismName = requested_name(PiecewiseMechanism)
     sensitivity: Literal["paper", "assessed"] = Field(
         default="assessed", description="default Δ: the concepts a request assesses (assessed) or all K (paper)"
     )

@@ -19,7 +19,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import sessionmaker
 
 from app.db import PolicyRow, utcnow
-from app.errors import InputError
+from app.domain_errors import InvalidInput
 from app.schemas import PeriodIn, PrivacyPolicy, PrivacyPolicyPublic
 from app.settings import Settings
 from app.storage.generations import bump
@@ -63,9 +63,9 @@ class PolicyStore:
         self.server_allows_unnoised = settings.allow_unnoised
 
     def check(self, policy: PrivacyPolicy) -> None:
-        """Refuse (422) a policy that asks for more than the server's settings allow."""
+        """Refuse (``InvalidInput``) a policy that asks for more than the server's settings allow."""
         if policy.allow_unnoised and not self.server_allows_unnoised:
-            raise InputError(("body", "allow_unnoised"), [UNNOISED_FORBIDDEN])
+            raise InvalidInput(("allow_unnoised",), [UNNOISED_FORBIDDEN])
 
     def current(self, tenant: str) -> PrivacyPolicyPublic:
         """The policy in force for ``tenant``, bounded by the server's settings (module docstring)."""

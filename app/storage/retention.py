@@ -13,7 +13,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import sessionmaker
 
 from app.db import RetentionRow, utcnow
-from app.errors import InputError
+from app.domain_errors import InvalidInput
 from app.schemas.students import MAX_DAYS, RetentionPolicy, RetentionPolicyPublic
 from app.settings import Settings
 
@@ -38,7 +38,7 @@ class RetentionStore:
     def check(self, policy: RetentionPolicy) -> None:
         days = policy.diagnoses_days
         if days is not None and days * DAY_S < self.repeat_window_s:
-            raise InputError(("body", "diagnoses_days"), [
+            raise InvalidInput(("diagnoses_days",), [
                 f"released diagnoses must be kept at least the repeat window ({self.repeat_window_s:g} s, "
                 f"FEDCD_PRIVACY_REPEAT_WINDOW_S): an identical request inside it is answered from the stored diagnosis"
             ])

@@ -43,7 +43,7 @@ def gateway_schema() -> dict[str, Any]:
         try:
             return app.openapi()
         finally:
-            app.state.database.close()  # the throwaway SQLite file goes with its folder
+            app.state.gateway.database.close()  # the throwaway SQLite file goes with its folder
 
 
 def _schema_once() -> dict[str, Any]:

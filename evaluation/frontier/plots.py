@@ -10,7 +10,7 @@ import numpy as np
 from evaluation.frontier.results import POSTPROCESSING, FrontierResult
 
 COLOURS = {"laplace": "tab:blue", "secure_laplace": "tab:cyan", "gaussian": "tab:orange", "duchi": "tab:red",
-           "piecewise": "tab:green", "hybrid": "tab:purple"}
+           "piecewise": "tab:green", "hybrid": "tab:purple", "anchored_piecewise": "tab:olive"}
 STYLES = {"mean": "-", "posterior": "--", "posterior-uniform": ":"}
 
 

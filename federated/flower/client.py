@@ -63,7 +63,7 @@ class CDClient(NumPyClient):
         if "proximal_mu" in config:  # sent by Flower's FedProx
             local = dataclasses.replace(local, prox_mu=float(config["proximal_mu"]))
         result = train_local(self.model, self.data, config=local, generator=self.generator(config),
-                             dp=fed.student_dp if fed.dp == "student" else None)
+                             dp=fed.dp.local_dp(fed))
         update, norm = result.update, l2_norm(result.update)
         if self.config.secagg and self.config.clips:
             update, norm = clip_update(update, clip_norm=fed.clip_norm)

@@ -65,11 +65,11 @@ class FlowerConfig:
                 "each client's update from the server, while trimmed mean and median must inspect every update. "
                 "Choose secagg=True with fedavg/fedprox, or a robust aggregation without secagg."
             )
-        if self.fed.dp == "client" and self.aggregation in ROBUST:
+        if self.fed.dp.noise_at_server and self.aggregation in ROBUST:
             raise ValueError(
-                f"client-level DP cannot be combined with aggregation={self.aggregation!r}: the noise is calibrated "
-                "to the sensitivity of the sum of clipped updates, not of a trimmed mean or median. Use fedavg or "
-                "fedprox (or student-level DP, which composes with any aggregation)."
+                f"{self.fed.dp.label} cannot be combined with aggregation={self.aggregation!r}: the noise is "
+                "calibrated to the sensitivity of the sum of clipped updates, not of a trimmed mean or median. Use "
+                "fedavg or fedprox (or student-level DP, which composes with any aggregation)."
             )
         if self.aggregation == "fedprox" and not self.proximal_mu > 0:
             raise ValueError(f"fedprox needs proximal_mu > 0, got {self.proximal_mu}")
@@ -87,7 +87,7 @@ class FlowerConfig:
     @property
     def clips(self) -> bool:
         """Whether client updates are clipped to ``fed.clip_norm``."""
-        return self.fed.dp == "client" or self.clip_updates
+        return self.fed.dp.noise_at_server or self.clip_updates
 
     @property
     def equal_weights(self) -> bool:
@@ -95,15 +95,17 @@ class FlowerConfig:
         none. Counts are trusted only by plain averaging (FedAvg/FedProx) without DP or SecAgg+: under DP they
         would be an unprivatised release, under SecAgg+ the server could not check them, and with trimmed mean or
         median a client claiming huge counts would override the robust rule (each item's rows averaged by them)."""
-        return self.fed.dp != "none" or self.secagg or self.aggregation in ROBUST
+        return not self.fed.dp.reveals_counts or self.secagg or self.aggregation in ROBUST
 
     @property
     def client_noise(self) -> bool:
         """Whether the server adds client-level Gaussian noise."""
-        return self.fed.dp == "client"
+        return self.fed.dp.noise_at_server
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        data = dataclasses.asdict(self)
+        data["fed"]["dp"] = self.fed.dp.name  # from_dict looks the name up again (FedConfig)
+        return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> FlowerConfig:

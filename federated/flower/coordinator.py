@@ -89,7 +89,7 @@ def coordinate(*, qmatrix: QMatrix, heldout: Sequence[StudentResponses], link: C
     node_keys, tls, min_nodes = link.node_keys, link.tls, link.min_nodes
     if not node_keys:
         raise ValueError("register at least one node's public key")
-    if config.fed.dp != "student":
+    if not config.fed.dp.noise_at_clients:
         raise ValueError("a federation of institutions trains with student-level DP (dp='student'): each node adds "
                          "the noise itself, and nodes refuse any other run")
     if not heldout:

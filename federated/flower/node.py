@@ -105,8 +105,8 @@ def _tensors(data_path: str, data_mtime: int, qmatrix_path: str, qmatrix_mtime: 
 def check_run(run: ClientSettings, *, fingerprint: str, max_epsilon: float | None) -> None:
     """Raise ``PermissionError`` saying why this node refuses the run (module docstring), else nothing."""
     fed = run.config.fed
-    if fed.dp != "student" or fed.student_dp is None:
-        raise PermissionError(f"this node trains only with student-level DP-SGD; the run asks dp={fed.dp!r}")
+    if not fed.dp.noise_at_clients or fed.student_dp is None:
+        raise PermissionError(f"this node trains only with student-level DP-SGD; the run asks dp={fed.dp.name!r}")
     if max_epsilon is not None and (fed.epsilon_budget is None or fed.epsilon_budget > max_epsilon):
         raise PermissionError(f"the run's ε budget {fed.epsilon_budget} exceeds this node's limit {max_epsilon}")
     if run.qmatrix_sha256 != fingerprint:

@@ -54,7 +54,7 @@ from flwr.server.strategy import FedAvg, FedMedian, FedProx, FedTrimmedAvg, Stra
 
 from federated.dp import add_gaussian_noise, clip_update, l2_norm, poisson_sample
 from federated.flower.config import FlowerConfig
-from federated.inprocess import average_rows
+from federated.modes import average_rows
 
 __all__ = ["ClientSeeds", "ClientUpdates", "PoissonSampling", "RoundLog", "StrategyWrapper", "build_strategy"]
 

@@ -33,7 +33,6 @@ from typing import Literal
 
 import numpy as np
 
-from federated.accountant import noise_multiplier_for
 from federated.data import dirichlet_partition, encode_dataset, iid_partition, split_student_indices
 from federated.flower.config import Aggregation, FlowerConfig
 from federated.flower.deployment import LocalFederation, write_app
@@ -41,11 +40,12 @@ from federated.flower.engine import run_inprocess
 from federated.flower.files import run_config, write_run
 from federated.flower.runs import follow_run, read_result
 from federated.flower.server import FlowerRoundRecord
-from federated.inprocess import DPMode, FedResult
+from federated.inprocess import FedResult
 from federated.local import StudentDP
 from federated.accountant import PrivacyAccountant
 from federated.candidates import selection_rule
 from federated.models import AUTO, candidate_kinds, new_model
+from federated.modes import DPMode, NoDP, calibrate, dp_mode
 from qmatrix import Dataset
 
 __all__ = ["FlowerDeployment", "FlowerTraining", "plan_config", "train_flower"]
@@ -53,29 +53,19 @@ __all__ = ["FlowerDeployment", "FlowerTraining", "plan_config", "train_flower"]
 Progress = Callable[[FlowerRoundRecord], None]
 
 
-def plan_config(base: FlowerConfig | None, *, rounds: int, dp: DPMode, epsilon: float | None, delta: float,
+def plan_config(base: FlowerConfig | None, *, rounds: int, dp: DPMode | str, epsilon: float | None, delta: float,
                 secagg: bool, aggregation: Aggregation, candidates: int = 1) -> FlowerConfig:
     """``base`` with these fields; with DP and ``epsilon``, the noise multiplier calibrated (PLD) so that
-    all ``rounds`` of all ``candidates`` kinds (trained on the same students, so they compose) fit the budget."""
-    base = base or FlowerConfig()
-    if epsilon is not None and dp == "none":
+    all ``rounds`` of all ``candidates`` kinds (trained on the same students, so they compose) fit the budget.
+    ``dp``: a mode of :mod:`federated.modes`, or its name."""
+    base, mode = base or FlowerConfig(), dp_mode(dp)
+    if epsilon is not None and not mode.private:
         raise ValueError("an epsilon budget needs dp='student' or dp='client'")
-    fed = dataclasses.replace(base.fed, rounds=rounds, dp="none", epsilon_budget=None, delta=delta)
-    if dp == "student":
-        student = base.fed.student_dp or StudentDP(noise_multiplier=1.0, clip_norm=1.0, sample_rate=0.2, steps=5)
-        if epsilon is not None:
-            sigma = noise_multiplier_for(target_epsilon=epsilon, delta=delta, sample_rate=student.sample_rate,
-                                         steps=rounds * student.steps * candidates)
-            student = dataclasses.replace(student, noise_multiplier=sigma)
-        fed = dataclasses.replace(fed, dp="student", student_dp=student, epsilon_budget=epsilon)
-    elif dp == "client":
-        sigma = base.fed.noise_multiplier
-        if epsilon is not None:
-            sigma = noise_multiplier_for(target_epsilon=epsilon, delta=delta, sample_rate=fed.client_sample_rate,
-                                         steps=rounds * candidates)
-        fed = dataclasses.replace(fed, dp="client", noise_multiplier=sigma, epsilon_budget=epsilon)
-    elif dp != "none":
-        raise ValueError(f"dp must be 'none', 'student' or 'client', got {dp!r}")
+    fed = dataclasses.replace(base.fed, rounds=rounds, dp=NoDP(), epsilon_budget=None, delta=delta)
+    fed = mode.configure(fed, epsilon_budget=epsilon, student=lambda: base.fed.student_dp or StudentDP(
+        noise_multiplier=1.0, clip_norm=1.0, sample_rate=0.2, steps=5))
+    if epsilon is not None:
+        fed = calibrate(fed, epsilon=epsilon, candidates=candidates)
     return dataclasses.replace(base, fed=fed, secagg=secagg, aggregation=aggregation)
 
 
@@ -101,7 +91,7 @@ class FlowerTraining:
 
     clients: int
     rounds: int
-    dp: DPMode = "none"
+    dp: DPMode = NoDP()  # a name ("none", "student", "client") is looked up (federated.modes)
     epsilon: float | None = None
     delta: float = 1e-5
     secagg: bool = False
@@ -113,6 +103,7 @@ class FlowerTraining:
     model_kind: str = AUTO  # a kind of federated.models, or auto: every candidate kind, the best held-out one kept
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "dp", dp_mode(self.dp))
         candidate_kinds(self.model_kind)  # raises for an unknown kind
 
 

@@ -6,6 +6,7 @@ from privacy.ledger.aio import AsyncLedger
 from privacy.ledger.charge import Charge
 from privacy.ledger.core import PrivacyLedger
 from privacy.ledger.errors import AnswerPending, BudgetExceeded, ChargeStateError, LedgerError, UnknownCharge
+from privacy.ledger.keys import StudentKey
 from privacy.ledger.release import Release
 from privacy.ledger.tables import LEDGER_METADATA
 
@@ -19,5 +20,6 @@ __all__ = [
     "LedgerError",
     "PrivacyLedger",
     "Release",
+    "StudentKey",
     "UnknownCharge",
 ]

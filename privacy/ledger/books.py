@@ -20,6 +20,7 @@ from privacy.ledger.engines import LedgerEngines
 from privacy.ledger.errors import ChargeStateError
 from privacy.ledger.statements import WINDOW, charge_path
 from privacy.ledger.tables import REFUNDED, charges
+from privacy.mechanisms import ReleaseCost
 from privacy.periods import BudgetRule, Rolling
 
 __all__ = ["Books", "Spend", "fits"]
@@ -53,11 +54,12 @@ class Books:
         return make_accountant(self.accountant)
 
     def step(self, accountant: Accountant, row: Mapping[str, Any]) -> None:
+        cost = ReleaseCost(  # a stored charge, read back as the cost it was charged at
+            epsilon=row["epsilon"], delta=row["delta"], mechanism=row["mechanism"],
+            sigma_over_sensitivity=row["sigma_over_sensitivity"],
+        )
         for _ in range(row["releases"]):
-            accountant.step(
-                epsilon=row["epsilon"], delta=row["delta"], mechanism=row["mechanism"],
-                sigma_over_sensitivity=row["sigma_over_sensitivity"],
-            )
+            accountant.step(cost)
 
     def spend(
         self, conn: Connection, tenant: str, student_id: str, rule: BudgetRule, now: float, lifetime: Accountant
@@ -82,7 +84,7 @@ class Books:
         clone.load_state_dict(accountant.state_dict())
         return clone
 
-    def renewal(self, spend: Spend, rule: BudgetRule, step: dict[str, Any], releases: int) -> float | None:
+    def renewal(self, spend: Spend, rule: BudgetRule, cost: ReleaseCost, releases: int) -> float | None:
         """When the refused request would fit: the next period for a calendar cap; for a rolling window, once
         enough of the oldest counted charges have dropped out (``None``: never, e.g. it exceeds the cap alone)."""
         if not isinstance(rule.period, Rolling):
@@ -92,7 +94,7 @@ class Books:
             for row in spend.counted[k:]:
                 self.step(remaining, row)
             for _ in range(releases):
-                remaining.step(**step)
+                remaining.step(cost)
             if fits(rule, *remaining.spent(rule.cap_delta)):
                 return spend.counted[k - 1]["created_at"] + rule.period.window_s if k else None
         return None

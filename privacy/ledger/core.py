@@ -53,11 +53,13 @@ from privacy.ledger.books import Books, fits
 from privacy.ledger.charge import Charge, charge_from_row
 from privacy.ledger.engines import LedgerEngines, ledger_url
 from privacy.ledger.errors import BudgetExceeded, ChargeStateError, UnknownCharge
+from privacy.ledger.keys import StudentKey
 from privacy.ledger.statements import CHARGE_COLUMNS, charge_path
 from privacy.ledger.tables import CHARGED, REFUNDED, RELEASED, charges
+from privacy.mechanisms import ReleaseCost
 from privacy.periods import BudgetRule, Lifetime, Rolling, iso_utc
 
-__all__ = ["Charge", "PrivacyLedger"]
+__all__ = ["Charge", "PrivacyLedger", "StudentKey"]
 
 
 class PrivacyLedger:
@@ -112,62 +114,57 @@ class PrivacyLedger:
         self,
         *,
         tenant: str,
-        student_id: str,
-        epsilon: float,
-        delta: float = 0.0,
-        mechanism: str,
+        student: StudentKey,
+        cost: ReleaseCost,
         request_fingerprint: str | None = None,
-        sigma_over_sensitivity: float | None = None,
         releases: int = 1,
         rule: BudgetRule | None = None,
         source: str | None = None,
     ) -> Charge:
-        """Spend ``releases`` × (ε, δ) for the student, or raise :class:`BudgetExceeded`; call before releasing.
+        """Spend ``releases`` × ``cost`` for the student, or raise :class:`BudgetExceeded`; call before releasing.
 
         ``releases`` is the number of independently noised answers the query releases (e.g. one
         per entity). An identical request (same ``request_fingerprint``) inside the repeat window
         returns the earlier charge with ``repeat=True`` and spends nothing.
         """
-        if not (tenant and student_id):
-            raise ValueError("tenant and student_id must be non-empty")
+        if not tenant:
+            raise ValueError("tenant must be non-empty")
+        if not isinstance(student, StudentKey):
+            raise TypeError(f"the ledger charges a StudentKey (the keyed hash), got {type(student).__name__}")
         if not (isinstance(releases, int) and releases >= 1):
             raise ValueError(f"releases must be an int >= 1, got {releases!r}")
         rule = rule or self.rule
-        step = {
-            "epsilon": epsilon, "delta": delta, "mechanism": mechanism,
-            "sigma_over_sensitivity": sigma_over_sensitivity,
-        }
-        make_accountant(self.accountant).step(**step)  # validates before taking any lock
+        make_accountant(self.accountant).step(cost)  # the accountant may refuse it: before taking any lock
         now = float(self._clock())
         with self._db.write() as conn:
-            self._db.lock_student(conn, tenant, student_id, now, self._books.empty_state)
+            self._db.lock_student(conn, tenant, student, now, self._books.empty_state)
             if request_fingerprint is not None:
-                earlier = self._find_repeat(conn, tenant, student_id, request_fingerprint, now)
+                earlier = self._find_repeat(conn, tenant, student, request_fingerprint, now)
                 if earlier is not None:
                     return self._books.charge_of(conn, earlier, rule, now, repeat=True)
-            lifetime, queries = self._books.load(conn, tenant, student_id, verify=False)  # the hot path trusts its own state
-            spend = self._books.spend(conn, tenant, student_id, rule, now, lifetime)
+            lifetime, queries = self._books.load(conn, tenant, student, verify=False)  # the hot path trusts its own state
+            spend = self._books.spend(conn, tenant, student, rule, now, lifetime)
             spent_epsilon, spent_delta = spend.accountant.spent(rule.cap_delta)
             for _ in range(releases):
-                spend.accountant.step(**step)
+                spend.accountant.step(cost)
             if not fits(rule, *spend.accountant.spent(rule.cap_delta)):
                 raise BudgetExceeded(
-                    tenant, student_id, spent_epsilon, rule.cap_epsilon, releases * float(epsilon),
-                    spent_delta=spent_delta, cap_delta=rule.cap_delta, requested_delta=releases * float(delta),
-                    period=rule.period.label, renews_at=self._books.renewal(spend, rule, step, releases),
+                    tenant, student, spent_epsilon, rule.cap_epsilon, releases * cost.epsilon,
+                    spent_delta=spent_delta, cap_delta=rule.cap_delta, requested_delta=releases * cost.delta,
+                    period=rule.period.label, renews_at=self._books.renewal(spend, rule, cost, releases),
                 )
-            row = {
-                "id": uuid.uuid4().hex, "tenant": tenant, "student_id": student_id,
-                "fingerprint": request_fingerprint, "epsilon": float(epsilon), "delta": float(delta),
-                "mechanism": mechanism, "releases": releases, "status": CHARGED, "answer_json": None,
+            row = {  # the storage edge: the key's text and the cost's numbers, in the table's columns
+                "id": uuid.uuid4().hex, "tenant": tenant, "student_id": str(student),
+                "fingerprint": request_fingerprint, "epsilon": cost.epsilon, "delta": cost.delta,
+                "mechanism": cost.mechanism, "releases": releases, "status": CHARGED, "answer_json": None,
                 "created_at": now, "settled_at": None, "owner": self.owner, "source": source,
-                "sigma_over_sensitivity": None if sigma_over_sensitivity is None else float(sigma_over_sensitivity),
+                "sigma_over_sensitivity": cost.sigma_over_sensitivity,
             }
             assert row.keys() == set(CHARGE_COLUMNS)  # exactly the prepared INSERT's columns
             charge_path.insert_charge.rowcount(conn, row)
             for _ in range(releases):
-                lifetime.step(**step)
-            self._books.save(conn, tenant, student_id, lifetime, queries + 1, now)
+                lifetime.step(cost)
+            self._books.save(conn, tenant, student, lifetime, queries + 1, now)
             # The window after this charge is the one just composed (spend.accountant took the new releases).
             renews_at = spend.renews_at if spend.counted or not isinstance(rule.period, Rolling) else now + rule.period.window_s
             return charge_from_row(row, rule, spend.accountant, lifetime, renews_at, repeat=False)
@@ -255,7 +252,7 @@ class PrivacyLedger:
         return len(orphans)
 
     def charge_all(
-        self, *, tenant: str, student_ids: Sequence[str], epsilon: float, mechanism: str, rule: BudgetRule | None = None,
+        self, *, tenant: str, students: Sequence[StudentKey], cost: ReleaseCost, rule: BudgetRule | None = None,
         source: str | None = None,
     ) -> list[Charge]:
         """Charge every student once for one group release (a cohort report, a calibration), all or nothing.
@@ -265,9 +262,8 @@ class PrivacyLedger:
         """
         made: list[Charge] = []
         try:
-            for student_id in dict.fromkeys(student_ids):
-                made.append(self.charge(tenant=tenant, student_id=student_id, epsilon=epsilon, mechanism=mechanism,
-                                        rule=rule, source=source))
+            for student in dict.fromkeys(students):
+                made.append(self.charge(tenant=tenant, student=student, cost=cost, rule=rule, source=source))
         except BudgetExceeded:
             for charge in made:
                 self.refund(charge.id)
@@ -283,10 +279,10 @@ class PrivacyLedger:
                 self.store_answer(charge.id, released)
 
     # -- reading --------------------------------------------------------------------------------
-    def lookup_repeat(self, *, tenant: str, student_id: str, request_fingerprint: str) -> str | None:
+    def lookup_repeat(self, *, tenant: str, student: StudentKey, request_fingerprint: str) -> str | None:
         """The stored answer of an identical released request inside the window, else ``None``."""
         with self._db.read() as conn:
-            row = self._find_repeat(conn, tenant, student_id, request_fingerprint, float(self._clock()))
+            row = self._find_repeat(conn, tenant, student, request_fingerprint, float(self._clock()))
         return row["answer_json"] if row is not None and row["status"] == RELEASED else None
 
     def get_charge(self, charge_id: str, *, rule: BudgetRule | None = None) -> Charge:
@@ -294,18 +290,18 @@ class PrivacyLedger:
         with self._db.read() as conn:
             return self._books.charge_of(conn, self._get(conn, charge_id), rule or self.rule, now, repeat=False)
 
-    def status(self, tenant: str, student_id: str, *, rule: BudgetRule | None = None) -> dict[str, Any]:
+    def status(self, tenant: str, student: StudentKey, *, rule: BudgetRule | None = None) -> dict[str, Any]:
         """The student's budget now: the period's spend and allowance, when it renews, and the lifetime total."""
         rule = rule or self.rule
         now = float(self._clock())
         with self._db.read() as conn:
-            lifetime, queries = self._books.load(conn, tenant, student_id)
-            spend = self._books.spend(conn, tenant, student_id, rule, now, lifetime)
+            lifetime, queries = self._books.load(conn, tenant, student)
+            spend = self._books.spend(conn, tenant, student, rule, now, lifetime)
         spent_epsilon, spent_delta = spend.accountant.spent(rule.cap_delta)
         lifetime_epsilon, lifetime_delta = lifetime.spent(rule.cap_delta)
         return {
             "tenant": tenant,
-            "student_id": student_id,
+            "student_id": str(student),
             "accountant": lifetime.mechanism(),
             "period": rule.period.label,
             "spent_epsilon": spent_epsilon,

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 
 from privacy.ledger.charge import Charge
 from privacy.ledger.errors import AnswerPending, ChargeStateError
+from privacy.ledger.keys import StudentKey
 from privacy.mechanisms import ReleaseCost
 from privacy.periods import BudgetRule
 
@@ -52,8 +53,8 @@ class Release:
         *,
         tenant: str,
         cost: ReleaseCost,
-        student: str | None = None,
-        students: Sequence[str] | None = None,
+        student: StudentKey | None = None,
+        students: Sequence[StudentKey] | None = None,
         releases: int = 1,
         rule: BudgetRule | None = None,
         fingerprint: str | None = None,
@@ -78,15 +79,14 @@ class Release:
     async def __aenter__(self) -> Release:
         if self.students is not None:
             self.charges = await self._ledger.charge_all(
-                tenant=self.tenant, student_ids=list(self.students), epsilon=self.cost.epsilon,
-                mechanism=self.cost.mechanism, rule=self.rule, source=self.source,
+                tenant=self.tenant, students=list(self.students), cost=self.cost, rule=self.rule, source=self.source,
             )
             return self
         for _ in range(_PASSES):
+            assert self.student is not None  # one student, or a group (handled above)
             charge = await self._ledger.charge(
-                tenant=self.tenant, student_id=self.student, epsilon=self.cost.epsilon, delta=self.cost.delta,
-                mechanism=self.cost.mechanism, sigma_over_sensitivity=self.cost.sigma_over_sensitivity,
-                request_fingerprint=self.fingerprint, releases=self.releases, rule=self.rule, source=self.source,
+                tenant=self.tenant, student=self.student, cost=self.cost, request_fingerprint=self.fingerprint,
+                releases=self.releases, rule=self.rule, source=self.source,
             )
             self.charge = charge
             if not charge.repeat:

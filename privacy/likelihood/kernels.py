@@ -116,6 +116,7 @@ class SnappedLaplaceKernel(LikelihoodKernel):
 
     noise: Noise
     grid: float
+    name: str  # the mechanism's, for error messages
 
     @property
     def scale(self) -> float:
@@ -125,11 +126,11 @@ class SnappedLaplaceKernel(LikelihoodKernel):
         return np.rint((r - 0.5) / self.grid)
 
     def check(self, r: np.ndarray) -> None:
-        _check_unit(r, "secure_laplace")
+        _check_unit(r, self.name)
         inner = (r > 0.0) & (r < 1.0)
         off = inner & (np.abs(r - (0.5 + self._k(r) * self.grid)) > MATCH_TOL)
         if np.any(off):
-            raise ValueError(f"secure_laplace releases ½ + k·{self.grid} (clipped); got report {r[off][0]!r}")
+            raise ValueError(f"{self.name} releases ½ + k·{self.grid} (clipped); got report {r[off][0]!r}")
 
     def loglik(self, r: np.ndarray, x: np.ndarray) -> np.ndarray:
         g = self.grid

@@ -123,7 +123,7 @@ def test_revocation_takes_effect_on_the_next_request(app_client: TestClient) -> 
 
 def test_an_admin_manages_only_its_own_tenants_keys(app_client: TestClient) -> None:
     admin_a = bearer(app_client, tenant="a", role="admin")
-    b_key = app_client.app.state.keys.create(tenant="b", role="client")  # type: ignore[attr-defined]
+    b_key = app_client.app.state.gateway.keys.create(tenant="b", role="client")  # type: ignore[attr-defined]
     assert app_client.post("/v1/admin/keys", json={"tenant": "b"}, headers=admin_a).status_code == 403
     assert app_client.delete(f"/v1/admin/keys/{b_key.key_id}", headers=admin_a).status_code == 404
     assert b_key.key_id not in {k["key_id"] for k in app_client.get("/v1/admin/keys", headers=admin_a).json()["data"]}

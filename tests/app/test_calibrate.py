@@ -156,7 +156,7 @@ def test_a_job_that_cannot_resume_is_failed_with_a_reason(tmp_path: Path, fakes:
     with sessions.begin() as session:
         session.add(JobRow(id="old", tenant="default", kind="retired-kind", status="running", request_json="{}"))
     with make_client(tmp_path, fakes) as client:
-        row = wait_until(lambda: client.app.state.jobs.get("old", tenant="default"),  # type: ignore[attr-defined]
+        row = wait_until(lambda: client.app.state.gateway.jobs.get("old", tenant="default"),  # type: ignore[attr-defined]
                          lambda job: job.status != "running", what="the retired job failed")
     assert row.status == "failed" and "restart" in row.error
 
@@ -172,7 +172,7 @@ def test_first_start_fits_a_default_calibration_and_later_starts_reuse_it(tmp_pa
         assert record["n_students"] == 8 and record["mechanism"] == "piecewise" and record["epsilon"] == 32.0
     with make_client(tmp_path, entities, default_calibration=True, default_calibration_students=40) as client:
         # The first-start job is submitted before the server answers: none queued or running means none started.
-        assert not client.app.state.jobs.has_active("calibrate")  # type: ignore[attr-defined]
+        assert not client.app.state.gateway.jobs.has_active("calibrate")  # type: ignore[attr-defined]
         assert client.get(f"/v1/calibrations?qmatrix_id={Q_ID}").json()["count"] == 1
 
 

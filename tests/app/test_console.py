@@ -50,7 +50,7 @@ def _token(html: str) -> str:
 
 def sign_in(client: TestClient, *, tenant: str = "default", role: str = "admin", key: str | None = None) -> str:
     """Sign in through the form (a new key of ``tenant`` unless ``key``); the API key used."""
-    api_key = key or client.app.state.keys.create(tenant=tenant, role=role).api_key  # type: ignore[attr-defined]
+    api_key = key or client.app.state.gateway.keys.create(tenant=tenant, role=role).api_key  # type: ignore[attr-defined]
     client.cookies.clear()
     form = client.get("/console/login")
     r = client.post("/console/login", data={"api_key": api_key, "csrf": _token(form.text)}, follow_redirects=False)
@@ -70,7 +70,7 @@ def _diagnose(client: TestClient, key: str, student: str = "s1") -> None:
 
 # -- signing in ------------------------------------------------------------------------------------------
 def test_an_admin_key_signs_in_with_a_signed_cookie_that_holds_no_key(client: TestClient) -> None:
-    api_key = client.app.state.keys.create(tenant="default", role="admin")  # type: ignore[attr-defined]
+    api_key = client.app.state.gateway.keys.create(tenant="default", role="admin")  # type: ignore[attr-defined]
     form = client.get("/console/login")
     r = client.post("/console/login", data={"api_key": api_key.api_key, "csrf": _token(form.text)},
                     follow_redirects=False)
@@ -96,7 +96,7 @@ def test_an_admin_key_signs_in_with_a_signed_cookie_that_holds_no_key(client: Te
 def test_over_https_the_cookie_is_secure(tmp_path: Path) -> None:
     with make_client(tmp_path, {"a": FakeEntity("a")}) as c:
         c.base_url = "https://console.example"  # type: ignore[assignment]
-        key = c.app.state.keys.create(tenant="default", role="admin").api_key  # type: ignore[attr-defined]
+        key = c.app.state.gateway.keys.create(tenant="default", role="admin").api_key  # type: ignore[attr-defined]
         form = c.get("/console/login")
         r = c.post("/console/login", data={"api_key": key, "csrf": _token(form.text)}, follow_redirects=False)
         assert r.status_code == 303
@@ -104,7 +104,7 @@ def test_over_https_the_cookie_is_secure(tmp_path: Path) -> None:
 
 
 def test_a_client_key_gets_a_403_page_and_no_session(client: TestClient) -> None:
-    key = client.app.state.keys.create(tenant="default", role="client").api_key  # type: ignore[attr-defined]
+    key = client.app.state.gateway.keys.create(tenant="default", role="client").api_key  # type: ignore[attr-defined]
     form = client.get("/console/login")
     r = client.post("/console/login", data={"api_key": key, "csrf": _token(form.text)}, follow_redirects=False)
     assert r.status_code == 403 and r.headers["content-type"].startswith("text/html")
@@ -121,7 +121,7 @@ def test_a_bad_key_is_a_401_page(client: TestClient, key: str) -> None:
 
 
 def test_the_sign_in_form_must_come_from_the_console(client: TestClient) -> None:
-    key = client.app.state.keys.create(tenant="default", role="admin").api_key  # type: ignore[attr-defined]
+    key = client.app.state.gateway.keys.create(tenant="default", role="admin").api_key  # type: ignore[attr-defined]
     # No login cookie and token (a form posted from another site): refused before the key is looked at
     r = client.post("/console/login", data={"api_key": key}, follow_redirects=False)
     assert r.status_code == 403 and not any(c.startswith(f"{COOKIE}=") for c in r.headers.get_list("set-cookie"))
@@ -140,7 +140,7 @@ def test_pages_without_a_session_ask_to_sign_in(client: TestClient) -> None:
 
 
 def test_a_forged_altered_or_expired_cookie_is_refused(client: TestClient) -> None:
-    key = client.app.state.keys.create(tenant="default", role="admin")  # type: ignore[attr-defined]
+    key = client.app.state.gateway.keys.create(tenant="default", role="admin")  # type: ignore[attr-defined]
     secret = session_secret(client.app)  # type: ignore[arg-type]
     good = sign_session(secret, key_id=key.key_id, tenant="default")
     other = sign_session(b"another server's secret, 32 bytes", key_id=key.key_id, tenant="default")
@@ -159,7 +159,7 @@ def test_a_revoked_key_signs_its_sessions_out(client: TestClient) -> None:
     api_key = sign_in(client)
     key_id = api_key.split("_")[1]
     assert client.get("/console").status_code == 200
-    client.app.state.keys.revoke(key_id)  # type: ignore[attr-defined]
+    client.app.state.gateway.keys.revoke(key_id)  # type: ignore[attr-defined]
     r = client.get("/console/keys", follow_redirects=False)
     assert r.status_code == 303 and r.headers["location"] == "/console/login?ended=1"
     assert f'{COOKIE}=""' in r.headers["set-cookie"]  # the cookie is cleared
@@ -193,7 +193,7 @@ def test_with_auth_disabled_the_console_signs_in_as_the_dev_admin(tmp_path: Path
 def test_a_change_without_the_csrf_token_is_refused_and_changes_nothing(client: TestClient, path: str,
                                                                         form: dict[str, str]) -> None:
     sign_in(client)
-    state = client.app.state  # type: ignore[attr-defined]
+    state = client.app.state.gateway  # type: ignore[attr-defined]
     before = (len(state.keys.list("default")), state.policies.current("default").version,
               len(state.jobs.page("default", limit=10)))
     for token in (None, "0" * 64, csrf(client) + "0"):
@@ -252,7 +252,7 @@ def test_tenants_see_only_their_own_data(client: TestClient) -> None:
     r = client.post(f"/console/qmatrices/{Q_ID}/calibrate", data={"csrf": csrf(client), "max_students": "40"},
                     follow_redirects=False)
     job_id = r.headers["location"].rsplit("/", 1)[1]
-    a_keys = [k.key_id for k in client.app.state.keys.list("school-a")]  # type: ignore[attr-defined]
+    a_keys = [k.key_id for k in client.app.state.gateway.keys.list("school-a")]  # type: ignore[attr-defined]
     sign_in(client, tenant="school-b")
     overview = client.get("/console").text
     assert re.search(r'id="diagnoses-today">0<', overview) and 'id="tenant">school-b<' in overview
@@ -263,7 +263,7 @@ def test_tenants_see_only_their_own_data(client: TestClient) -> None:
     assert all(k not in client.get("/console/keys").text for k in a_keys)
     student = client.post("/console/students", data={"csrf": csrf(client), "student_id": "s1"}).text
     assert "No charge: nothing is recorded" in student
-    assert client.app.state.keys.authenticate(a_key) is not None  # type: ignore[attr-defined]
+    assert client.app.state.gateway.keys.authenticate(a_key) is not None  # type: ignore[attr-defined]
 
 
 def test_a_calibration_job_runs_from_the_console_with_its_progress_and_reliability(client: TestClient) -> None:
@@ -287,7 +287,7 @@ def test_a_calibration_job_runs_from_the_console_with_its_progress_and_reliabili
 
 def test_jobs_are_listed_newest_first_a_page_at_a_time(client: TestClient) -> None:
     sign_in(client)
-    jobs = client.app.state.jobs  # type: ignore[attr-defined]
+    jobs = client.app.state.gateway.jobs  # type: ignore[attr-defined]
     ids = [jobs.submit("nosuchkind", {}, tenant="default") for _ in range(27)]
     first = client.get("/console/jobs").text
     older = re.search(r'href="/console/jobs\?cursor=([^"]+)" rel="next"', first)
@@ -298,11 +298,11 @@ def test_jobs_are_listed_newest_first_a_page_at_a_time(client: TestClient) -> No
 
 
 def test_a_running_job_can_be_cancelled(client: TestClient) -> None:
-    if not callable(getattr(client.app.state.jobs, "cancel", None)):  # type: ignore[attr-defined]
+    if not callable(getattr(client.app.state.gateway.jobs, "cancel", None)):  # type: ignore[attr-defined]
         pytest.skip("JobRunner.cancel is not in this version yet")
     sign_in(client)
-    client.app.state.jobs._closing = True  # type: ignore[attr-defined]  # no claims: the job stays queued
-    job_id = client.app.state.jobs.submit("calibrate", {}, tenant="default")  # type: ignore[attr-defined]
+    client.app.state.gateway.jobs._closing = True  # type: ignore[attr-defined]  # no claims: the job stays queued
+    job_id = client.app.state.gateway.jobs.submit("calibrate", {}, tenant="default")  # type: ignore[attr-defined]
     page = client.get(f"/console/jobs/{job_id}").text
     assert "Cancel this job" in page
     r = client.post(f"/console/jobs/{job_id}/cancel", data={"csrf": csrf(client)}, follow_redirects=False)
@@ -322,7 +322,7 @@ def test_the_policy_is_edited_with_the_apis_validation(client: TestClient) -> No
     api_key = sign_in(client)
     r = client.post("/console/policy", data={**POLICY, "csrf": csrf(client, "/console/policy")})
     assert r.status_code == 200 and 'id="saved"' in r.text
-    policy = client.app.state.policies.current("default")  # type: ignore[attr-defined]
+    policy = client.app.state.gateway.policies.current("default")  # type: ignore[attr-defined]
     assert (policy.version, policy.cap_epsilon, policy.period.window_s) == (1, 50.0, 3600.0)
     assert policy.created_by == api_key.split("_")[1]  # the session's key id
     cases = [({"cap_epsilon": "lots"}, "cap_epsilon", "not a number"),
@@ -337,10 +337,10 @@ def test_the_policy_is_edited_with_the_apis_validation(client: TestClient) -> No
         errors = re.search(rf'<ul class="field-errors" id="err-{field}"[^>]*>(.*?)</ul>', r.text, re.DOTALL)
         assert errors and message in errors.group(1), (change, r.text[-3000:])
         assert f'value="{change.get("cap_epsilon", "50")}"' in r.text  # what was typed is kept
-    assert client.app.state.policies.current("default").version == 1  # type: ignore[attr-defined]
+    assert client.app.state.gateway.policies.current("default").version == 1  # type: ignore[attr-defined]
     terms = client.post("/console/policy", data={**POLICY, "period.kind": "term", "csrf": csrf(client, "/console/policy"),
                                                  "period.terms": "2026-09-01 2026-12-18\n2027-01-05 2027-03-31"})
-    assert terms.status_code == 200 and client.app.state.policies.current("default").version == 2  # type: ignore[attr-defined]
+    assert terms.status_code == 200 and client.app.state.gateway.policies.current("default").version == 2  # type: ignore[attr-defined]
     assert "2027-01-05 2027-03-31" in client.get("/console/policy").text
 
 
@@ -349,11 +349,11 @@ def test_keys_are_created_shown_once_and_revoked(client: TestClient) -> None:
     r = client.post("/console/keys", data={"csrf": csrf(client), "role": "client", "expires_days": "30"})
     assert r.status_code == 201
     new_key = re.search(r'id="new-key-value">(fcd_[^<]+)<', r.text).group(1)  # type: ignore[union-attr]
-    assert client.app.state.keys.authenticate(new_key).role == "client"  # type: ignore[attr-defined]
+    assert client.app.state.gateway.keys.authenticate(new_key).role == "client"  # type: ignore[attr-defined]
     assert new_key not in client.get("/console/keys").text  # shown once
     key_id = new_key.split("_")[1]
     r = client.post(f"/console/keys/{key_id}/revoke", data={"csrf": csrf(client)}, follow_redirects=False)
-    assert r.status_code == 303 and client.app.state.keys.authenticate(new_key) is None  # type: ignore[attr-defined]
+    assert r.status_code == 303 and client.app.state.gateway.keys.authenticate(new_key) is None  # type: ignore[attr-defined]
     bad = client.post("/console/keys", data={"csrf": csrf(client), "role": "root", "expires_days": "-1"})
     assert bad.status_code == 422 and 'id="err-role"' in bad.text and 'id="err-expires_days"' in bad.text
 

@@ -132,8 +132,8 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
     settings = Settings(state_dir=state, entities=specs, preload_models=False, noise_seed=1, default_calibration=False,
                         local_fed=False, privacy_cap_epsilon=480.0, calibration_release_epsilon=None)
     app = create_app(settings, entities=entities)
-    admin = app.state.keys.create(tenant="school-a", role="admin").api_key
-    client = app.state.keys.create(tenant="school-a", role="client").api_key
+    admin = app.state.gateway.keys.create(tenant="school-a", role="admin").api_key
+    client = app.state.gateway.keys.create(tenant="school-a", role="client").api_key
     port = free_port()
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
     thread = threading.Thread(target=server.run, name="console-gateway", daemon=True)
@@ -264,7 +264,7 @@ def test_a_jobs_progress_moves_while_it_runs(page: Page, live: Live) -> None:
 
 
 def test_a_running_job_is_cancelled_from_its_page(page: Page, live: Live) -> None:
-    if not callable(getattr(live.app.state.jobs, "cancel", None)):
+    if not callable(getattr(live.app.state.gateway.jobs, "cancel", None)):
         pytest.skip("JobRunner.cancel is not in this version")
     sign_in(page, live)
     page.goto(f"{live.url}/console/qmatrices/{Q_ID}")
@@ -299,7 +299,7 @@ def test_the_policy_is_edited_and_an_invalid_one_refused(page: Page, live: Live)
     expect(page.locator("#saved")).to_be_visible()
     expect(page.locator("#policy-version")).to_have_text(str(before + 1))
     expect(page.locator("#policy-history")).to_contain_text("240")
-    policy = live.app.state.policies.current("school-a")
+    policy = live.app.state.gateway.policies.current("school-a")
     assert (policy.cap_epsilon, policy.period.window_s) == (240.0, 43200.0)
 
 

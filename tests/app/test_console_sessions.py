@@ -93,7 +93,7 @@ def test_without_a_setting_the_console_secret_is_its_own_0600_file(tmp_path: Pat
 
 
 def _set_cookies(client: TestClient, secure: bool | str) -> list[str]:
-    key = client.app.state.keys.create(tenant="default", role="admin").api_key  # type: ignore[attr-defined]
+    key = client.app.state.gateway.keys.create(tenant="default", role="admin").api_key  # type: ignore[attr-defined]
     form = client.get("/console/login")
     login = [c for c in form.headers.get_list("set-cookie") if c.startswith(f"{LOGIN_COOKIE}=")]
     token = form.text.split('name="csrf" value="', 1)[1].split('"', 1)[0]

@@ -61,7 +61,7 @@ def test_an_out_of_range_version_is_a_422_naming_it(client: TestClient, version:
 
 
 def test_the_store_answers_none_for_a_version_outside_the_column(client: TestClient) -> None:
-    store = client.app.state.qmatrices  # type: ignore[attr-defined]
+    store = client.app.state.gateway.qmatrices  # type: ignore[attr-defined]
     assert client.post("/v1/qmatrices?id=v", content=_csv(2, 2), headers={"content-type": "text/csv"}).status_code == 201
     tenant = "default"  # make_client's key
     assert store.get(tenant, "v", 1) is not None

@@ -15,8 +15,7 @@ from fastapi.testclient import TestClient
 
 from app import Settings, create_app
 from app.db import Database, JobEventRow, JobRow
-from app.services.job_context import JobCancelled, JobContext
-from app.services.jobs import JobRunner, JobTiming
+from app.jobs import JobCancelled, JobContext, JobRunner, JobTiming
 from qmatrix import qmatrix_from_json, simulate_dina
 from qmatrix.responses import write_responses_csv
 from tests.app.test_upload_and_train import BANK

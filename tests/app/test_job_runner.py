@@ -1,4 +1,4 @@
-"""app.services.jobs: a worker never takes over a job it is running itself, however stale its heartbeat;
+"""app.jobs.runner: a worker never takes over a job it is running itself, however stale its heartbeat;
 another worker still takes over a job whose worker stopped heartbeating; jobs run at background priority.
 Work is counted (claims, handler runs, events), never elapsed time."""
 
@@ -9,8 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from app.db import Database, JobEventRow, JobRow
-from app.services.job_context import JobContext
-from app.services.jobs import JobRunner, JobTiming
+from app.jobs import JobContext, JobRunner, JobTiming
 from providers.scheduling import call_priority
 
 

@@ -86,7 +86,7 @@ def test_keys_policy_versions_entities_and_calibrations_page_the_same_way(client
     entities, pages = _all(client, "/v1/entities", 1)
     assert [e["name"] for e in entities] == ["a", "b", "c"] and pages == 3  # the federation's order
 
-    store = client.app.state.calibrations  # type: ignore[attr-defined]
+    store = client.app.state.gateway.calibrations  # type: ignore[attr-defined]
     for n in range(3):
         record = CalibrationRecord(id=f"cal-{n}", qmatrix_id="example-prealgebra", params=BiasParams(alpha=0.5),
                                    version=n + 1)
@@ -98,7 +98,7 @@ def test_keys_policy_versions_entities_and_calibrations_page_the_same_way(client
 def _job(client: TestClient, job_id: str, *, tenant: str = "default", kind: str = "calibrate",
          status: str = "succeeded", created_at: str) -> None:
     # Rows written directly, finished already: the runner claims only queued and running jobs, so they stay as made.
-    with client.app.state.database.sessions.begin() as session:  # type: ignore[attr-defined]
+    with client.app.state.gateway.database.sessions.begin() as session:  # type: ignore[attr-defined]
         session.add(JobRow(id=job_id, tenant=tenant, kind=kind, status=status, request_json="{}",
                            created_at=created_at, updated_at=created_at))
 

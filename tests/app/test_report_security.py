@@ -83,7 +83,8 @@ def test_concept_names_are_text_never_mathtext_or_markup(tmp_path: Path, accept:
 
 def test_png_labels_are_drawn_as_written() -> None:
     """Every text of the PNG figure (tick labels, axis label) has mathtext parsing off."""
-    from app.services.report import ConceptLine, StudentReport, _png_figure
+    from app.presentation.report import _png_figure
+    from app.services.report import ConceptLine, StudentReport
 
     report = StudentReport(student_id="s", qmatrix_id="q", diagnosed_at="", level=0.9, basis="", entities=[],
                            calibration=None, model_version=None, aggregation="", privacy="", concepts=[

@@ -25,7 +25,7 @@ def test_the_purge_removes_what_expired_and_keeps_the_spend(tmp_path: Path, both
     with student_app(tmp_path) as client:
         admin = auth_headers(client.app, tenant="platform")
         assert client.post("/v1/qmatrices", json=BANK, headers=admin).status_code == 201
-        gateway, url = client.app.state.gateway, client.app.state.settings.db_url
+        gateway, url = client.app.state.gateway, client.app.state.gateway.settings.db_url
         first = diagnose(client, admin)
         records = [{"student_id": f"{STUDENT}-{n}", "responses": RESPONSES} for n in range(3)]
         r = client.post("/v1/calibrate", headers=admin, json={"qmatrix_id": "geometry", "records": records})

@@ -20,7 +20,8 @@ from sqlalchemy import create_engine, inspect, text
 
 from app import Settings, create_app
 from app.pseudonyms import Pseudonyms, cache_tag
-from app.services.training import _split
+from app.jobs.training import _split
+from privacy import ReleaseCost
 from qmatrix import StudentResponses, qmatrix_from_json, simulate_dina
 from qmatrix.responses import write_responses_csv
 from tests.conftest import auth_headers
@@ -57,7 +58,7 @@ def platform(tmp_path: Path, both_engines: str) -> Iterator[tuple[TestClient, di
     with student_app(tmp_path) as client:
         admin, other = auth_headers(client.app, tenant="platform"), auth_headers(client.app, tenant="other")
         assert client.post("/v1/qmatrices", json=BANK, headers=admin).status_code == 201
-        yield client, admin, other, client.app.state.settings.db_url
+        yield client, admin, other, client.app.state.gateway.settings.db_url
 
 
 def diagnose(client: TestClient, headers: dict[str, str], student: str = STUDENT) -> dict:
@@ -117,7 +118,7 @@ def upload_with_student(tmp_path: Path) -> bytes:
 
 def test_erasure_leaves_no_trace_of_the_id_keeps_the_spend_and_export_lists_each_charge(platform, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     client, admin, other, url = platform
-    key = Pseudonyms.from_settings(client.app.state.settings).key("platform", STUDENT)
+    key = Pseudonyms.from_settings(client.app.state.gateway.settings).key("platform", STUDENT)
 
     # A diagnosis (and its repeat: the stored answer, echoed with the caller's id), a calibration, a training upload
     first = diagnose(client, admin)
@@ -218,7 +219,8 @@ def test_erasure_waits_for_work_that_holds_the_student(tmp_path: Path) -> None:
         diagnose(client, admin)
         gateway = client.app.state.gateway
         key = gateway.pseudonyms.key("platform", STUDENT)
-        pending = gateway.ledger.charge(tenant="platform", student_id=key, epsilon=1.0, mechanism="laplace")
+        cost = ReleaseCost(epsilon=1.0, delta=0.0, mechanism="laplace")
+        pending = gateway.ledger.charge(tenant="platform", student=key, cost=cost)
         r = client.delete(f"/v1/students/{STUDENT}", headers=admin)
         assert r.status_code == 409 and "being answered" in r.text
         gateway.ledger.refund(pending.id)

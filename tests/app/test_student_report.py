@@ -9,7 +9,8 @@ import re
 from pathlib import Path
 
 from app.schemas.students import StoredDiagnosis
-from app.services.report import build_report, report_html, report_svg
+from app.presentation.report import report_html, report_svg
+from app.services.report import build_report
 from qmatrix import example_qmatrix
 from tests.conftest import auth_headers, make_client
 from tests.factories import FakeEntity

@@ -20,8 +20,7 @@ import pytest
 from pydantic import ValidationError
 
 from app import Settings, create_app
-from app.services.job_context import JobContext
-from app.services.jobs import JobRunner
+from app.jobs import JobContext, JobRunner
 from app.webhooks import DELIVERY_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER, WebhookSender, WebhookTarget, sign, verify
 from tests.factories import FakeEntity
 

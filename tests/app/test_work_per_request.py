@@ -40,7 +40,7 @@ def _statements(engines: list[Engine]) -> Iterator[list[str]]:
 
 
 def _engines(client: TestClient) -> list[Engine]:
-    state = client.app.state  # type: ignore[attr-defined]
+    state = client.app.state.gateway  # type: ignore[attr-defined]
     return [state.database.engine, state.ledger._db.writer, state.ledger._db.reader]
 
 
@@ -48,7 +48,7 @@ def test_statements_per_diagnosis_stay_bounded(tmp_path: Path) -> None:
     entities = {n: FakeEntity(n, 0.4) for n in ("a", "b", "c")}
     with make_client(tmp_path, entities, privacy_cap_epsilon=1e6) as client:
         client.post("/v1/diagnose", json=_body(0))  # warm: caches, first-time rows
-        usage = client.app.state.usage  # type: ignore[attr-defined]
+        usage = client.app.state.gateway.usage  # type: ignore[attr-defined]
         usage.flush()  # the warm request's usage rows: written now, whatever the machine's speed
         with _statements(_engines(client)) as seen:
             assert client.post("/v1/diagnose", json=_body(1)).status_code == 200

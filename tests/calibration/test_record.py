@@ -37,7 +37,7 @@ def test_a_record_stored_before_params_were_typed_is_still_read() -> None:
             "n_students": 30, "version": 1, "metrics": {}, "notes": [], "created_at": "2025-01-01T00:00:00+00:00"}
     record = CalibrationRecord.from_json(flat)
     assert isinstance(record.params, StackingParams) and record.params.weights == {"c": {"e": 1.0}}
-    assert record.noise.mechanism == "laplace" and record.noise.epsilon == 2.0
+    assert record.noise.mechanism_name == "laplace" and record.noise.epsilon == 2.0
 
 
 @pytest.mark.parametrize(

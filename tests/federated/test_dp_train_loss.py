@@ -35,7 +35,7 @@ def test_dp_training_publishes_no_train_loss(small: Dataset, tmp_path: Path, con
     assert result.published
     stored = ModelRegistry(tmp_path).load().manifest
     for manifest in (stored, result.manifest):
-        assert manifest["dp_mode"] == config.dp and manifest["history"]
+        assert manifest["dp_mode"] == config.dp.name and manifest["history"]
         assert all("train_loss" not in row for row in manifest["history"])
         assert all("auc" in row and "epsilon" in row for row in manifest["history"])
     assert seen and all(math.isnan(r.train_loss) for r in seen)

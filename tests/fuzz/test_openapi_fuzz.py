@@ -39,7 +39,7 @@ app = create_app(_settings, entities={
     "sim:alpha": FakeEntity("sim:alpha", 0.3), "sim:beta": FakeEntity("sim:beta", 0.7),
     "sim:specialist": SimulatedEntity("specialist"),
 })
-_key = app.state.keys.create(tenant="fuzz", role="admin").api_key
+_key = app.state.gateway.keys.create(tenant="fuzz", role="admin").api_key
 SERVER_ERRORS: Counter[str] = Counter()  # every 5xx but 503 the app sent, shrinking and replays included
 
 

@@ -17,9 +17,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from privacy.ledger import BudgetExceeded, PrivacyLedger  # noqa: E402
+from privacy.ledger import BudgetExceeded, PrivacyLedger, StudentKey  # noqa: E402
+from privacy.mechanisms import ReleaseCost  # noqa: E402
 
-TENANT, STUDENT = "tenant-a", "student-1"
+TENANT, STUDENT = "tenant-a", StudentKey("student-1")
+
+
+def laplace(epsilon: float) -> ReleaseCost:
+    return ReleaseCost(epsilon=epsilon, delta=0.0, mechanism="laplace")
 
 
 def crash(db: str, epsilon: float) -> None:
@@ -27,9 +32,7 @@ def crash(db: str, epsilon: float) -> None:
     i = 0
     while True:
         fingerprint = f"crash-{os.getpid()}-{i}"  # unique: a restarted worker must not hit the repeat rule
-        charge = ledger.charge(
-            tenant=TENANT, student_id=STUDENT, epsilon=epsilon, mechanism="laplace", request_fingerprint=fingerprint
-        )
+        charge = ledger.charge(tenant=TENANT, student=STUDENT, cost=laplace(epsilon), request_fingerprint=fingerprint)
         print(charge.id, flush=True)
         i += 1
 
@@ -41,7 +44,7 @@ def attempts(db: str, epsilon: float, cap: float, n: int) -> None:
     served = refused = 0
     for _ in range(n):
         try:
-            ledger.charge(tenant=TENANT, student_id=STUDENT, epsilon=epsilon, mechanism="laplace")
+            ledger.charge(tenant=TENANT, student=STUDENT, cost=laplace(epsilon))
             served += 1
         except BudgetExceeded:
             refused += 1

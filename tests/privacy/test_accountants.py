@@ -19,12 +19,13 @@ from privacy.accountants import (
     register_accountant,
 )
 from privacy.gaussian import analytic_gaussian_sigma
+from privacy.mechanisms import ReleaseCost
 
 
 def test_basic_composition_of_five_half_epsilons_is_two_and_a_half() -> None:
     accountant = BasicCompositionAccountant()
     for _ in range(5):
-        accountant.step(epsilon=0.5)
+        accountant.step(ReleaseCost(epsilon=0.5, delta=0.0, mechanism="laplace"))
 
     assert accountant.spent() == (2.5, 0.0)
     assert len(accountant) == 5
@@ -34,7 +35,7 @@ def test_basic_composition_of_five_half_epsilons_is_two_and_a_half() -> None:
 def test_basic_composition_sums_deltas_and_ignores_the_target() -> None:
     accountant = BasicCompositionAccountant()
     for _ in range(3):
-        accountant.step(epsilon=1.0, delta=1e-6, mechanism="gaussian")
+        accountant.step(ReleaseCost(epsilon=1.0, delta=1e-6, mechanism="gaussian"))
 
     epsilon, delta = accountant.spent(delta=1e-9)
 
@@ -45,7 +46,7 @@ def test_basic_composition_sums_deltas_and_ignores_the_target() -> None:
 def test_tenths_add_up_exactly() -> None:
     accountant = BasicCompositionAccountant()
     for _ in range(10):
-        accountant.step(epsilon=0.1)
+        accountant.step(ReleaseCost(epsilon=0.1, delta=0.0, mechanism="laplace"))
 
     assert accountant.spent()[0] == 1.0  # math.fsum, not a drifting running sum
 
@@ -65,7 +66,7 @@ def test_rdp_of_k_gaussian_queries_matches_dp_accounting(k: int) -> None:
 
     # Execute
     for _ in range(k):
-        accountant.step(epsilon=1.0, delta=1e-6, mechanism="gaussian")
+        accountant.step(ReleaseCost(epsilon=1.0, delta=1e-6, mechanism="gaussian"))
 
     # Assert
     assert accountant.renyi_epsilon(1e-5) == pytest.approx(direct.get_epsilon(1e-5), rel=1e-9)
@@ -80,7 +81,7 @@ def test_rdp_uses_a_given_noise_multiplier() -> None:
     accountant = RDPAccountant(target_delta=1e-6)
 
     for _ in range(20):
-        accountant.step(epsilon=2.0, mechanism="gaussian", sigma_over_sensitivity=3.0)
+        accountant.step(ReleaseCost(epsilon=2.0, delta=0.0, mechanism="gaussian", sigma_over_sensitivity=3.0))
 
     assert accountant.spent()[0] == pytest.approx(direct.get_epsilon(1e-6), rel=1e-9)
 
@@ -89,7 +90,7 @@ def test_rdp_beats_basic_composition_for_many_gaussian_queries() -> None:
     basic, rdp = BasicCompositionAccountant(), RDPAccountant()
     for _ in range(50):
         for accountant in (basic, rdp):
-            accountant.step(epsilon=1.0, delta=1e-6, mechanism="gaussian")
+            accountant.step(ReleaseCost(epsilon=1.0, delta=1e-6, mechanism="gaussian"))
 
     basic_epsilon, basic_delta = basic.spent()
     rdp_epsilon, rdp_delta = rdp.spent(basic_delta)  # the same total δ
@@ -105,9 +106,9 @@ def test_rdp_of_laplace_queries_matches_dp_accounting_and_never_exceeds_basic() 
     few, many = RDPAccountant(), RDPAccountant()
 
     for _ in range(5):
-        few.step(epsilon=0.5, mechanism="laplace")
+        few.step(ReleaseCost(epsilon=0.5, delta=0.0, mechanism="laplace"))
     for _ in range(50):
-        many.step(epsilon=0.5, mechanism="laplace")
+        many.step(ReleaseCost(epsilon=0.5, delta=0.0, mechanism="laplace"))
 
     assert few.spent(1e-5) == (2.5, 0.0)  # basic composition is tighter here, and pure
     assert many.spent(1e-5) == (pytest.approx(direct.get_epsilon(1e-5), rel=1e-9), 1e-5)
@@ -117,7 +118,7 @@ def test_rdp_of_laplace_queries_matches_dp_accounting_and_never_exceeds_basic() 
 def test_rdp_curve_of_other_pure_mechanisms() -> None:
     accountant = RDPAccountant()
 
-    accountant.step(epsilon=2.0, mechanism="duchi")
+    accountant.step(ReleaseCost(epsilon=2.0, delta=0.0, mechanism="duchi"))
 
     np.testing.assert_allclose(accountant.rdp, np.minimum(2.0, accountant.orders * 2.0**2 / 2))
 
@@ -131,10 +132,10 @@ def test_rdp_curve_of_other_pure_mechanisms() -> None:
 )
 def test_rdp_refuses_what_it_cannot_account_and_keeps_its_history(step: dict) -> None:
     accountant = RDPAccountant()
-    accountant.step(epsilon=0.5)
+    accountant.step(ReleaseCost(epsilon=0.5, delta=0.0, mechanism="laplace"))
 
     with pytest.raises(ValueError):
-        accountant.step(**step)
+        accountant.step(ReleaseCost(**{"delta": 0.0, **step}))
 
     assert len(accountant) == 1
     assert accountant.spent(1e-5) == (0.5, 0.0)
@@ -142,7 +143,7 @@ def test_rdp_refuses_what_it_cannot_account_and_keeps_its_history(step: dict) ->
 
 def test_rdp_with_zero_target_delta_is_infinite_for_gaussian_queries() -> None:
     accountant = RDPAccountant()
-    accountant.step(epsilon=1.0, delta=1e-6, mechanism="gaussian")
+    accountant.step(ReleaseCost(epsilon=1.0, delta=1e-6, mechanism="gaussian"))
 
     assert accountant.spent(0.0)[0] == math.inf
 
@@ -155,7 +156,9 @@ def test_zcdp_matches_dp_accounting_and_equals_rdp_for_gaussians() -> None:
 
     for _ in range(30):
         for accountant in (zcdp, rdp):
-            accountant.step(epsilon=1.0, mechanism="gaussian", sigma_over_sensitivity=noise_multiplier)
+            accountant.step(
+                ReleaseCost(epsilon=1.0, delta=0.0, mechanism="gaussian", sigma_over_sensitivity=noise_multiplier)
+            )
 
     assert zcdp.rho == pytest.approx(30 / 8)
     assert zcdp.spent(1e-5)[0] == pytest.approx(direct.get_epsilon(1e-5), rel=1e-9)
@@ -166,7 +169,7 @@ def test_zcdp_of_pure_queries_is_epsilon_squared_over_two() -> None:
     accountant = ZCDPAccountant()
 
     for _ in range(4):
-        accountant.step(epsilon=0.5, mechanism="piecewise")
+        accountant.step(ReleaseCost(epsilon=0.5, delta=0.0, mechanism="piecewise"))
 
     assert accountant.rho == pytest.approx(4 * 0.125)
 
@@ -174,9 +177,9 @@ def test_zcdp_of_pure_queries_is_epsilon_squared_over_two() -> None:
 @pytest.mark.parametrize("name", ["basic", "rdp", "zcdp"])
 def test_state_dict_round_trip(name: str) -> None:
     accountant = make_accountant(name)
-    accountant.step(epsilon=0.5, delta=1e-6, mechanism="gaussian")
-    accountant.step(epsilon=0.25, mechanism="laplace")
-    accountant.step(epsilon=1.0, mechanism="gaussian", sigma_over_sensitivity=2.5)
+    accountant.step(ReleaseCost(epsilon=0.5, delta=1e-6, mechanism="gaussian"))
+    accountant.step(ReleaseCost(epsilon=0.25, delta=0.0, mechanism="laplace"))
+    accountant.step(ReleaseCost(epsilon=1.0, delta=0.0, mechanism="gaussian", sigma_over_sensitivity=2.5))
 
     restored = make_accountant(name)
     restored.load_state_dict(accountant.state_dict())
@@ -201,7 +204,7 @@ def test_state_dict_round_trip(name: str) -> None:
 )
 def test_load_state_dict_checks_keys_accountant_and_values(state: dict) -> None:
     accountant = BasicCompositionAccountant()
-    accountant.step(epsilon=0.5)
+    accountant.step(ReleaseCost(epsilon=0.5, delta=0.0, mechanism="laplace"))
 
     with pytest.raises(ValueError):
         accountant.load_state_dict(state)
@@ -214,16 +217,23 @@ def test_load_state_dict_checks_keys_accountant_and_values(state: dict) -> None:
     [{"epsilon": 0.0}, {"epsilon": -1.0}, {"epsilon": math.nan}, {"epsilon": math.inf}, {"epsilon": 1.0, "delta": 1.0},
      {"epsilon": 1.0, "mechanism": ""}, {"epsilon": 1.0, "sigma_over_sensitivity": 0.0}],
 )
-def test_step_validates_its_numbers(step: dict) -> None:
+def test_a_release_cost_validates_its_numbers(step: dict) -> None:
     with pytest.raises(ValueError):
-        BasicCompositionAccountant().step(**step)
+        ReleaseCost(**{"delta": 0.0, "mechanism": "laplace", **step})
+
+
+def test_step_takes_a_release_cost_only() -> None:
+    accountant = BasicCompositionAccountant()
+    with pytest.raises(TypeError, match="ReleaseCost"):
+        accountant.step({"epsilon": 1.0, "delta": 0.0, "mechanism": "laplace"})  # type: ignore[arg-type]
+    assert len(accountant) == 0
 
 
 def test_spent_after_does_not_change_the_accountant() -> None:
     accountant = BasicCompositionAccountant()
-    accountant.step(epsilon=0.5)
+    accountant.step(ReleaseCost(epsilon=0.5, delta=0.0, mechanism="laplace"))
 
-    assert accountant.spent_after(epsilon=0.5, count=3) == (2.0, 0.0)
+    assert accountant.spent_after(ReleaseCost(epsilon=0.5, delta=0.0, mechanism="laplace"), count=3) == (2.0, 0.0)
     assert accountant.spent() == (0.5, 0.0)
 
 
@@ -240,7 +250,7 @@ def test_registry_refuses_duplicates_unless_forced() -> None:
             register_accountant("dummy-test", Dummy)
         register_accountant("dummy-test", Dummy, force=True)
         accountant = make_accountant("dummy-test")
-        accountant.step(epsilon=3.0)
+        accountant.step(ReleaseCost(epsilon=3.0, delta=0.0, mechanism="laplace"))
         assert isinstance(accountant, Dummy)
         assert accountant.spent() == (1.0, 0.0)
         assert "dummy-test" in accountant_names()

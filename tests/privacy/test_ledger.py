@@ -18,11 +18,13 @@ from dp_accounting.rdp import RdpAccountant
 from sqlalchemy import create_engine, text
 
 from privacy.gaussian import analytic_gaussian_sigma
-from privacy.ledger import AsyncLedger, BudgetExceeded, ChargeStateError, PrivacyLedger, UnknownCharge
+from privacy.ledger import AsyncLedger, BudgetExceeded, ChargeStateError, PrivacyLedger, StudentKey, UnknownCharge
+from privacy.mechanisms import ReleaseCost
 from privacy.ledger.engines import ledger_url
 
 WORKER = Path(__file__).with_name("ledger_crash_worker.py")
-T, S = "tenant-a", "student-1"
+T, S = "tenant-a", StudentKey("student-1")
+CENTRAL = ReleaseCost(epsilon=0.5, delta=0.0, mechanism="central_laplace")
 
 
 class FakeClock:
@@ -43,9 +45,19 @@ def _execute(db: Path | str, statement: str) -> list[tuple]:
         engine.dispose()
 
 
+def keys(students: list[str]) -> list[StudentKey]:
+    return [StudentKey(s) for s in students]
+
+
+def laplace(epsilon: float) -> ReleaseCost:
+    return ReleaseCost(epsilon=epsilon, delta=0.0, mechanism="laplace")
+
+
 def _charge(ledger: PrivacyLedger, fingerprint: str | None = None, **kw):  # type: ignore[no-untyped-def]
-    args = {"tenant": T, "student_id": S, "epsilon": 0.5, "mechanism": "laplace", "request_fingerprint": fingerprint}
-    return ledger.charge(**(args | kw))
+    cost = {name: kw.pop(name) for name in ("epsilon", "delta", "mechanism", "sigma_over_sensitivity") if name in kw}
+    args = {"tenant": T, "student": StudentKey(kw.pop("student", S)), "request_fingerprint": fingerprint}
+    defaults = {"epsilon": 0.5, "delta": 0.0, "mechanism": "laplace"}
+    return ledger.charge(**(args | kw), cost=ReleaseCost(**(defaults | cost)))
 
 
 # -- cap ------------------------------------------------------------------------------------------
@@ -110,8 +122,8 @@ def test_tenants_and_students_have_separate_budgets(db: Path | str) -> None:
     ledger = PrivacyLedger(db, cap_epsilon=0.5)
     _charge(ledger)
 
-    ledger.charge(tenant="tenant-b", student_id=S, epsilon=0.5, mechanism="laplace")
-    ledger.charge(tenant=T, student_id="student-2", epsilon=0.5, mechanism="laplace")
+    ledger.charge(tenant="tenant-b", student=S, cost=laplace(0.5))
+    ledger.charge(tenant=T, student=StudentKey("student-2"), cost=laplace(0.5))
 
     with pytest.raises(BudgetExceeded):
         _charge(ledger)
@@ -122,13 +134,24 @@ def test_tenants_and_students_have_separate_budgets(db: Path | str) -> None:
 def test_invalid_arguments_are_refused_before_spending(db: Path | str) -> None:
     ledger = PrivacyLedger(db, cap_epsilon=1.0)
 
-    for bad in ({"epsilon": 0.0}, {"epsilon": float("nan")}, {"releases": 0}, {"student_id": ""}):
+    for bad in ({"epsilon": 0.0}, {"epsilon": float("nan")}, {"releases": 0}, {"student": ""}):
         with pytest.raises(ValueError):
             _charge(ledger, **bad)
     with pytest.raises(ValueError):
         PrivacyLedger(db, cap_epsilon=0.0)
     with pytest.raises(ValueError):
         PrivacyLedger(db, cap_epsilon=1.0, accountant="moments")
+    assert ledger.status(T, S)["queries"] == 0
+
+
+def test_only_a_student_key_and_a_release_cost_are_charged(db: Path | str) -> None:
+    ledger = PrivacyLedger(db, cap_epsilon=1.0)
+
+    with pytest.raises(TypeError, match="StudentKey"):  # a raw id is never charged by mistake
+        ledger.charge(tenant=T, student="student-1", cost=laplace(0.5))  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="ReleaseCost"):
+        ledger.charge(tenant=T, student=S, cost={"epsilon": 0.5, "delta": 0.0, "mechanism": "laplace"})  # type: ignore[arg-type]
+
     assert ledger.status(T, S)["queries"] == 0
 
 
@@ -141,7 +164,7 @@ async def test_a_thousand_concurrent_charges_serve_exactly_the_five_the_cap_allo
 
     async def attempt(i: int) -> bool:
         try:
-            await threaded.charge(tenant=T, student_id=S, epsilon=0.1, mechanism="laplace", request_fingerprint=f"q{i}")
+            await threaded.charge(tenant=T, student=S, cost=laplace(0.1), request_fingerprint=f"q{i}")
             return True
         except BudgetExceeded:
             return False
@@ -160,7 +183,7 @@ async def test_concurrent_identical_requests_are_charged_once_and_share_one_answ
     ledger = AsyncLedger(PrivacyLedger(db, cap_epsilon=10.0))
 
     charges = await asyncio.gather(
-        *(ledger.charge(tenant=T, student_id=S, epsilon=0.5, mechanism="laplace", request_fingerprint="same")
+        *(ledger.charge(tenant=T, student=S, cost=laplace(0.5), request_fingerprint="same")
           for _ in range(200))
     )
 
@@ -274,7 +297,7 @@ def test_a_repeat_inside_the_window_returns_the_stored_answer_and_spends_nothing
     again = _charge(ledger, "fp-1")
 
     assert (again.repeat, again.id, again.answer_json, again.pending) == (True, first.id, '{"a": 0.31}', False)
-    assert ledger.lookup_repeat(tenant=T, student_id=S, request_fingerprint="fp-1") == '{"a": 0.31}'
+    assert ledger.lookup_repeat(tenant=T, student=S, request_fingerprint="fp-1") == '{"a": 0.31}'
     assert ledger.status(T, S)["spent_epsilon"] == 0.5
 
 
@@ -285,7 +308,7 @@ def test_after_the_window_the_same_request_is_a_new_query(db: Path | str) -> Non
     ledger.store_answer(first.id, '{"a": 0.31}')
     clock.now += 3601
 
-    assert ledger.lookup_repeat(tenant=T, student_id=S, request_fingerprint="fp-1") is None
+    assert ledger.lookup_repeat(tenant=T, student=S, request_fingerprint="fp-1") is None
     again = _charge(ledger, "fp-1")
 
     assert not again.repeat and again.id != first.id
@@ -306,7 +329,7 @@ def test_repeats_are_per_tenant_and_student(db: Path | str) -> None:
     ledger = PrivacyLedger(db, cap_epsilon=1.0)
     ledger.store_answer(_charge(ledger, "fp-1").id, "[1]")
 
-    other = ledger.charge(tenant="tenant-b", student_id=S, epsilon=0.5, mechanism="laplace", request_fingerprint="fp-1")
+    other = ledger.charge(tenant="tenant-b", student=S, cost=laplace(0.5), request_fingerprint="fp-1")
 
     assert not other.repeat
 
@@ -380,8 +403,8 @@ def test_no_refund_after_release_and_no_answer_after_refund(db: Path | str) -> N
 
 async def test_a_waiter_learns_that_the_first_request_was_refunded(db: Path | str) -> None:
     ledger = AsyncLedger(PrivacyLedger(db, cap_epsilon=2.0))
-    first = await ledger.charge(tenant=T, student_id=S, epsilon=0.5, mechanism="laplace", request_fingerprint="fp")
-    second = await ledger.charge(tenant=T, student_id=S, epsilon=0.5, mechanism="laplace", request_fingerprint="fp")
+    first = await ledger.charge(tenant=T, student=S, cost=laplace(0.5), request_fingerprint="fp")
+    second = await ledger.charge(tenant=T, student=S, cost=laplace(0.5), request_fingerprint="fp")
     assert second.pending
 
     await ledger.refund(first.id)
@@ -389,7 +412,7 @@ async def test_a_waiter_learns_that_the_first_request_was_refunded(db: Path | st
     assert await ledger.await_answer(second.id, timeout_s=1.0, poll_s=0.01) is None
     with pytest.raises(TimeoutError):
         await ledger.await_answer(
-            (await ledger.charge(tenant=T, student_id=S, epsilon=0.5, mechanism="laplace")).id, timeout_s=0.05
+            (await ledger.charge(tenant=T, student=S, cost=laplace(0.5))).id, timeout_s=0.05
         )
 
 
@@ -430,11 +453,11 @@ def test_rdp_accounting_serves_more_gaussian_queries_than_basic_composition(db: 
 
 def test_charge_all_is_all_or_nothing(db: Path | str) -> None:
     ledger = PrivacyLedger(db, cap_epsilon=1.0)
-    ledger.charge(tenant=T, student_id="c", epsilon=0.8, mechanism="laplace")  # c has 0.2 left
+    ledger.charge(tenant=T, student=StudentKey("c"), cost=laplace(0.8))  # c has 0.2 left
     with pytest.raises(BudgetExceeded):
-        ledger.charge_all(tenant=T, student_ids=["a", "b", "c", "d"], epsilon=0.5, mechanism="central_laplace")
+        ledger.charge_all(tenant=T, students=keys(["a", "b", "c", "d"]), cost=CENTRAL)
     assert [ledger.status(T, s)["spent_epsilon"] for s in ("a", "b", "d")] == [0.0, 0.0, 0.0]
-    charges = ledger.charge_all(tenant=T, student_ids=["a", "b", "a"], epsilon=0.5, mechanism="central_laplace")
+    charges = ledger.charge_all(tenant=T, students=keys(["a", "b", "a"]), cost=CENTRAL)
     assert len(charges) == 2  # each student once
     ledger.settle_all(charges, released=None)  # nothing released: refunded
     assert ledger.status(T, "a")["spent_epsilon"] == 0.0
@@ -443,16 +466,16 @@ def test_charge_all_is_all_or_nothing(db: Path | str) -> None:
 
 def test_pending_charges_of_dead_owners_are_refunded_and_live_ones_kept(tmp_path: Path) -> None:
     dead = PrivacyLedger(tmp_path, cap_epsilon=10.0, owner="dead-process")
-    pending = dead.charge(tenant=T, student_id=S, epsilon=1.0, mechanism="laplace", request_fingerprint="fp")
-    answered = dead.charge(tenant=T, student_id=S, epsilon=1.0, mechanism="laplace")
+    pending = dead.charge(tenant=T, student=S, cost=laplace(1.0), request_fingerprint="fp")
+    answered = dead.charge(tenant=T, student=S, cost=laplace(1.0))
     dead.store_answer(answered.id, '{"a": 1}')
     live = PrivacyLedger(tmp_path, cap_epsilon=10.0, owner="live-process")
-    mine = live.charge(tenant=T, student_id=S, epsilon=1.0, mechanism="laplace")
+    mine = live.charge(tenant=T, student=S, cost=laplace(1.0))
     assert live.settle_orphans(live_owners={live.owner}) == 1
     assert live.get_charge(pending.id).status == "refunded"
     assert live.get_charge(answered.id).status == "released" and live.get_charge(mine.id).status == "charged"
     assert live.status(T, S)["spent_epsilon"] == 2.0
     # the identical request is a new query now, not a wait on a reservation nobody will fill
-    again = live.charge(tenant=T, student_id=S, epsilon=1.0, mechanism="laplace", request_fingerprint="fp")
+    again = live.charge(tenant=T, student=S, cost=laplace(1.0), request_fingerprint="fp")
     assert again.repeat is False
     assert live.settle_orphans(live_owners={live.owner}) == 0

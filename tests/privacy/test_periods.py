@@ -9,7 +9,18 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from privacy import BudgetExceeded, BudgetRule, CalendarDay, CalendarWeek, Lifetime, PrivacyLedger, Rolling, Terms
+from privacy import (
+    BudgetExceeded,
+    BudgetRule,
+    CalendarDay,
+    CalendarWeek,
+    Lifetime,
+    PrivacyLedger,
+    ReleaseCost,
+    Rolling,
+    StudentKey,
+    Terms,
+)
 
 T, S = "tenant-a", "student-1"
 DAY = 86400.0
@@ -28,7 +39,8 @@ def _ledger(db: Path | str, rule: BudgetRule, clock: Clock) -> PrivacyLedger:
 
 
 def _charge(ledger: PrivacyLedger, epsilon: float = 1.0, student: str = S) -> None:
-    ledger.charge(tenant=T, student_id=student, epsilon=epsilon, mechanism="laplace")
+    cost = ReleaseCost(epsilon=epsilon, delta=0.0, mechanism="laplace")
+    ledger.charge(tenant=T, student=StudentKey(student), cost=cost)
 
 
 def test_a_rolling_window_forgets_old_spend_but_the_lifetime_total_keeps_it(db: Path | str) -> None:

@@ -29,11 +29,12 @@ from privacy import (
     EPSILON_MIN,
     MAX_RELEASE_EPSILON,
     MECHANISM_NAMES,
+    Epsilon,
     PrivacyLedger,
-    charge_parameters,
+    ReleaseCost,
+    StudentKey,
     check_delta,
     check_dimension,
-    check_epsilon,
     cohort_statistics,
     make_accountant,
     make_rng,
@@ -83,9 +84,9 @@ def test_the_ranges_are_the_documented_ones() -> None:
 
 
 @pytest.mark.parametrize("value", [0.0, -1.0, 1e-300, 5000.0, 1e308, math.inf, -math.inf, math.nan, True, "1", None])
-def test_check_epsilon_refuses_everything_outside_the_range(value: object) -> None:
+def test_an_epsilon_refuses_everything_outside_the_range(value: object) -> None:
     with pytest.raises(ValueError, match=r"epsilon must .*\[0\.001, 1000\]"):
-        check_epsilon(value)
+        Epsilon(value)
 
 
 @pytest.mark.parametrize("value", [0.0, 1e-13, 0.5, 1.0, math.nan, math.inf])
@@ -101,9 +102,15 @@ def test_check_dimension_refuses_everything_outside_the_range(value: object) -> 
 
 
 def test_the_end_points_are_allowed() -> None:
-    assert check_epsilon(EPSILON_MIN) == EPSILON_MIN and check_epsilon(EPSILON_MAX) == EPSILON_MAX
+    assert Epsilon(EPSILON_MIN) == EPSILON_MIN and Epsilon(EPSILON_MAX) == EPSILON_MAX
     assert check_delta(DELTA_MIN) == DELTA_MIN and check_delta(DELTA_MAX) == DELTA_MAX
     assert check_dimension(1) == 1 and check_dimension(DIMENSION_MAX) == DIMENSION_MAX
+
+
+def test_an_epsilon_is_checked_once_and_carried() -> None:
+    validated = Epsilon(2.0)
+    assert Epsilon(validated) is validated and validated == 2.0 and isinstance(validated, float)
+    assert type(validated * 2) is float  # arithmetic leaves the validated type: a derived ε is checked anew
 
 
 # -- every mechanism over the whole request range ------------------------------------------------
@@ -129,12 +136,12 @@ def test_every_mechanism_is_total_over_the_allowed_range(
         assert all(math.isfinite(v) and low <= v <= high for v in released.values()), (released, low, high)
         assert all(_finite(v) for v in mechanism.describe().values())
 
-        cost = charge_parameters(mechanism)
-        assert math.isfinite(cost["epsilon"]) and 0 < cost["epsilon"] <= MAX_RELEASE_EPSILON  # type: ignore[operator]
+        cost = mechanism.charge()
+        assert math.isfinite(cost.epsilon) and 0 < cost.epsilon <= MAX_RELEASE_EPSILON
         for accountant_name in ACCOUNTANTS:
             accountant = make_accountant(accountant_name)
             for _ in range(3):
-                accountant.step(**cost)  # type: ignore[arg-type]
+                accountant.step(cost)
             spent_epsilon, spent_delta = accountant.spent(1e-5 if accountant_name != "basic" else None)
             assert math.isfinite(spent_epsilon) and spent_epsilon >= 0 and 0 <= spent_delta < 1
 
@@ -202,7 +209,7 @@ EVENTS = st.one_of(
 def test_every_accountant_is_total_over_the_release_range(name: str, history: list[dict], target: float) -> None:
     accountant = make_accountant(name)
     for event in history:
-        accountant.step(**event)
+        accountant.step(ReleaseCost(**{"delta": 0.0, **event}))
     spent_epsilon, spent_delta = accountant.spent(target)
     assert math.isfinite(spent_epsilon) and spent_epsilon >= 0 and math.isfinite(spent_delta)
     replayed = make_accountant(name)
@@ -222,10 +229,10 @@ def test_every_accountant_is_total_over_the_release_range(name: str, history: li
 )
 def test_accountants_refuse_releases_outside_the_range_and_keep_their_history(name: str, event: dict) -> None:
     accountant = make_accountant(name)
-    accountant.step(epsilon=1.0)
+    accountant.step(ReleaseCost(epsilon=1.0, delta=0.0, mechanism="laplace"))
     before = accountant.spent(1e-5)
-    with pytest.raises(ValueError):
-        accountant.step(**event)
+    with pytest.raises(ValueError):  # made, or stepped by: the cost is checked once, when it is made
+        accountant.step(ReleaseCost(**{"delta": 0.0, "mechanism": "laplace", **event}))
     assert len(accountant) == 1 and accountant.spent(1e-5) == before
 
 
@@ -239,8 +246,7 @@ def test_the_ledger_charges_and_replays_every_mechanism_at_the_range_ends(tmp_pa
                 name=mechanism_name, epsilon=epsilon, mode="paper", n_concepts_total=6, n_concepts_assessed=3,
                 delta=DELTA_MIN,
             )  # fmt: skip
-            cost = charge_parameters(mechanism)
-            ledger.charge(tenant="t", student_id="s", releases=3, **cost)  # type: ignore[arg-type]
+            ledger.charge(tenant="t", student=StudentKey("s"), cost=mechanism.charge(), releases=3)
     status = ledger.status("t", "s")
     assert status["queries"] == 2 * len(MECHANISM_NAMES) and math.isfinite(status["spent_epsilon"])
     ledger.close()
@@ -287,7 +293,7 @@ def test_the_gaussian_calibration_at_1e308_ends_with_a_value_error() -> None:
     for call in (
         lambda: analytic_gaussian_sigma(epsilon=1e308, delta=1e-5, sensitivity=1.0),
         lambda: AnalyticGaussianMechanism(epsilon=1e308, delta=1e-5, sensitivity=1.0),
-        lambda: make_accountant("rdp").step(epsilon=1e308, delta=1e-5, mechanism="gaussian"),
+        lambda: make_accountant("rdp").step(ReleaseCost(epsilon=1e308, delta=1e-5, mechanism="gaussian")),
     ):
         assert isinstance(_finishes(call), ValueError)
 
@@ -295,4 +301,4 @@ def test_the_gaussian_calibration_at_1e308_ends_with_a_value_error() -> None:
 def test_laplace_at_1e308_in_the_accountant_is_a_value_error() -> None:
     for name in ACCOUNTANTS:
         with pytest.raises(ValueError, match="epsilon of one release"):
-            make_accountant(name).step(epsilon=1e308, mechanism="laplace")
+            make_accountant(name).step(ReleaseCost(epsilon=1e308, delta=0.0, mechanism="laplace"))

@@ -11,10 +11,10 @@ import pytest
 from sqlalchemy import select
 
 from privacy import ReleaseCost
-from privacy.ledger import AnswerPending, AsyncLedger, BudgetExceeded, ChargeStateError, PrivacyLedger
+from privacy.ledger import AnswerPending, AsyncLedger, BudgetExceeded, ChargeStateError, PrivacyLedger, StudentKey
 from privacy.ledger.tables import charges
 
-T, S = "tenant-a", "student-1"
+T, S = "tenant-a", StudentKey("student-1")
 COST = ReleaseCost(epsilon=0.5, delta=0.0, mechanism="laplace")
 
 
@@ -148,7 +148,7 @@ async def test_a_spent_budget_refuses_before_the_body_runs(db: Path | str) -> No
 
 async def test_a_group_release_charges_everyone_and_refunds_everyone_on_failure(db: Path | str) -> None:
     ledger = _ledger(db)
-    group = ["s1", "s2", "s3"]
+    group = [StudentKey("s1"), StudentKey("s2"), StudentKey("s3")]
 
     with pytest.raises(RuntimeError):
         async with ledger.releasing(tenant=T, students=group, cost=COST, source="cohort") as release:
@@ -171,7 +171,7 @@ async def test_a_failed_refund_is_logged_without_the_student_and_the_original_er
 
     monkeypatch.setattr(ledger, "refund", broken)
     with caplog.at_level(logging.ERROR, logger="fedcd.privacy"), pytest.raises(RuntimeError, match="original"):
-        async with ledger.releasing(tenant=T, student="alice-SECRET", cost=COST) as release:
+        async with ledger.releasing(tenant=T, student=StudentKey("alice-SECRET"), cost=COST) as release:
             raise RuntimeError("original")
 
     assert f"refund of charge(s) {release.charges[0].id} failed" in caplog.text

@@ -32,7 +32,7 @@ class BatchDiagnoseRequest(RequestModel):
     qmatrix: QMatrixCreate | None = None
     epsilon: float | Literal['none'] | None = None
     sensitivity: Literal['paper', 'assessed'] | None = None
-    mechanism: Literal['laplace', 'secure_laplace', 'gaussian', 'duchi', 'piecewise', 'hybrid'] | None = None
+    mechanism: Literal['laplace', 'secure_laplace', 'gaussian', 'duchi', 'piecewise', 'hybrid', 'anchored_piecewise'] | None = None
     delta: float = 1e-05
     aggregation: Literal['auto', 'mean', 'posterior'] = 'auto'
     estimate: Literal['mean', 'median'] = 'mean'
@@ -91,7 +91,7 @@ class CalibrateRequest(RequestModel):
     records: list[CalibrationRecordIn] | None = None
     dataset: DatasetRef | None = None
     epsilon: float | Literal['none'] | None = None
-    mechanism: Literal['laplace', 'secure_laplace', 'gaussian', 'duchi', 'piecewise', 'hybrid'] | None = None
+    mechanism: Literal['laplace', 'secure_laplace', 'gaussian', 'duchi', 'piecewise', 'hybrid', 'anchored_piecewise'] | None = None
     sensitivity: Literal['paper', 'assessed'] | None = None
     delta: float = 1e-05
     entities: list[str] | None = None
@@ -165,7 +165,7 @@ class DiagnoseRequest(RequestModel):
     qmatrix: QMatrixCreate | None = None
     epsilon: float | Literal['none'] | None = None
     sensitivity: Literal['paper', 'assessed'] | None = None
-    mechanism: Literal['laplace', 'secure_laplace', 'gaussian', 'duchi', 'piecewise', 'hybrid'] | None = None
+    mechanism: Literal['laplace', 'secure_laplace', 'gaussian', 'duchi', 'piecewise', 'hybrid', 'anchored_piecewise'] | None = None
     delta: float = 1e-05
     aggregation: Literal['auto', 'mean', 'posterior'] = 'auto'
     estimate: Literal['mean', 'median'] = 'mean'
@@ -343,7 +343,7 @@ class PrivacyPolicyPublic(ResponseModel):
     period: Annotated[LifetimePeriod | RollingPeriod | DayPeriod | WeekPeriod | TermPeriod, Field(discriminator='kind')]
     cap_epsilon: float
     cap_delta: float = 0.0001
-    default_mechanism: Literal['laplace', 'secure_laplace', 'gaussian', 'duchi', 'piecewise', 'hybrid']
+    default_mechanism: Literal['laplace', 'secure_laplace', 'gaussian', 'duchi', 'piecewise', 'hybrid', 'anchored_piecewise']
     default_epsilon: float
     sensitivity: Literal['paper', 'assessed']
     allow_unnoised: bool

@@ -1,5 +1,5 @@
 """What a running job sees of itself (:class:`JobContext`): its finished units, its progress, and whether a user
-cancelled it. The runner that claims and runs jobs is ``app.services.jobs``."""
+cancelled it. The runner that claims and runs jobs is ``app.jobs.runner``."""
 
 from __future__ import annotations
 

@@ -21,6 +21,7 @@ diagnosis gets an entity's slots first.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import time
@@ -33,12 +34,14 @@ from typing import Any, TypeVar
 from sqlalchemy import func, or_, select, update
 from sqlalchemy.orm import sessionmaker
 
-from app.db import JobEventRow, JobRow
-from app.services.job_context import JobAbandoned, JobContext, JobHandler
+from app.db import JobEventRow, JobItemRow, JobRow
+from app.jobs.context import JobAbandoned, JobContext, JobHandler
 from app.settings import Settings
 from providers.scheduling import background_priority
 
-__all__ = ["JobRunner", "JobTiming"]
+__all__ = ["ACTIVE_STATES", "JobRunner", "JobTiming"]
+
+ACTIVE_STATES = ("queued", "running", "cancelling")  # not finished yet (cancelling: stopping after a cancel)
 
 log = logging.getLogger("fedcd.jobs")
 T = TypeVar("T")
@@ -189,6 +192,22 @@ class JobRunner:
         with self.sessions() as session:
             return list(session.scalars(query.order_by(JobRow.created_at.desc(), JobRow.id.desc()).limit(limit)))
 
+    def count_active(self, tenant: str) -> int:
+        """The tenant's jobs not finished yet (queued, running, or cancelling)."""
+        with self.sessions() as session:
+            return session.scalar(select(func.count()).where(JobRow.tenant == tenant, JobRow.status.in_(ACTIVE_STATES))) or 0
+
+    def calibration_results(self, calibration_id: str, *, tenants: Collection[str], limit: int) -> list[str]:
+        """The stored unit results (JSON) of the job that fitted the calibration, in order: at most ``limit``, ``[]``
+        once retention removed them (or when it was fitted elsewhere)."""
+        with self.sessions() as session:
+            job_id = session.scalar(select(JobRow.id).where(
+                JobRow.calibration_id == calibration_id, JobRow.tenant.in_(sorted(tenants))).limit(1))
+            if job_id is None:
+                return []
+            return list(session.scalars(select(JobItemRow.result_json).where(JobItemRow.job_id == job_id)
+                                        .order_by(JobItemRow.idx).limit(limit)))
+
     def history(self, job_id: str) -> list[JobEventRow]:
         with self.sessions() as session:
             return list(session.scalars(select(JobEventRow).where(JobEventRow.job_id == job_id).order_by(JobEventRow.seq)))
@@ -227,11 +246,7 @@ class JobRunner:
                 raise
             except Exception:  # a database hiccup must not end the loop
                 log.exception("job heartbeat: will retry")
-            self._beat_now.clear()
-            try:
-                await asyncio.wait_for(self._beat_now.wait(), timeout=self.timing.heartbeat_s)
-            except TimeoutError:
-                pass
+            await _nap(self._beat_now, self.timing.heartbeat_s)
 
     def _stop_cancelled(self, job_id: str) -> None:
         """A user cancelled a job this worker runs: stop its task (``_run`` stores ``cancelled``)."""
@@ -252,11 +267,7 @@ class JobRunner:
                 raise
             except Exception:  # a database hiccup must not end the loop
                 log.exception("job claim loop: will retry")
-            self._wake.clear()
-            try:
-                await asyncio.wait_for(self._wake.wait(), timeout=self.timing.poll_s)
-            except TimeoutError:
-                pass
+            await _nap(self._wake, self.timing.poll_s)
 
     def _claim_one(self, running_here: frozenset[str] = frozenset()) -> tuple[str, str, dict[str, Any], str, bool] | None:
         """Claim the oldest claimable job: (id, kind, request, tenant, reclaimed) or ``None``.
@@ -397,3 +408,10 @@ class JobRunner:
                             "error": None, "calibration_id": None, **fields})
         except Exception:
             log.exception("job %s: on_finish failed (the job itself is finished and stored)", job_id)
+
+
+async def _nap(wake: asyncio.Event, seconds: float) -> None:
+    """A loop's pause: ``seconds``, or until ``wake`` is set (by a new job, a cancel) — whichever comes first."""
+    wake.clear()
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(wake.wait(), timeout=seconds)

@@ -24,7 +24,7 @@ from app.metrics import count_charge
 from app.pseudonyms import cache_tag
 from app.schemas import CalibrateRequest, PrivacyPolicy
 from app.services.forecasts import ForecastService
-from app.services.job_context import JobContext
+from app.jobs.context import JobContext
 from app.services.usage import account_usage
 from app.services.validation import ValidationCohort, ValidationLoader
 from app.settings import Settings
@@ -41,7 +41,7 @@ from calibration import (
     validation_set,
 )
 from diagnosis import DiagnosisPipeline, NoiseLevel
-from privacy import AsyncLedger, ReleaseCost, make_rng
+from privacy import AsyncLedger, LaplaceMechanism, ReleaseCost, StudentKey, make_rng
 from providers.cache import tagged_as
 from providers.item_response import items_to_forecast
 from providers.wrappers import Cached
@@ -167,8 +167,8 @@ class CalibrationJobHandler:
             # Every validation student pays the release ε before anything is released, or nobody does
             # (privacy.ledger.release: refunded unless the record is saved and released).
             paid = self.ledger.releasing(
-                tenant=tenant, students=[r.student_id for r in request.records], source="calibration",
-                cost=ReleaseCost(epsilon=release, delta=0.0, mechanism="laplace"), rule=budget_rule(policy),
+                tenant=tenant, students=[StudentKey(r.student_id) for r in request.records], source="calibration",
+                cost=ReleaseCost(epsilon=release, delta=0.0, mechanism=LaplaceMechanism.name), rule=budget_rule(policy),
             )
         async with paid or contextlib.nullcontext():
             try:
