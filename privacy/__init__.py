@@ -9,6 +9,7 @@ from privacy.accountants import (
     make_accountant,
     register_accountant,
 )
+from privacy.anchored import AnchoredPiecewiseMechanism
 from privacy.bounded import DuchiMechanism, HybridMechanism, PiecewiseMechanism
 from privacy.central import CohortConceptStats, cohort_statistics
 from privacy.gaussian import AnalyticGaussianMechanism, analytic_gaussian_sigma
@@ -74,6 +75,7 @@ from privacy.registry import (
 from privacy.sampling import SecureLaplaceMechanism
 
 __all__ = [
+    "AnchoredPiecewiseMechanism",
     "COHORT_MECHANISM",
     "COORDINATE_EPSILON_MIN",
     "DEFAULT_DELTA",

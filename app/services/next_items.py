@@ -5,7 +5,7 @@ item bank read once per model and Q-matrix version, then :mod:`diagnosis.next_it
 **Privacy.** Nothing here asks an entity, writes a row or charges the ledger: the responses come from the platform
 that sends them, the posterior is computed in this process by the model the platform's own data trained, and only item
 ids and that platform's own student's intervals go back to it. Nothing leaves the gateway, so no ε is spent
-(docs/next-items.md says why that is sound; tests/app/test_next_items.py checks that no entity is called and the
+(docs/next-items.md says why that is sound; tests/app/routes/test_next_items.py checks that no entity is called and the
 ledger is untouched).
 """
 

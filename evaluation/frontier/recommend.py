@@ -93,7 +93,8 @@ def best_mechanisms(result: FrontierResult) -> dict[str, dict[str, str]]:
 def recommend_default(result: FrontierResult, *, min_recovered: float = 0.5) -> Recommendation:
     """The smallest ε at which some mechanism's posterior recovers at least ``min_recovered`` of the information
     gap — from the constant predictor's MAE down to the noiseless federation's posterior MAE — on every dataset
-    where any setting does, and of those mechanisms the one with the lowest mean rank (posterior MAE) there.
+    where any setting does; at that ε, the mechanism with the best mean rank in the posterior's held-out AUC over
+    every dataset (ties: the lowest posterior MAE), whether or not it closes half the gap itself.
 
     A relative criterion: an absolute tolerance would not transfer between datasets whose gap differs (where the
     constant predictor is already close to the noiseless federation, every ε is within a small tolerance).
@@ -113,19 +114,27 @@ def recommend_default(result: FrontierResult, *, min_recovered: float = 0.5) -> 
         v = result.point(n, m, e, "posterior").mae
         return math.inf if v is None or math.isnan(v) else v
 
+    def auc(n: str, m: str, e: float) -> float:
+        v = result.point(n, m, e, "posterior").auc
+        return -math.inf if v is None or math.isnan(v) else v
+
     def rank(e: float, candidates: Sequence[str]) -> str:
+        # By held-out AUC on every dataset: a served diagnosis is judged by how well it predicts the student's next
+        # responses (issue 31's forecasts), and a dataset left out of the ε rule (its gap in MAE never half closes)
+        # still tells which mechanism keeps the most there. The posterior MAE breaks ties.
         ranks: dict[str, list[int]] = {m: [] for m in candidates}
-        for n in scope:
-            for i, m in enumerate(sorted(candidates, key=lambda m: mae(n, m, e))):
+        for n in names:
+            for i, m in enumerate(sorted(candidates, key=lambda m: -auc(n, m, e))):
                 ranks[m].append(i)
         return min(candidates, key=lambda m: (float(np.mean(ranks[m])), float(np.mean([mae(n, m, e) for n in scope]))))
 
     chosen: tuple[str, float] | None = None
     if used:
         for e in result.epsilons:
-            candidates = [m for m in result.mechanisms if all(ok(n, m, e) for n in used)]
-            if candidates:
-                chosen = (rank(e, candidates), e)
+            # ε is where the reports start to say enough (some mechanism closes half the gap); which mechanism then is
+            # a question of what the served diagnosis keeps, so every mechanism at that ε is ranked.
+            if any(all(ok(n, m, e) for n in used) for m in result.mechanisms):
+                chosen = (rank(e, list(result.mechanisms)), e)
                 break
     if chosen is None:
         chosen = (rank(result.epsilons[-1], list(result.mechanisms)), result.epsilons[-1])
@@ -145,7 +154,8 @@ def recommend_default(result: FrontierResult, *, min_recovered: float = 0.5) -> 
     left_out = [n for n in names if n not in used]
     rule = (f"the smallest ε at which some mechanism's posterior recovers at least {min_recovered:.0%} of the information gap "
             "(constant predictor's MAE → noiseless federation's posterior MAE) on every dataset where any setting does; "
-            "among those mechanisms, the lowest mean rank in posterior MAE"
+            "at that ε, every mechanism ranked by the posterior's held-out AUC over every dataset (what a served "
+            "diagnosis is judged by), ties by the lowest posterior MAE"
             + (f" ({', '.join(left_out)}: no setting recovers that much, so left out of the rule)" if left_out else ""))
     if not used:
         rule += "; no dataset reaches it anywhere, so the largest ε is shown"

@@ -226,3 +226,15 @@ def test_the_http_scan_finds_each_leak() -> None:
     found = _http_leaks(tree)
     # Assert
     assert found == ["imports app.errors", "imports fastapi", "raises with status_code=", "builds a loc ('body', 'x')"]
+
+
+def test_the_tests_of_app_mirror_its_subpackages() -> None:
+    """tests/app/ is split like app/ (issue 35, part 4): each folder there tests the app subpackage of the same name,
+    and no test module sits beside a folder of the same concern (tests/app/jobs/ and tests/app/test_jobs.py)."""
+    tests = ROOT / "tests" / "app"
+    folders = sorted(p.name for p in tests.iterdir() if p.is_dir() and p.name != "__pycache__")
+    assert folders, "tests/app has no subfolders"
+    unmatched = [name for name in folders if not (ROOT / "app" / name / "__init__.py").is_file()]
+    assert not unmatched, f"tests/app folders without an app subpackage: {unmatched}"
+    beside = [p.name for p in tests.glob("test_*.py") if p.stem.removeprefix("test_") in folders]
+    assert not beside, f"test modules beside the folder of their concern: {beside}"

@@ -17,7 +17,7 @@ from app import Settings, create_app
 from app.metrics import reset_multiprocess_dir
 from providers import EntitySpec
 from qmatrix import example_qmatrix
-from tests.app.test_calibrate import Q_ID, _records, _wait
+from tests.app.jobs.test_calibrate import Q_ID, _records, _wait
 from tests.conftest import auth_headers
 from tests.factories import FakeEntity
 from tests.providers.wire_servers import WireServer, rate_limited, server_error, success

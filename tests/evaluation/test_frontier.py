@@ -109,6 +109,15 @@ def test_verdicts_and_recommendation(frontier: tuple[FrontierResult, int, int]) 
     # a lower bar is reached no later; an unreachable bar falls back to the largest ε
     assert recommend_default(result, min_recovered=-100.0).epsilon <= rec.epsilon
     assert recommend_default(result, min_recovered=100.0).epsilon == EPSILONS[-1]
+    # at the chosen ε the mechanism is the one whose posterior predicts held-out responses best (mean AUC rank over
+    # every dataset), recomputed here from the points
+    def auc(name: str, mechanism: str) -> float:
+        value = result.point(name, mechanism, rec.epsilon, "posterior").auc
+        return -1.0 if value is None or np.isnan(value) else value
+
+    ranks = {m: np.mean([sorted(MECHANISMS, key=lambda k: -auc(d.name, k)).index(m) for d in result.datasets])
+             for m in MECHANISMS}
+    assert ranks[rec.mechanism] == min(ranks.values())
 
 
 def test_report_files(frontier: tuple[FrontierResult, int, int], tmp_path: Path) -> None:

@@ -30,7 +30,7 @@ _settings = Settings(
     state_dir=_state, data_dir=_state / "no-datasets", entities=[], preload_models=False, default_calibration=False,
     noise_seed=1, privacy_cap_epsilon=1e6, allow_unnoised=True, calibration_release_epsilon=None,
     # Small limits (they are settings, and the spec states them): the fuzzer probes each bound and one past it
-    # without building 50 MB bodies; the defaults are exercised by tests/app/test_heavy_requests.py.
+    # without building 50 MB bodies; the defaults are exercised by tests/app/routes/test_heavy_requests.py.
     max_responses_per_student=40, max_batch_size=8, max_calibration_records=20, max_qmatrix_items=60,
     max_qmatrix_concepts=20, max_body_bytes=64 * 1024, max_qmatrix_body_bytes=256 * 1024,
 )
