@@ -252,7 +252,7 @@ class PosteriorCalibrator(Calibrator):
         params = PosteriorParams(priors={c: [p.a, p.b] for c, p in priors.items()}, entity_error_sd=tau)
         return params, [
             "posterior: priors and entity error sd fitted on clean validation answers; the mechanism's noise is "
-            f"modelled exactly when diagnosing; an entity without a fitted τ gets the widest one ({params.unmeasured_error_sd:.3f})"
+            "modelled exactly when diagnosing; an entity without a fitted τ is of unknown skill and is not weighed"
         ]
 
     def _release(

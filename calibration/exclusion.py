@@ -12,7 +12,7 @@ member, which nothing says it is as good as.
 
 An entity that was never asked (``skipped`` for every student, e.g. ``local-fed`` without a model
 for the Q-matrix yet, or not in the federation when the calibration ran) is not left out: it is
-unmeasured, as before (no stacking weight, no residual, the widest measured τ).
+unmeasured, as before (no stacking weight, no residual, not weighed by the posterior).
 
 The minimum is ``min_answers``, or every validation student asked when fewer were asked (a calibration on 8
 students cannot ask for 20 answers from anyone). Students count as asked although no entity answered them: an

@@ -19,7 +19,6 @@ from calibration.exclusion import ExcludingPosteriorAggregator, ExcludingResidua
 from calibration.selection import SelectedStackingAggregator
 from diagnosis import (
     DEFAULT_ALPHA,
-    DEFAULT_ENTITY_ERROR_SD,
     Aggregator,
     BetaPrior,
     CalibrationTag,
@@ -167,26 +166,23 @@ class StackingParams(CalibrationParams):
 class PosteriorParams(CalibrationParams):
     """Bayes post-processing: a Beta prior per concept and each entity's error sd τ (clean answers).
 
-    An entity the calibration did not measure gets the widest τ it measured: it is trusted no more
-    than the least accurate entity seen, never more than one that was measured. An entity it asked
-    that answered too few validation students is left out instead (``excluded``).
+    An entity the calibration did not measure is of unknown skill and is not weighed (issue 33: its agreement with
+    others must not narrow an interval); giving it the widest measured τ still let an unmeasured entity count as
+    much as the least accurate measured one. An entity it asked that answered too few validation students is left
+    out too, and listed (``excluded``).
     """
 
     method: ClassVar[str] = "posterior"
     priors: dict[str, list[float]] = field(default_factory=dict)  # concept -> [a, b]
     entity_error_sd: dict[str, float] = field(default_factory=dict)  # entity -> τ
 
-    @property
-    def unmeasured_error_sd(self) -> float:
-        return max(self.entity_error_sd.values(), default=DEFAULT_ENTITY_ERROR_SD)
-
     def aggregator(self, *, calibration: CalibrationTag | None = None, estimate: Estimate = "mean") -> Aggregator:
         options: dict[str, Any] = {
             "priors": {c: BetaPrior(a=ab[0], b=ab[1]) for c, ab in self.priors.items()},
-            "entity_error_sd": self.entity_error_sd, "default_error_sd": self.unmeasured_error_sd,
+            "entity_error_sd": self.entity_error_sd, "default_error_sd": None,  # unmeasured: unknown skill
             "estimate": estimate, "calibration": calibration,
         }
-        if self.excluded:  # left out, not given the widest τ: see calibration.exclusion
+        if self.excluded:  # left out and listed: see calibration.exclusion
             return ExcludingPosteriorAggregator(excluded=self.excluded, **options)
         return PosteriorAggregator(**options)
 

@@ -85,7 +85,7 @@ class CalibrationView:
             return f"w {sum(weights) / len(weights):.3g} (mean)" if weights else "—"
         if isinstance(params, PosteriorParams):
             tau = params.entity_error_sd.get(entity)
-            return f"τ {tau:.3g}" if tau is not None else f"τ {params.unmeasured_error_sd:.3g} (unmeasured)"
+            return f"τ {tau:.3g}" if tau is not None else "unmeasured: not weighed"
         if isinstance(params, PaperParams | BiasParams):
             residuals = list(params.residuals.get(entity, {}).values())
             return f"r {sum(residuals) / len(residuals):+.3g}, α {params.alpha:.2g}" if residuals else "—"

@@ -65,15 +65,17 @@ def test_aggregation_modes_choose_between_the_record_and_the_uncalibrated_kind()
     assert aggregator_for(posterior, aggregation="posterior").calibration_id == "p"
 
 
-def test_an_entity_without_a_fitted_error_gets_the_widest_measured_one() -> None:
+def test_an_entity_the_calibration_did_not_measure_is_not_weighed() -> None:
     # Prepare: a calibration that measured 'careful' (τ 0.05) and 'sloppy' (τ 0.4), not 'newcomer'.
     params = PosteriorParams(priors={"x": [2.0, 2.0]}, entity_error_sd={"careful": 0.05, "sloppy": 0.4})
     aggregator = params.aggregator()
-    # Execute: each answers alone, without noise.
+    # Execute: the newcomer alone, the sloppy one alone, and the newcomer agreeing with the sloppy one; no noise.
     alone = aggregator.aggregate({"newcomer": {"x": 0.9}}, ["x"], mechanism=NO_NOISE)
     as_sloppy = aggregator.aggregate({"sloppy": {"x": 0.9}}, ["x"], mechanism=NO_NOISE)
-    as_careful = aggregator.aggregate({"careful": {"x": 0.9}}, ["x"], mechanism=NO_NOISE)
-    # Assert: the newcomer is trusted exactly as the least accurate measured entity, far less than the careful one.
-    assert params.unmeasured_error_sd == 0.4
-    assert alone.mastery["x"] == pytest.approx(as_sloppy.mastery["x"])
-    assert alone.mastery["x"] < as_careful.mastery["x"] - 0.1
+    agreeing = aggregator.aggregate({"sloppy": {"x": 0.9}, "newcomer": {"x": 0.9}}, ["x"], mechanism=NO_NOISE)
+    # Assert: of unknown skill, the newcomer moves nothing: alone it leaves the prior (Beta(2, 2): mean 0.5), and its
+    # agreement neither moves nor narrows the measured entity's answer (issue 33).
+    assert alone.mastery["x"] == pytest.approx(0.5, abs=1e-6)
+    assert agreeing.mastery["x"] == pytest.approx(as_sloppy.mastery["x"])
+    assert agreeing.intervals["x"] == pytest.approx(as_sloppy.intervals["x"])
+    assert as_sloppy.mastery["x"] > 0.6
