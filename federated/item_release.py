@@ -23,7 +23,9 @@ counts can be released directly, at two levels in one release:
   instead of tens of thousands.
 
 Nothing here reads students' data outside :func:`release_item_sums`, and nothing that function returns is
-unnoised.
+unnoised. The in-process trainer calls it for every shard (:func:`release_for_training`); the Flower engines have
+each client call it on its own students and send the result as one message (:mod:`federated.flower.release`), at the
+same σ (:func:`release_noise`), pooled and post-processed by the same functions.
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ from federated.data import ResponseTensors
 from federated.itembank import ItemBank
 
 __all__ = ["ItemGroups", "ItemRelease", "ItemSums", "pooled", "private_warm_start", "release_for_training",
-           "release_item_sums", "response_weight"]
+           "release_item_sums", "release_noise", "response_weight"]
 
 # The logit of a pooled proportion correct is attenuated against an item's intercept at the mean ability: the
 # population's P(correct) averages σ(α θ + c) over θ ~ N(0, 1), ≈ σ(c / sqrt(1 + π/8 α²)) (probit approximation),
@@ -85,6 +87,20 @@ class ItemSums:
     group_correct: np.ndarray
     group_count: np.ndarray
     noise_sd: float
+
+    def arrays(self) -> list[np.ndarray]:
+        """The four released vectors, in field order (what a Flower client sends: ``federated.flower.release``)."""
+        return [self.correct, self.count, self.group_correct, self.group_count]
+
+    @classmethod
+    def of_arrays(cls, arrays: Sequence[np.ndarray], *, noise_sd: float) -> ItemSums:
+        """The sums from :meth:`arrays`' four vectors, carrying ``noise_sd`` (the receiver's, never a sender's claim)."""
+        if len(arrays) != 4:
+            raise ValueError(f"item sums are four vectors, got {len(arrays)}")
+        correct, count, group_correct, group_count = (np.asarray(a, np.float64) for a in arrays)
+        if correct.shape != count.shape or group_correct.shape != group_count.shape:
+            raise ValueError("item sums: the scores and responses of a level differ in shape")
+        return cls(correct, count, group_correct, group_count, float(noise_sd))
 
     def __add__(self, other: ItemSums) -> ItemSums:
         return ItemSums(self.correct + other.correct, self.count + other.count,
@@ -235,10 +251,16 @@ class ItemRelease:
                 "pooled_noise_sd": self.sums.noise_sd, "per_item_parameters": "from this release; fixed in DP-SGD"}
 
 
+def release_noise(*, epsilon: float, delta: float) -> float:
+    """The noise multiplier at which the release spends ``epsilon`` on its own (one Gaussian step, no sampling);
+    every engine's release is made at it, and the rounds after are calibrated on top (``prior``)."""
+    return noise_multiplier_for(target_epsilon=epsilon, delta=delta, sample_rate=1.0, steps=1)
+
+
 def release_for_training(model: ItemBank, shards: Sequence[ResponseTensors], *, table: np.ndarray, epsilon: float,
                          delta: float, seed: int) -> ItemRelease:
     """Every client's release at the noise that spends ``epsilon`` on its own (composed with the rounds after)."""
-    sigma = noise_multiplier_for(target_epsilon=epsilon, delta=delta, sample_rate=1.0, steps=1)
+    sigma = release_noise(epsilon=epsilon, delta=delta)
     groups = ItemGroups.of(model, table)
     generator = torch.Generator().manual_seed(seed)
     sums = pooled([release_item_sums(model, shard, groups, noise_multiplier=sigma, generator=generator)

@@ -191,10 +191,12 @@ def publish_trained(
     accountant = getattr(fed, "accountant", None)
     selection = getattr(fed, "selection", None)
     delta = options.get("delta", 1e-5)
+    extra = {"model_selection": selection} if selection else {}
     run = TrainingRun(
         stop_reason=getattr(fed, "stop_reason", None), dp=dp_mode(options.get("dp", NoDP())), delta=delta,
-        train_students=len(split.train), config={**options, "engine": "flower", "accountant": accountant is not None},
-        started=started, extra={"model_selection": selection} if selection else None,
+        train_students=len(split.train), config={**options, "engine": "flower", "accountant": accountant is not None,
+                                                 "item_release": getattr(fed, "item_release", None)},
+        started=started, extra={**extra, **_accounting(accountant, delta)} or None,
         # several candidate kinds trained on the same students: the composed accountant, not the chosen run's history
         epsilon=accountant.get_epsilon(delta) if accountant is not None and len(accountant) else None,
     )
@@ -203,6 +205,11 @@ def publish_trained(
         heldout=HeldOut(split.test, evaluation, _server_mask(evaluation), _EVAL.eval_mask_frac), run=run,
         options=PublishOptions(gate=gate, force=force),
     )
+
+
+def _accounting(accountant: Any, delta: float) -> dict[str, Any]:
+    """The manifest's ``privacy_accounting`` (every charged event, the item release first) where there is one."""
+    return {"privacy_accounting": accountant.record(delta).to_json()} if accountant is not None else {}
 
 
 # The held-out mask every ServerApp evaluates with (FedConfig's defaults), so the gate sees the same responses.
@@ -237,10 +244,12 @@ def publish_federated(
     evaluation = encode_students(qmatrix, students, table=fed.model.item_table(qmatrix))
     data = {"name": dataset.name, "simulated": None, "nodes": federation.get("nodes"), "train_students": None,
             "heldout_students": len(students), "heldout": "students the coordinator owns"}
+    delta = options.get("delta", 1e-5)
     run = TrainingRun(
-        stop_reason=fed.stop_reason, dp=dp_mode(options.get("dp", StudentLevelDP())), delta=options.get("delta", 1e-5),
-        train_students=None, config={**options, "engine": "flower-deployment"}, started=started,
-        extra={"data": data, "federation": federation},
+        stop_reason=fed.stop_reason, dp=dp_mode(options.get("dp", StudentLevelDP())), delta=delta,
+        train_students=None, started=started,
+        config={**options, "engine": "flower-deployment", "item_release": getattr(fed, "item_release", None)},
+        extra={"data": data, "federation": federation, **_accounting(fed.accountant, delta)},
     )
     return gate_and_publish(
         fed.model, list(fed.history), dataset=dataset, target=target,

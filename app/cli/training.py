@@ -44,7 +44,7 @@ def train(
                           "(local-fed v2) | irt-2pl (a federated 2PL) | evidence-encoder (v1); either engine")
     ] = "auto",
     item_release_share: Annotated[float, typer.Option(
-        min=0.0, max=0.99, help="with --dp student (inprocess engine): the share of ε spent releasing per-item sums "
+        min=0.0, max=0.99, help="with --dp student (either engine): the share of ε spent releasing per-item sums "
         "that start the item parameters (the rest on DP-SGD, item parameters held); 0: DP-SGD over every parameter")
     ] = 0.5,
 ) -> None:
@@ -110,7 +110,7 @@ def train(
                 result = _train_with_flower(
                     data, registry, clients=clients, rounds=rounds, dp=dp, epsilon=epsilon, delta=delta, secagg=secagg,
                     aggregation=aggregation, partition=partition, alpha=alpha, seed=seed, deployment=deployment,
-                    model_kind=model, progress=on_round, force=force,
+                    model_kind=model, item_release_share=item_release_share, progress=on_round, force=force,
                 )
             else:
                 config = TrainingConfig(

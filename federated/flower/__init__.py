@@ -12,6 +12,8 @@
   Flower's ``secaggplus_mod`` when the run uses SecAgg+).
 * :mod:`~federated.flower.server`: the ServerApp loop (accountant, hard budget stop,
   held-out evaluation, ``history.json``).
+* :mod:`~federated.flower.release`: under student-level DP, the one DP release of per-item sums before the
+  rounds (each client noises its own at the full σ; the server pools them and warm-starts the bank), as in process.
 * Two engines running the same apps: :mod:`~federated.flower.engine` (in process, an
   in-memory ``Grid``; no Ray, no network) and :mod:`~federated.flower.deployment`
   (``flower-superlink`` + ``flower-supernode`` processes; :mod:`~federated.flower.processes`
@@ -44,7 +46,8 @@ from federated.flower.files import (
 from federated.flower.node import Node, NodeClient, NodeData, NodeLink, check_run, load_node_data, make_node_client_app
 from federated.flower.processes import ProcessTree, flower_env, free_port
 from federated.flower.runs import follow_run, read_result
-from federated.flower.server import FlowerRoundRecord, read_history, serve
+from federated.flower.release import ItemReleaseMod
+from federated.flower.server import FlowerResult, FlowerRoundRecord, read_history, serve
 from federated.flower.strategy import (
     ClientSeeds,
     ClientUpdates,
@@ -67,7 +70,9 @@ __all__ = [
     "StartingModel",
     "FederationResult",
     "FlowerConfig",
+    "FlowerResult",
     "FlowerRoundRecord",
+    "ItemReleaseMod",
     "LinkTLS",
     "LocalFederation",
     "LocalGrid",

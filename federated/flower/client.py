@@ -36,6 +36,7 @@ from federated.data import ResponseTensors
 from federated.dp import clip_update, l2_norm
 from federated.flower.config import FlowerConfig
 from federated.flower.files import client_settings, load_partition, load_settings
+from federated.flower.release import ItemReleaseMod
 from federated.local import LocalResult, get_parameters, set_parameters, train_local
 from federated.model import CDModel
 from federated.models import build_model
@@ -98,12 +99,16 @@ class CDClient(NumPyClient):
         raise RuntimeError("fedcd clients do not evaluate: the server evaluates on held-out students")
 
 
-def _client_fn(context: Context) -> Client:
+def _cd_client(context: Context) -> CDClient:
     data_dir = Path(str(context.run_config["data-dir"]))
     settings = load_settings(data_dir)
     partition = int(context.node_config["partition-id"])
     data = load_partition(data_dir, partition)
-    return CDClient(build_model(settings.model), data, config=settings.config, partition_id=partition).to_client()
+    return CDClient(build_model(settings.model), data, config=settings.config, partition_id=partition)
+
+
+def _client_fn(context: Context) -> Client:
+    return _cd_client(context).to_client()
 
 
 def secagg_if_configured(msg: Message, context: Context, call_next: ClientAppCallable) -> Message:
@@ -118,5 +123,6 @@ def secagg_if_configured(msg: Message, context: Context, call_next: ClientAppCal
 
 
 def make_client_app(mods: tuple[Mod, ...] | list[Mod] = ()) -> ClientApp:
-    """The ClientApp; ``mods`` run inside secure aggregation (they see the plain reply)."""
-    return ClientApp(client_fn=_client_fn, mods=[secagg_if_configured, *mods])
+    """The ClientApp; ``mods`` run inside secure aggregation (they see the plain reply). The DP item release's
+    request is answered before secure aggregation, which handles training messages only."""
+    return ClientApp(client_fn=_client_fn, mods=[ItemReleaseMod(_cd_client), secagg_if_configured, *mods])

@@ -19,9 +19,11 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, Literal
 
 from federated.inprocess import AGGREGATIONS, Aggregation, FedConfig
+from federated.item_release import release_noise
 from federated.local import LocalConfig, StudentDP
 
 __all__ = ["AGGREGATIONS", "Aggregation", "FlowerConfig"]
@@ -53,6 +55,9 @@ class FlowerConfig:
     node_wait_s: float = 120.0
     # publish the weights after the best held-out round (as the in-process trainer does) or after the last
     keep: Literal["best", "last"] = "best"
+    # student-level DP with an ε budget: the share of it the one DP item release before the rounds spends
+    # (federated.flower.release; 0: no release); the rounds then hold the per-item parameters fixed (StudentDP.frozen)
+    item_release_share: float = 0.0
 
     def __post_init__(self) -> None:
         if self.keep not in ("best", "last"):
@@ -81,6 +86,10 @@ class FlowerConfig:
             raise ValueError("secagg_num_shares and secagg_threshold are fractions in (0, 1]")
         if not self.secagg_clipping_range > 0 or not self.node_wait_s > 0:
             raise ValueError("secagg_clipping_range and node_wait_s must be > 0")
+        if not 0 <= self.item_release_share < 1:
+            raise ValueError(f"item_release_share must be in [0, 1), got {self.item_release_share}")
+        if self.releases_item_sums and (self.fed.student_dp is None or "item_delta" not in self.fed.student_dp.frozen):
+            raise ValueError("with an item release the rounds hold item_delta fixed (StudentDP.frozen)")
         if self.secagg_timeout is not None and not self.secagg_timeout > 0:
             raise ValueError(f"secagg_timeout must be > 0 or None, got {self.secagg_timeout}")
 
@@ -98,6 +107,22 @@ class FlowerConfig:
         return not self.fed.dp.reveals_counts or self.secagg or self.aggregation in ROBUST
 
     @property
+    def releases_item_sums(self) -> bool:
+        """Whether the run starts with the DP item release: student-level DP, an ε budget, rounds to run and a
+        share of ε for it."""
+        return (self.item_release_share > 0 and self.fed.dp.releases_item_sums and self.fed.rounds > 0
+                and self.fed.epsilon_budget is not None)
+
+    @cached_property
+    def item_release_noise(self) -> float | None:
+        """The release's noise multiplier: the one at which it spends its share of ε alone (None: no release).
+        Derived, never configured, so a node computes it from the budget it accepted, whatever a coordinator says."""
+        if not self.releases_item_sums:
+            return None
+        return release_noise(epsilon=float(self.fed.epsilon_budget or 0) * self.item_release_share,
+                             delta=self.fed.delta)
+
+    @property
     def client_noise(self) -> bool:
         """Whether the server adds client-level Gaussian noise."""
         return self.fed.dp.noise_at_server
@@ -111,5 +136,6 @@ class FlowerConfig:
     def from_dict(cls, data: dict[str, Any]) -> FlowerConfig:
         fed = dict(data["fed"])
         fed["local"] = LocalConfig(**fed["local"])
-        fed["student_dp"] = StudentDP(**fed["student_dp"]) if fed.get("student_dp") else None
+        student = fed.get("student_dp")
+        fed["student_dp"] = StudentDP(**{**student, "frozen": tuple(student.get("frozen", ()))}) if student else None
         return cls(**{**data, "fed": FedConfig(**fed)})

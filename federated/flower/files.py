@@ -49,6 +49,7 @@ class RunSettings:
     data_dir: Path
     min_clients: int  # fewer may start the run after the node wait (a real federation); = n_clients in simulation
     qmatrix_sha256: str | None = None  # nodes train only on the same Q-matrix (federated.flower.node)
+    train_students: int | None = None  # SIMULATION: the clients' students (public); a federation's are unknown
 
     def new_model(self) -> DiagnosisModel:
         """The global model at its starting weights."""
@@ -108,8 +109,13 @@ def write_run(data_dir: Path, *, config: FlowerConfig, model: CDModel, clients: 
     data_dir.mkdir(parents=True, exist_ok=True)
     for i, client in enumerate(clients):
         _save(data_dir / f"client-{i}.pt", client)
-    return write_server_run(data_dir, config=config, model=model, evaluation=evaluation, seed=seed,
-                            n_clients=len(clients))
+    write_server_run(data_dir, config=config, model=model, evaluation=evaluation, seed=seed, n_clients=len(clients))
+    # in simulation the training students' number is public (the manifest's train_students); the DP item release's
+    # warm start reads it (a federation's coordinator does not know it)
+    settings = json.loads((data_dir / "settings.json").read_text())
+    settings["train_students"] = sum(len(c) for c in clients)
+    (data_dir / "settings.json").write_text(json.dumps(settings, indent=2))
+    return load_settings(data_dir)
 
 
 def load_settings(data_dir: Path | str) -> RunSettings:
@@ -118,7 +124,7 @@ def load_settings(data_dir: Path | str) -> RunSettings:
     n_clients = int(raw["n_clients"])
     return RunSettings(config=FlowerConfig.from_dict(raw["config"]), model=raw["model"], seed=int(raw["seed"]),
                        n_clients=n_clients, data_dir=data_dir, min_clients=int(raw.get("min_clients", n_clients)),
-                       qmatrix_sha256=raw.get("qmatrix_sha256"))
+                       qmatrix_sha256=raw.get("qmatrix_sha256"), train_students=raw.get("train_students"))
 
 
 def run_config(data_dir: Path | str, out_dir: Path | str) -> dict[str, str]:

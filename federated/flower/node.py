@@ -15,7 +15,8 @@ and the coordinator is trusted with nothing but noised updates; its ε budget is
 
 What leaves the node, per round it is sampled in: the model update after DP-SGD on its own
 students (clipped per student, Gaussian noise, optionally masked by SecAgg+), with weight 1
-and **no metrics**: no student count, loss or gradient norm. The noise (and the sampling of
+and **no metrics**: no student count, loss or gradient norm; and, once per run when the run has one, the DP
+item release's four noisy vectors (:mod:`federated.flower.release`). The noise (and the sampling of
 students) comes from the node's own OS randomness, never from the seed the server sends,
 which in simulation makes runs reproduce but here would let the coordinator subtract the noise. Student ids and responses stay
 here; ``tests/federated/test_federation.py`` records every request a node sends and checks.
@@ -55,6 +56,7 @@ from federated.flower.client import CDClient, secagg_if_configured
 from federated.flower.deployment import supernode_command
 from federated.flower.files import ClientSettings, client_settings
 from federated.flower.processes import ProcessTree, flower_env, free_port
+from federated.flower.release import ItemReleaseMod
 from federated.local import LocalResult
 from qmatrix import QMatrix, StudentResponses, load_qmatrix, qmatrix_fingerprint, read_responses_csv
 
@@ -127,7 +129,7 @@ class NodeClient(CDClient):
         return {}
 
 
-def _node_client_fn(context: Context) -> Client:
+def _node_client(context: Context) -> NodeClient:
     run = client_settings(context.run_config)
     data_path, qmatrix_path = Path(str(context.node_config["data-path"])), Path(str(context.node_config["qmatrix-path"]))
     limit = context.node_config.get("max-epsilon")
@@ -135,12 +137,17 @@ def _node_client_fn(context: Context) -> Client:
     fingerprint, data = _tensors(str(data_path), data_path.stat().st_mtime_ns, str(qmatrix_path),
                                  qmatrix_path.stat().st_mtime_ns, json.dumps(model.config(), sort_keys=True))
     check_run(run, fingerprint=fingerprint, max_epsilon=float(limit) if limit is not None else None)
-    return NodeClient(model, data, config=run.config).to_client()
+    return NodeClient(model, data, config=run.config)
+
+
+def _node_client_fn(context: Context) -> Client:
+    return _node_client(context).to_client()
 
 
 def make_node_client_app() -> ClientApp:
-    """The ClientApp of a real federation's node (SecAgg+ when the run asks for it)."""
-    return ClientApp(client_fn=_node_client_fn, mods=[secagg_if_configured])
+    """The ClientApp of a real federation's node (SecAgg+ when the run asks for it; the run's one DP item release
+    when it has one, :mod:`federated.flower.release`, after the same checks)."""
+    return ClientApp(client_fn=_node_client_fn, mods=[ItemReleaseMod(_node_client), secagg_if_configured])
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -19,8 +19,7 @@ import torch
 from federated.accountant import PrivacyAccountant
 from federated.flower.deployment import SuperLink
 from federated.flower.files import load_settings
-from federated.flower.server import FlowerRoundRecord, read_history
-from federated.inprocess import FedResult
+from federated.flower.server import FlowerResult, FlowerRoundRecord, read_history
 
 __all__ = ["follow_run", "read_result"]
 
@@ -54,7 +53,7 @@ def follow_run(link: SuperLink, app_dir: Path, out_dir: Path, *, progress: Progr
     return run_id, status
 
 
-def read_result(out_dir: Path, data_dir: Path) -> FedResult:
+def read_result(out_dir: Path, data_dir: Path) -> FlowerResult:
     """The model, history and accountant a finished run left in ``out_dir``."""
     history = read_history(out_dir)
     model = load_settings(data_dir).new_model()
@@ -63,5 +62,6 @@ def read_result(out_dir: Path, data_dir: Path) -> FedResult:
     if (out_dir / "accountant.json").exists():
         accountant = PrivacyAccountant()
         accountant.load_state_dict(json.loads((out_dir / "accountant.json").read_text()))
-    return FedResult(model=model, history=list(history["rounds"]), stop_reason=history["stop_reason"],
-                     accountant=accountant, served_round=history.get("served_round"))
+    return FlowerResult(model=model, history=list(history["rounds"]), stop_reason=history["stop_reason"],
+                        accountant=accountant, served_round=history.get("served_round"),
+                        start_auc=history.get("start_auc"), item_release=history.get("item_release"))

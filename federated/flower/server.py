@@ -15,6 +15,10 @@ round). One round:
    since skipping it would leak the sample through the model sequence;
 4. charge the accountant for the round that ran, evaluate on held-out students, record.
 
+Under student-level DP with an item release, before round 1 every node releases its noisy per-item sums once
+(:mod:`federated.flower.release`): the bank starts from them, that start competes as round 0, and the accountant
+holds the release before the rounds (``history.json``: ``start_auc`` and ``item_release``).
+
 Both engines run this same function: the in-process driver (:mod:`federated.flower.engine`)
 calls it with an in-memory grid; in the deployment engine the ServerApp in
 :mod:`federated.flower.apps` calls it with the SuperLink's grid. After every round it
@@ -47,13 +51,14 @@ from flwr.server.workflow.default_workflows import default_fit_workflow
 from flwr.serverapp import Grid
 
 from federated.flower.files import load_partition, load_settings
+from federated.flower.release import StartRecord, server_release, start_from
 from federated.flower.strategy import build_strategy
 from federated.inprocess import FedResult, RoundRecord, evaluation_mask
 from federated.local import get_parameters, set_parameters
 from federated.metrics import evaluate_masked
 from federated.rounds import BestRound, run_rounds
 
-__all__ = ["FlowerRoundRecord", "read_history", "serve"]
+__all__ = ["FlowerResult", "FlowerRoundRecord", "read_history", "serve"]
 
 
 @dataclass(frozen=True)
@@ -61,6 +66,15 @@ class FlowerRoundRecord(RoundRecord):
     """A :class:`RoundRecord` plus what only a Flower round has: clients that were sampled but failed."""
 
     failures: int = 0
+
+
+@dataclass
+class FlowerResult(FedResult):
+    """A :class:`FedResult` plus the DP item release, where the run had one: the held-out AUC of its warm start
+    (round 0) and what it was (``ItemRelease.describe``, the manifest's ``config.training.item_release``)."""
+
+    start_auc: float | None = None
+    item_release: dict[str, Any] | None = None
 
 
 def _register_nodes(grid: Grid, manager: ClientManager, n_clients: int, min_clients: int, timeout: float) -> None:
@@ -83,9 +97,9 @@ def _register_nodes(grid: Grid, manager: ClientManager, n_clients: int, min_clie
 
 
 def _write_history(out_dir: Path, history: list[FlowerRoundRecord], status: str, stop_reason: str | None,
-                   nodes: list[int], served_round: int | None = None) -> None:
+                   nodes: list[int], served_round: int | None = None, start: dict[str, Any] | None = None) -> None:
     payload = {"status": status, "stop_reason": stop_reason, "nodes": nodes, "served_round": served_round,
-               "rounds": [dataclasses.asdict(r) for r in history]}
+               **(start or {}), "rounds": [dataclasses.asdict(r) for r in history]}
     tmp = out_dir / "history.json.tmp"
     tmp.write_text(json.dumps(payload, indent=1))
     tmp.replace(out_dir / "history.json")
@@ -104,7 +118,7 @@ def read_history(out_dir: Path | str) -> dict[str, Any]:
 
 
 def serve(grid: Grid, context: Context, *,
-          on_round: Callable[[FlowerRoundRecord], None] | None = None) -> FedResult:
+          on_round: Callable[[FlowerRoundRecord], None] | None = None) -> FlowerResult:
     """Run the configured rounds over ``grid``; ``context.run_config`` names ``data-dir`` and ``out-dir``."""
     data_dir, out_dir = Path(str(context.run_config["data-dir"])), Path(str(context.run_config["out-dir"]))
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -116,6 +130,11 @@ def serve(grid: Grid, context: Context, *,
     _register_nodes(grid, manager, settings.n_clients, settings.min_clients, config.node_wait_s)
     node_ids = sorted(int(c) for c in manager.all())  # the nodes that take part
     strategy, updates, sampling = build_strategy(config, n_clients=len(node_ids), rng=rng)  # client DP: q * this
+    hidden = evaluation_mask(evaluation, fed)
+    release = server_release(grid, node_ids, settings, model=model, table=evaluation.features.numpy(),
+                             out_dir=out_dir, rng=rng)
+    start_auc = start_from(release, model, evaluation, hidden) if release is not None else None
+    start = {"start_auc": start_auc, "item_release": release.describe()} if release is not None else None
     legacy = LegacyContext(context, config=ServerConfig(num_rounds=fed.rounds), strategy=strategy,
                            client_manager=manager)
     state = legacy.state  # RecordDict; its array_records/config_records are snapshots, so always go through it
@@ -127,8 +146,6 @@ def serve(grid: Grid, context: Context, *,
         clipping_range=fed.clip_norm if config.clips else config.secagg_clipping_range,
         timeout=config.secagg_timeout,
     ) if config.secagg else default_fit_workflow
-
-    hidden = evaluation_mask(evaluation, fed)
 
     def play(r: int) -> FlowerRoundRecord:
         start = time.perf_counter()
@@ -160,19 +177,24 @@ def serve(grid: Grid, context: Context, *,
 
     history: list[FlowerRoundRecord] = []
     best = BestRound(model)  # ASSIST0910-sized banks overfit rare items after the first rounds: keep the best
+    if start_auc is not None and config.keep == "best":  # the release's start is a model too: it competes
+        best(StartRecord(start_auc))
 
     def record(done: FlowerRoundRecord) -> None:
         best(done)
         history.append(done)
-        _write_history(out_dir, history, "running", None, node_ids)
+        _write_history(out_dir, history, "running", None, node_ids, start=start)
         if on_round is not None:
             on_round(done)
 
-    _, stop_reason, accountant = run_rounds(fed, play, on_round=record)
+    _, stop_reason, accountant = run_rounds(fed, play, on_round=record,
+                                            accountant=release.charged() if release is not None else None)
     served = best.restore() if config.keep == "best" else (len(history) or None)
     torch.save(model.state_dict(), out_dir / "model.pt")
     if accountant is not None:
         (out_dir / "accountant.json").write_text(json.dumps(accountant.state_dict()))
-    _write_history(out_dir, history, "stopped" if stop_reason else "completed", stop_reason, node_ids, served)
-    return FedResult(model=model, history=list(history), stop_reason=stop_reason, accountant=accountant,
-                     served_round=served)
+    _write_history(out_dir, history, "stopped" if stop_reason else "completed", stop_reason, node_ids, served,
+                   start)
+    return FlowerResult(model=model, history=list(history), stop_reason=stop_reason, accountant=accountant,
+                        served_round=served, start_auc=start_auc,
+                        item_release=release.describe() if release is not None else None)

@@ -12,13 +12,16 @@ institutions (IID, or ability-skewed Dirichlet), writes the run folder
 
 With DP and an ``epsilon``, the noise multiplier is calibrated (PLD) so that all planned
 rounds fit the budget, and the accountant still stops the run before any round that would
-exceed it.
+exceed it. Under student-level DP, ``item_release_share`` of ε goes first to one release of per-item sums
+(:mod:`federated.flower.release`, the in-process trainer's release made by the clients), the rounds' noise is
+calibrated on top of it, and the rounds hold the per-item parameters fixed.
 
 ``model_kind="auto"`` (the default, as for the in-process trainer) runs one Flower run per candidate kind of
 :mod:`federated.models` on the same split and institutions (``out_dir/candidates/<kind>``) and keeps the one with the
 best held-out AUC at its best round; its files are copied to ``out_dir`` and ``FedResult.selection`` records every
 candidate. Under DP the candidates' rounds compose: the noise is calibrated for all of them, and the result's
-accountant holds every candidate's steps.
+accountant holds every candidate's steps, and the item release once (the first kind's run makes it, the later kinds
+reuse it).
 """
 
 from __future__ import annotations
@@ -38,9 +41,11 @@ from federated.flower.config import Aggregation, FlowerConfig
 from federated.flower.deployment import LocalFederation, write_app
 from federated.flower.engine import run_inprocess
 from federated.flower.files import run_config, write_run
+from federated.flower.release import RELEASE_FILE
 from federated.flower.runs import follow_run, read_result
-from federated.flower.server import FlowerRoundRecord
+from federated.flower.server import FlowerResult, FlowerRoundRecord
 from federated.inprocess import FedResult
+from federated.itembank import ItemBank
 from federated.local import StudentDP
 from federated.accountant import PrivacyAccountant
 from federated.candidates import selection_rule
@@ -57,16 +62,27 @@ def plan_config(base: FlowerConfig | None, *, rounds: int, dp: DPMode | str, eps
                 secagg: bool, aggregation: Aggregation, candidates: int = 1) -> FlowerConfig:
     """``base`` with these fields; with DP and ``epsilon``, the noise multiplier calibrated (PLD) so that
     all ``rounds`` of all ``candidates`` kinds (trained on the same students, so they compose) fit the budget.
-    ``dp``: a mode of :mod:`federated.modes`, or its name."""
+    ``dp``: a mode of :mod:`federated.modes`, or its name. Where the result releases item sums (``base
+    .item_release_share`` under student-level DP, ``FlowerConfig.releases_item_sums``), the rounds are calibrated
+    after that release and hold ``item_delta`` fixed."""
     base, mode = base or FlowerConfig(), dp_mode(dp)
     if epsilon is not None and not mode.private:
         raise ValueError("an epsilon budget needs dp='student' or dp='client'")
-    fed = dataclasses.replace(base.fed, rounds=rounds, dp=NoDP(), epsilon_budget=None, delta=delta)
-    fed = mode.configure(fed, epsilon_budget=epsilon, student=lambda: base.fed.student_dp or StudentDP(
-        noise_multiplier=1.0, clip_norm=1.0, sample_rate=0.2, steps=5))
+    student = base.fed.student_dp or StudentDP(noise_multiplier=1.0, clip_norm=1.0, sample_rate=0.2, steps=5)
+    unplanned = dataclasses.replace(base.fed, rounds=rounds, dp=NoDP(), epsilon_budget=None, delta=delta)
+
+    def planned(local: StudentDP) -> FlowerConfig:
+        fed = mode.configure(unplanned, epsilon_budget=epsilon, student=lambda: local)
+        return dataclasses.replace(base, fed=fed, secagg=secagg, aggregation=aggregation)
+
+    # with the release the rounds hold item_delta fixed (FlowerConfig refuses one without the other)
+    config = planned(dataclasses.replace(student, frozen=tuple(sorted({*student.frozen, "item_delta"}))))
+    if not config.releases_item_sums:
+        config = planned(student)
+    fed, sigma = config.fed, config.item_release_noise
     if epsilon is not None:
-        fed = calibrate(fed, epsilon=epsilon, candidates=candidates)
-    return dataclasses.replace(base, fed=fed, secagg=secagg, aggregation=aggregation)
+        fed = calibrate(fed, epsilon=epsilon, candidates=candidates, prior=((sigma, 1.0, 1),) if sigma else ())
+    return dataclasses.replace(config, fed=fed)
 
 
 def _deploy(out_dir: Path, n_clients: int, progress: Progress | None, timeout_s: float,
@@ -101,10 +117,13 @@ class FlowerTraining:
     alpha: float = 0.5
     test_fraction: float = 0.2
     model_kind: str = AUTO  # a kind of federated.models, or auto: every candidate kind, the best held-out one kept
+    item_release_share: float = 0.5  # student-level DP: ε's share for the item release (0: none), as in process
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "dp", dp_mode(self.dp))
         candidate_kinds(self.model_kind)  # raises for an unknown kind
+        if not 0 <= self.item_release_share < 1:
+            raise ValueError(f"item_release_share must be in [0, 1), got {self.item_release_share}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -138,21 +157,48 @@ def train_flower(
     aggregation) before anything runs.
     """
     kinds = candidate_kinds(plan.model_kind)
-    # Under DP every candidate trains on the same students: the noise is calibrated for all their rounds composed.
-    flower_config = plan_config(config, rounds=plan.rounds, dp=plan.dp, epsilon=plan.epsilon, delta=plan.delta,
+    # Under DP every candidate trains on the same students: the noise is calibrated for all their rounds composed,
+    # after the item release (made by the first kind's run, which needs an item bank; the later kinds reuse it).
+    banked = isinstance(new_model(kinds[0], dataset.qmatrix, seed=plan.seed), ItemBank)
+    base = dataclasses.replace(config or FlowerConfig(), item_release_share=plan.item_release_share if banked else 0.0)
+    flower_config = plan_config(base, rounds=plan.rounds, dp=plan.dp, epsilon=plan.epsilon, delta=plan.delta,
                                 secagg=plan.secagg, aggregation=plan.aggregation, candidates=len(kinds))
     out_dir = Path(out_dir)
     if len(kinds) == 1:  # its files are already in out_dir
         return _chosen([(kinds[0], _train_kind(kinds[0], dataset, plan, out_dir, flower_config, deployment, progress))],
                        out_dir, dp=plan.dp, delta=plan.delta)
-    fitted = [(kind, _train_kind(kind, dataset, plan, out_dir / "candidates" / kind, flower_config, deployment,
-                                 progress)) for kind in kinds]
+    fitted: list[tuple[str, FedResult]] = []
+    for kind in kinds:
+        release = out_dir / "candidates" / kinds[0] / RELEASE_FILE  # the first kind's run saved it (if any)
+        fitted.append((kind, _train_kind(kind, dataset, plan, out_dir / "candidates" / kind, flower_config,
+                                         deployment, progress, release if kind != kinds[0] and release.exists() else None)))
     return _chosen(fitted, out_dir, dp=plan.dp, delta=plan.delta)
 
 
+def _start_auc(result: FedResult) -> float | None:
+    return result.start_auc if isinstance(result, FlowerResult) else None
+
+
 def _served_auc(result: FedResult) -> float:
-    auc = [r.auc for r in result.history if r.round == result.served_round]
+    start = _start_auc(result)
+    auc = [start] if result.served_round == 0 and start is not None else \
+        [r.auc for r in result.history if r.round == result.served_round]
     return float(auc[0]) if auc and auc[0] == auc[0] else float("-inf")
+
+
+def _composed(fitted: list[tuple[str, FedResult]]) -> PrivacyAccountant | None:
+    """Every candidate's charges on one accountant: each run's own rounds, and the item release once (each run's
+    accountant starts with it; the later runs reused the first's)."""
+    if all(r.accountant is None for _, r in fitted):
+        return None
+    composed, released = PrivacyAccountant(), False
+    for _, r in fitted:
+        if r.accountant is None:
+            continue
+        release = isinstance(r, FlowerResult) and r.item_release is not None
+        composed.history += r.accountant.history[1 if release and released else 0:]
+        released = released or release
+    return composed
 
 
 def _chosen(fitted: list[tuple[str, FedResult]], out_dir: Path, *, dp: DPMode, delta: float) -> FedResult:
@@ -164,21 +210,21 @@ def _chosen(fitted: list[tuple[str, FedResult]], out_dir: Path, *, dp: DPMode, d
     for name in ("history.json", "model.pt", "accountant.json"):
         if (source / name).exists():
             shutil.copyfile(source / name, out_dir / name)
-    composed = None
-    if any(r.accountant is not None for _, r in fitted):
-        composed = PrivacyAccountant()
-        composed.history = [step for _, r in fitted if r.accountant is not None for step in r.accountant.history]
+    composed = _composed(fitted)
     selection = {"chosen": kind, "served_round": chosen.served_round, "rule": selection_rule(dp), "candidates": [
         {"kind": k, "heldout_auc": _served_auc(r) if r.history else float("nan"), "served_round": r.served_round,
-         "rounds_run": len(r.history), "stop_reason": r.stop_reason} for k, r in fitted]}
+         "start_heldout_auc": _start_auc(r), "rounds_run": len(r.history), "stop_reason": r.stop_reason}
+        for k, r in fitted]}
     if composed is not None:
         selection["epsilon_composed"] = composed.get_epsilon(delta)
     return dataclasses.replace(chosen, accountant=composed or chosen.accountant, selection=selection)
 
 
 def _train_kind(kind: str, dataset: Dataset, plan: FlowerTraining, out_dir: Path, flower_config: FlowerConfig,
-                deployment: FlowerDeployment | None, progress: Progress | None) -> FedResult:
-    """One Flower run of one model kind on the plan's split and institutions (the same for every kind: seeded)."""
+                deployment: FlowerDeployment | None, progress: Progress | None, release: Path | None = None
+                ) -> FedResult:
+    """One Flower run of one model kind on the plan's split and institutions (the same for every kind: seeded);
+    ``release``: an earlier kind's item release, which this run reuses instead of asking the clients again."""
     model = new_model(kind, dataset.qmatrix, seed=plan.seed)
     data = encode_dataset(dataset, table=model.item_table(dataset.qmatrix))
     rng = np.random.default_rng(plan.seed)
@@ -193,6 +239,8 @@ def _train_kind(kind: str, dataset: Dataset, plan: FlowerTraining, out_dir: Path
         raise ValueError(f"partition must be 'iid' or 'dirichlet', got {plan.partition!r}")
     write_run(out_dir / "data", config=flower_config, model=model, clients=[train.subset(p) for p in parts],
               evaluation=evaluation, seed=plan.seed)
+    if release is not None:
+        shutil.copyfile(release, out_dir / "data" / RELEASE_FILE)
     if deployment is not None:
         home = None if deployment.flower_home is None else Path(deployment.flower_home)
         return _deploy(out_dir, plan.clients, progress, deployment.timeout_s, home)
