@@ -16,10 +16,10 @@ import re
 import secrets
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
-from sqlalchemy import bindparam, select, update
+from sqlalchemy import Connection, bindparam, select, update
 from sqlalchemy.orm import sessionmaker
 
 from app.db import ApiKeyRow, TenantRow, engine_of
@@ -59,6 +59,9 @@ class Principal:
     tenant: str
     role: Role
     key_id: str
+    # The tenant's configuration generations (app.storage.generations), read on the key's own connection in the
+    # same worker-thread hop as the key: a diagnosis plans from them without a hop of its own. None: not read.
+    generations: tuple[int, int] | None = field(default=None, compare=False, repr=False)
 
     @property
     def is_admin(self) -> bool:
@@ -122,20 +125,26 @@ class KeyStore:
             ))
         return NewKey(tenant=tenant, role=role, key_id=key_id, api_key=api_key, expires_at=expires_at)
 
-    def authenticate(self, api_key: str) -> Principal | None:
-        """The key's principal, or ``None`` for a malformed, unknown, revoked or expired key."""
+    def authenticate(
+        self, api_key: str, *, generations: Callable[[Connection, str], tuple[int, int]] | None = None
+    ) -> Principal | None:
+        """The key's principal, or ``None`` for a malformed, unknown, revoked or expired key. ``generations``: read
+        the tenant's configuration generations on the same connection, in the same read (``Principal.generations``).
+        """
         match = _KEY.match(api_key)
         if match is None:
             return None
         # A Core statement built once, on a plain connection: every request runs it (see app.storage.generations).
+        # The key is read from the database on every request: a revoked key fails on the next one, in every worker.
         with engine_of(self.sessions).connect() as conn:
             row = conn.execute(_KEY_LOOKUP, {"key_id": match.group(1)}).first()
-        if row is None or not hmac.compare_digest(row.key_hash, _hash(api_key)):
-            return None
-        now = self._clock()
-        if row.revoked or (row.expires_at is not None and row.expires_at <= now):
-            return None
-        principal = Principal(tenant=row.tenant, role=row.role, key_id=row.key_id)  # type: ignore[arg-type]
+            if row is None or not hmac.compare_digest(row.key_hash, _hash(api_key)):
+                return None
+            now = self._clock()
+            if row.revoked or (row.expires_at is not None and row.expires_at <= now):
+                return None
+            seen = generations(conn, row.tenant) if generations is not None else None
+        principal = Principal(tenant=row.tenant, role=row.role, key_id=row.key_id, generations=seen)  # type: ignore[arg-type]
         stale = row.last_used_at is None or row.last_used_at < now - _LAST_USED_EVERY_S
         if stale:
             with self.sessions.begin() as session:

@@ -36,6 +36,7 @@ from app.services.next_items import NextItemsService, next_items_service
 from app.services.students import StudentDataService
 from app.settings import Settings
 from app.storage import UsageStore
+from app.storage.generations import read_generations
 from app.storage.retention import RetentionStore
 from privacy import PrivacyLedger
 
@@ -166,7 +167,11 @@ async def _principal(
     else:
         if credentials is None:
             raise _unauthorized("missing API key: send 'Authorization: Bearer <key>'")
-        found = await asyncio.to_thread(gateway.keys.authenticate, credentials.credentials)
+        # One worker-thread hop reads the key and its tenant's configuration generations (a diagnosis's plan then
+        # needs no hop of its own when the tenant's configuration is in memory: app.services.planning).
+        found = await asyncio.to_thread(
+            gateway.keys.authenticate, credentials.credentials, generations=read_generations
+        )
         if found is None:
             raise _unauthorized("invalid, expired or revoked API key")
         principal = found

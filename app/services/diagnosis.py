@@ -72,7 +72,7 @@ class DiagnosisService:
 
     async def diagnose(self, body: DiagnoseRequest, principal: Principal) -> DiagnoseResponse:
         tenant = principal.tenant
-        config = await self._configuration(body, tenant)
+        config = await self._configuration(body, principal)
         q = config.resolved.qmatrix
         self.planner.check_responses(q, body.responses, ())
         items = self.forecasts.items(body.forecast_items, q)  # a bad item id is refused before any charge
@@ -84,7 +84,7 @@ class DiagnosisService:
         if len(body.students) > self.batch.max_students:
             raise InvalidInput(("students",), [f"at most {self.batch.max_students} students per batch"])
         tenant = principal.tenant
-        config = await self._configuration(body, tenant)
+        config = await self._configuration(body, principal)
         q = config.resolved.qmatrix
         for n, student in enumerate(body.students):
             self.planner.check_responses(q, student.responses, ("students", n))
@@ -113,9 +113,10 @@ class DiagnosisService:
         usage = sum((r.usage for r in results), Usage())
         return BatchDiagnoseResponse(results=results, errors=errors, count=len(results), usage=usage)
 
-    async def _configuration(self, options: DiagnoseOptions, tenant: str) -> RequestConfig:
+    async def _configuration(self, options: DiagnoseOptions, principal: Principal) -> RequestConfig:
         return await self.planner.configuration(
-            tenant, qmatrix_id=options.qmatrix_id, inline=options.qmatrix, calibration_id=options.calibration_id
+            principal.tenant, qmatrix_id=options.qmatrix_id, inline=options.qmatrix,
+            calibration_id=options.calibration_id, generations=principal.generations,
         )
 
     async def _serve(self, options: DiagnoseOptions, config: RequestConfig, planned: StudentPlan) -> DiagnoseResponse:

@@ -102,17 +102,22 @@ class Planner:
     # -- the tenant's configuration --------------------------------------------------------------
     async def configuration(
         self, tenant: str, *, qmatrix_id: str | None, inline: QMatrixCreate | None = None,
-        calibration_id: str | None = None,
+        calibration_id: str | None = None, generations: tuple[int, int] | None = None,
     ) -> RequestConfig:
         """The Q-matrix (``qmatrix_id``, or the ``inline`` rows), calibration (``calibration_id``, else the newest
         fitted on those rows) and privacy policy a request uses, in one worker-thread hop (cached per tenant until
-        its configuration changes: ``app.storage.tenant_config``)."""
-        def read() -> RequestConfig:
-            config = self.config.current(tenant)
+        its configuration changes: ``app.storage.tenant_config``). ``generations``: the tenant's configuration
+        generations as the request's API key lookup read them (``Principal.generations``); when all of it is then
+        in memory, no hop at all."""
+        def read(config: TenantConfig) -> RequestConfig:
             resolved = self._resolve_qmatrix(qmatrix_id, inline, config)
             return RequestConfig(resolved, self._calibration(calibration_id, resolved, config), config.policy())
 
-        return await asyncio.to_thread(read)
+        if generations is not None and qmatrix_id is not None and inline is None and calibration_id is None:
+            known = self.config.current(tenant, generations)  # no I/O: the generations are given
+            if known.in_memory(qmatrix_id):
+                return read(known)
+        return await asyncio.to_thread(lambda: read(self.config.current(tenant, generations)))
 
     def _resolve_qmatrix(
         self, qmatrix_id: str | None, inline: QMatrixCreate | None, config: TenantConfig

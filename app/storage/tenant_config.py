@@ -56,6 +56,14 @@ class TenantConfig:
             memo[key] = self._cache.calibrations.latest_for(self.tenant, qmatrix_id, version)
         return memo[key]
 
+    def in_memory(self, qid: str) -> bool:
+        """Whether the Q-matrix ``qid``, its newest calibration and the policy are all remembered: reading them
+        queries nothing (the caller may stay on the event loop)."""
+        memo = self._memo
+        stored = memo.qmatrices.get(qid)
+        return (stored is not None and memo.policy is not None
+                and (stored.qmatrix.id, stored.version) in memo.calibrations)
+
     def policy(self) -> PrivacyPolicyPublic:
         if self._memo.policy is None:
             self._memo.policy = self._cache.policies.current(self.tenant)
@@ -74,10 +82,12 @@ class TenantConfigCache:
         self._max_tenants = max_tenants
         self._lock = threading.Lock()
 
-    def current(self, tenant: str) -> TenantConfig:
-        """The tenant's configuration as of now (one statement: the generations)."""
-        with engine_of(self.qmatrices.sessions).connect() as conn:
-            generations = read_generations(conn, tenant)
+    def current(self, tenant: str, generations: tuple[int, int] | None = None) -> TenantConfig:
+        """The tenant's configuration as of now (one statement: the generations), or as of ``generations`` the
+        caller read a moment ago (with the request's API key: ``app.auth``), then without any I/O."""
+        if generations is None:
+            with engine_of(self.qmatrices.sessions).connect() as conn:
+                generations = read_generations(conn, tenant)
         with self._lock:
             memo = self._memos.get(tenant)
             if memo is None or memo.generations != generations:
