@@ -11,7 +11,7 @@ noise, no other entity weighed: that is what the aggregator serves when nothing 
   answers a new Q-matrix, with the aggregator's unknown-skill floor (diagnosis.posterior.spread).
 
 and, for the first ``--served`` students, the same diagnosed as served (``…, served``: local-fed's answer and its own
-uncertainty privatized by the default mechanism, piecewise ε 32, combined by the posterior aggregator;
+uncertainty privatized by the default mechanism, anchored_piecewise ε 32, combined by the posterior aggregator;
 :mod:`evaluation.coverage_served`), where ``calibrated, served`` adds two simulated entities whose τ a calibration
 measured (their stated error model is in that module). Everything is simulated and labelled so.
 """
@@ -114,8 +114,8 @@ def _markdown(results: dict[str, list[dict]], command: str) -> str:
            "mastery is checked as a probability of mastery (ECE against the true attributes), not by coverage. "
            "`trained` uses the generator's own parameters (an upper bound on training); `cold start` is the "
            "untrained evidence model with the aggregator's unknown-skill floor, both without privacy noise; `…, served` "
-           "rows diagnose the first students as a request is (privatized at ε 32, aggregated; `calibrated` adds two "
-           "simulated entities with measured τ, errors independent N(0, 0.2²)). Target: 85–95 %.", ""]
+           "rows diagnose the first students as a request is (privatized by anchored_piecewise at ε 32, aggregated; "
+           "`calibrated` adds two simulated entities with measured τ, errors independent N(0, 0.2²)). Target: 85–95 %.", ""]
     for name, rows in results.items():
         out += [f"## {name}", "", "| generator | configuration | responses | coverage | worst concept | mean width |"
                 " DINA ECE |", "|---|---|---|---|---|---|---|"]

@@ -1,8 +1,8 @@
 """The served path of the coverage report: local-fed's answer and its own uncertainty, privatized, aggregated.
 
 Each simulated student is diagnosed as a request would be: local-fed's mastery and its uncertainty curve
-(:class:`providers.MasteryUncertainty`), released through the default mechanism (piecewise, ε 32, Δ = the assessed
-concepts), combined by :func:`diagnosis.posterior.posterior_aggregate`. ``calibrated`` adds two SIMULATED stand-ins
+(:class:`providers.MasteryUncertainty`), released through the server's default mechanism (``anchored_piecewise``, ε 32, Δ = the
+assessed concepts), combined by :func:`diagnosis.posterior.posterior_aggregate`. ``calibrated`` adds two SIMULATED stand-ins
 for measured LLMs: each answers the truth plus independent N(0, 0.2²) error, clipped, and a calibration measured
 their τ on 200 other simulated students (:func:`diagnosis.fit_entity_error_sd`). Their errors are independent of
 local-fed's and of each other: a favourable assumption real LLMs, which read the same answers, do not meet.
@@ -23,6 +23,7 @@ __all__ = ["LLM_ERROR_SD", "served_intervals"]
 
 LLM_ERROR_SD = 0.2
 EPSILON = 32.0
+MECHANISM = "anchored_piecewise"  # the server's default (app/settings/privacy.py), which this report measures
 
 
 def _llm_answers(truth: np.ndarray, rng: np.random.Generator) -> np.ndarray:
@@ -48,7 +49,7 @@ def served_intervals(model: HigherOrderCDM, feats: torch.Tensor, sim: Simulated,
     for b in range(sim.truth.shape[0]):
         answered = [j for j in range(k) if sim.answered[b, j]]
         concepts = [names[j] for j in answered]
-        mechanism = mechanism_for_request(name="piecewise", epsilon=EPSILON, mode="assessed", n_concepts_total=k,
+        mechanism = mechanism_for_request(name=MECHANISM, epsilon=EPSILON, mode="assessed", n_concepts_total=k,
                                           n_concepts_assessed=len(concepts))
         spread = {names[j]: uncertainty_curve(at[:, b, j], sd[:, b, j], answers=int(counts[b, j]), measured=measured)
                   for j in answered}
