@@ -16,6 +16,7 @@ import torch
 from diagnosis.posterior import UncertainAnswer, fit_entity_error_sd, posterior_aggregate
 from evaluation.coverage_sim import Simulated
 from federated.hocdm import HigherOrderCDM
+from privacy import AnchoredPiecewiseMechanism, requested_name
 from privacy.registry import mechanism_for_request
 from providers.local_fed import SPREAD_SHIFTS, uncertainty_curve
 
@@ -23,7 +24,7 @@ __all__ = ["LLM_ERROR_SD", "served_intervals"]
 
 LLM_ERROR_SD = 0.2
 EPSILON = 32.0
-MECHANISM = "anchored_piecewise"  # the server's default (app/settings/privacy.py), which this report measures
+MECHANISM = requested_name(AnchoredPiecewiseMechanism)  # the server's default (app/settings/privacy.py)
 
 
 def _llm_answers(truth: np.ndarray, rng: np.random.Generator) -> np.ndarray:
