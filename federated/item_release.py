@@ -43,7 +43,7 @@ from federated.data import ResponseTensors
 from federated.itembank import ItemBank
 
 __all__ = ["ItemGroups", "ItemRelease", "ItemSums", "pooled", "private_warm_start", "release_for_training",
-           "release_item_sums", "release_noise", "response_weight"]
+           "release_events", "release_item_sums", "release_noise", "response_weight"]
 
 # The logit of a pooled proportion correct is attenuated against an item's intercept at the mean ability: the
 # population's P(correct) averages σ(α θ + c) over θ ~ N(0, 1), ≈ σ(c / sqrt(1 + π/8 α²)) (probit approximation),
@@ -220,6 +220,12 @@ def private_warm_start(model: ItemBank, table: np.ndarray, groups: ItemGroups, s
         model.item_delta[index[inside], 1] = torch.as_tensor(keep * (own - base), dtype=torch.float32)[inside]
 
 
+def release_events(noise_multiplier: float) -> tuple[Step, ...]:
+    """What one release of item sums is charged as: one Gaussian step on every student (each belongs to one client's
+    release). The rounds after it are calibrated with these as their prior, on either engine."""
+    return ((noise_multiplier, 1.0, 1),)
+
+
 @dataclass(frozen=True)
 class ItemRelease:
     """A training run's one release of item sums: its noise, the groups it was summed over and what it released."""
@@ -232,8 +238,8 @@ class ItemRelease:
 
     @property
     def events(self) -> tuple[Step, ...]:
-        """What it is charged as: one Gaussian step on every student (each belongs to one client's release)."""
-        return ((self.noise_multiplier, 1.0, 1),)
+        """What it is charged as (:func:`release_events`)."""
+        return release_events(self.noise_multiplier)
 
     def charged(self) -> PrivacyAccountant:
         """A new accountant holding this release: the run's rounds are charged on top of it."""

@@ -1,10 +1,11 @@
 """Anchored release: one answer's mean released apart, every concept pulled toward it as far as the noise calls for.
 
 Why: with Δ = the assessed concepts, a bounded mechanism gives each concept ε/Δ. A student of ASSIST0910 is
-assessed on ~30 concepts, so at the server's ε = 32 each concept gets ~1 and its report is mostly noise (the piecewise
-report's sd is ~1 on a value in [0, 1]): the served diagnosis lost 0.08 AUC against noiseless there. Yet most of
-what predicts a student's next responses is one number, how able they are overall (a one-ability 2PL predicts
-ASSIST0910's held-out responses as well as the best diagnosis). An anchored release spends a share of ε on that
+assessed on ~15 concepts (14.7 on average over every response of 1,000 students, docs/results/frontier/anchored), so
+at the server's ε = 32 each concept gets ~2 and its piecewise report has an sd of 0.37–0.52 on a value in [0, 1]: the
+served diagnosis lost 0.08 AUC against noiseless there (docs/results/issue31). Yet most of what predicts a student's
+next responses is one number, how able they are overall (a one-ability 2PL predicts ASSIST0910's held-out responses
+as well as the best diagnosis, docs/results/issue31). An anchored release spends a share of ε on that
 number and the rest on the concepts, then combines them by their known noise:
 
 1. the **anchor**: the mean ``m`` of the answer's values (in [0, 1]; one student changes it by at most 1, so
@@ -21,8 +22,8 @@ Where the details are pure noise (large Δ, small ε) ``λ → 0`` and every con
 they are precise (small Δ or large ε) ``λ → 1`` and the concepts keep their own values. The share is chosen per
 (ε, Δ) from public quantities only: the one of :data:`SHARE_GRID` that minimises the expected squared error of a
 released value under the prior (:func:`expected_error`; share 0 — no anchor — wins when few concepts are assessed).
-An empirical-Bayes λ (the spread estimated from the reports themselves) was tried and dropped: at ~30 concepts and
-ε ≈ 0.5 per concept the reports' sample variance is too noisy, and its λ added more noise than it kept signal.
+λ is not estimated from the reports themselves (empirical Bayes): with d concepts their sample variance has an sd of
+about v·√(2/(d − 1)), which at ~30 concepts and ε ≈ 0.5 per concept (v ≈ 4) is far above any real spread (τ₀² = 0.04).
 The whole release is ε-LDP by basic composition: ``share · ε + (1 − share) · ε = ε``, charged once as ε.
 
 The posterior aggregator needs a likelihood of the released value given the clean one. The released value has no
@@ -116,14 +117,18 @@ class AnchoredMechanism(Mechanism):
         return expected_error(anchor, details, self.dimension, self.prior_spread)
 
     @cached_property  # built once per mechanism (the registry reuses mechanisms across requests)
+    def _chosen(self) -> tuple[BoundedMechanism | None, BoundedMechanism]:
+        return self._parts(self.share)
+
+    @property
     def anchor(self) -> BoundedMechanism | None:
         """The anchor's release: one coordinate at ``share · ε``; None when the share is 0."""
-        return self._parts(self.share)[0]
+        return self._chosen[0]
 
-    @cached_property
+    @property
     def details(self) -> BoundedMechanism:
         """The values' release: ``dimension`` coordinates at ``(1 − share) · ε``."""
-        return self._parts(self.share)[1]
+        return self._chosen[1]
 
     def privatize(self, values: Mapping[str, float], rng: np.random.Generator) -> dict[str, float]:
         keys = list(values)
@@ -180,10 +185,10 @@ class AnchoredMechanism(Mechanism):
         # Basic composition of the anchor and the details: their ε add up to this mechanism's ε.
         return ReleaseCost(epsilon=float(self.epsilon), delta=0.0, mechanism=self.name)
 
-    @property
+    @cached_property  # read by every posterior aggregation (likelihood): computed once per mechanism
     def noise_sd(self) -> float:
         """The root of :func:`expected_error` at the chosen share: the typical error of one released value."""
-        return math.sqrt(self._expected_error(self.share))
+        return math.sqrt(expected_error(self.anchor, self.details, self.dimension, self.prior_spread))
 
     def likelihood(self, entity_error_sd: float) -> LikelihoodKernel:
         # An approximation (module docstring): the release's expected error plus the entity's own error.

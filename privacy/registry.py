@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from functools import lru_cache
-from typing import Literal
+from typing import Literal, get_args
 
 from privacy.anchored import AnchoredPiecewiseMechanism
 from privacy.bounded import DuchiMechanism, HybridMechanism, PiecewiseMechanism
@@ -38,9 +38,7 @@ __all__ = [
 ]
 
 MechanismName = Literal["laplace", "secure_laplace", "gaussian", "duchi", "piecewise", "hybrid", "anchored_piecewise"]
-MECHANISM_NAMES: tuple[MechanismName, ...] = (
-    "laplace", "secure_laplace", "gaussian", "duchi", "piecewise", "hybrid", "anchored_piecewise"
-)
+MECHANISM_NAMES: tuple[MechanismName, ...] = get_args(MechanismName)
 PAPER_MECHANISM: MechanismName = "laplace"  # the paper's Algorithm 1, the default of a request
 DEFAULT_DELTA = 1e-5
 # What a cohort report's central Laplace release (privacy.central) is charged as: a pure ε-DP release of each student.
@@ -56,6 +54,8 @@ _REQUESTED: dict[str, type[Mechanism]] = {
     "hybrid": HybridMechanism,
     "anchored_piecewise": AnchoredPiecewiseMechanism,
 }
+# Adding a mechanism is its class and its name in the Literal above and in _REQUESTED; both must agree.
+assert set(_REQUESTED) == set(MECHANISM_NAMES), "MechanismName and _REQUESTED name different mechanisms"
 # The name a description carries (``describe()["mechanism"]``, each type's own ``name``: the Gaussian calls
 # itself ``analytic_gaussian``) -> its type; the requested names are accepted too.
 _DESCRIBED: dict[str, type[Mechanism]] = {
@@ -99,10 +99,9 @@ def mechanism_from_description(description: Mapping[str, object]) -> Mechanism:
     ``describe``, so stored descriptions become objects at the storage boundary. ``ValueError`` when it names
     no mechanism or lacks a parameter."""
     name = description.get("mechanism")
-    kind = _DESCRIBED.get(name) if isinstance(name, str) else None
-    if kind is None:
+    if not isinstance(name, str):
         raise ValueError(f"no mechanism named {name!r} (known: {', '.join(sorted(_DESCRIBED))})")
-    return kind.from_description(description)
+    return mechanism_kind(name).from_description(description)
 
 
 def names_of(kind: type[Mechanism]) -> frozenset[str]:

@@ -174,7 +174,7 @@ def coordinator(
 ) -> None:
     """Start the SuperLink (TLS, only registered nodes), train across the nodes, gate, and publish the signed model
     (the weights after the best held-out round)."""
-    from federated import DP_MODES
+    from federated import dp_mode
     from federated.flower import CoordinatorLink, FlowerConfig, LinkTLS, StartingModel, coordinate, plan_config
     from federated.inprocess import FedConfig
     from federated.publish import publish_federated
@@ -188,7 +188,10 @@ def coordinator(
     aggregation = {"trimmed": "trimmed_mean"}.get(aggregation, aggregation)
     if missing:
         raise _fail(f"TLS files not found: {', '.join(missing)}")
-    mode = DP_MODES.get(dp)  # federated.modes: the registry of DP modes by name
+    try:
+        mode = dp_mode(dp)  # federated.modes: the one reader of a DP mode's name
+    except ValueError:
+        mode = None
     if mode is None or not mode.noise_at_clients:
         raise _fail("--dp must be student: nodes add the noise themselves (DP-SGD) and refuse any other run")
     if not epsilon > 0:

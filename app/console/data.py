@@ -236,10 +236,9 @@ class ConsoleData:
         found = await self.gateway.job_queries.summary(job_id, tenant)
         return _job_view(found) if found is not None else None
 
-    async def cancel(self, tenant: str, job_id: str, by: str) -> tuple[str | None, bool]:
-        """Cancel the tenant's job: (its status now — None: no such job —, whether this call cancelled it). A queued
-        job is ``cancelled`` at once, a running one ``cancelling`` until its worker stops it."""
-        return await self.gateway.job_queries.request_cancel(job_id, tenant, by=by)
+    async def cancel(self, tenant: str, job_id: str, by: str) -> None:
+        """Cancel the tenant's job, as the API does (``JobQueries.cancel``: ``NotFound``, ``Conflict``)."""
+        await self.gateway.job_queries.cancel(job_id, tenant, by=by)
 
     # -- students ---------------------------------------------------------------------------------
     async def student(self, tenant: str, student_id: str) -> StudentExport:

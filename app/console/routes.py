@@ -227,9 +227,5 @@ async def job(request: Request, user: UserDep, job_id: str) -> Response:
 @router.post("/jobs/{job_id}/cancel")
 async def cancel_job(request: Request, user: UserDep, job_id: str) -> Response:
     await posted(request, user)
-    status, cancelled = await data_of(request).cancel(user.tenant, job_id, user.key_id)
-    if status is None:
-        raise ConsolePage(404, "No such job", [f"Tenant '{user.tenant}' has no job '{job_id}'."])
-    if not cancelled and status != "cancelling":  # cancelling already: the job is stopping, as asked
-        raise ConsolePage(409, "The job cannot be cancelled", [f"It has already finished ({status})."])
+    await data_of(request).cancel(user.tenant, job_id, user.key_id)  # NotFound / Conflict render as pages (web.py)
     return RedirectResponse(f"{base(request)}/jobs/{job_id}", status_code=303)

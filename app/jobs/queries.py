@@ -101,15 +101,10 @@ class JobQueries:
         return await asyncio.to_thread(self.jobs.calibration_results, calibration_id,
                                        tenants=(tenant, SHARED_TENANT), limit=limit)
 
-    async def request_cancel(self, job_id: str, tenant: str, *, by: str) -> tuple[str | None, bool]:
-        """Ask to cancel the tenant's job: (its status now — None: no such job —, whether this call cancelled it).
-        A queued job is ``cancelled`` at once, a running one ``cancelling`` until its worker stops it."""
-        return await self.jobs.cancel(job_id, tenant=tenant, by=by)
-
     async def cancel(self, job_id: str, tenant: str, *, by: str) -> JobPublic:
         """Cancel the tenant's job (``NotFound`` when unknown; ``Conflict`` when it has already finished) and return it
-        as it is now."""
-        outcome, cancelled = await self.request_cancel(job_id, tenant, by=by)
+        as it is now. A queued job is ``cancelled`` at once, a running one ``cancelling`` until its worker stops it."""
+        outcome, cancelled = await self.jobs.cancel(job_id, tenant=tenant, by=by)
         if outcome is None:
             raise _unknown(job_id)
         if not cancelled and outcome != "cancelling":  # a repeated cancel of a job still stopping is accepted again

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -118,15 +117,16 @@ def recommend_default(result: FrontierResult, *, min_recovered: float = 0.5) -> 
         v = result.point(n, m, e, "posterior").auc
         return -math.inf if v is None or math.isnan(v) else v
 
-    def rank(e: float, candidates: Sequence[str]) -> str:
+    def rank(e: float) -> str:
         # By held-out AUC on every dataset: a served diagnosis is judged by how well it predicts the student's next
         # responses (issue 31's forecasts), and a dataset left out of the ε rule (its gap in MAE never half closes)
         # still tells which mechanism keeps the most there. The posterior MAE breaks ties.
-        ranks: dict[str, list[int]] = {m: [] for m in candidates}
+        mechanisms = list(result.mechanisms)
+        ranks: dict[str, list[int]] = {m: [] for m in mechanisms}
         for n in names:
-            for i, m in enumerate(sorted(candidates, key=lambda m: -auc(n, m, e))):
+            for i, m in enumerate(sorted(mechanisms, key=lambda m: -auc(n, m, e))):
                 ranks[m].append(i)
-        return min(candidates, key=lambda m: (float(np.mean(ranks[m])), float(np.mean([mae(n, m, e) for n in scope]))))
+        return min(mechanisms, key=lambda m: (float(np.mean(ranks[m])), float(np.mean([mae(n, m, e) for n in scope]))))
 
     chosen: tuple[str, float] | None = None
     if used:
@@ -134,10 +134,10 @@ def recommend_default(result: FrontierResult, *, min_recovered: float = 0.5) -> 
             # ε is where the reports start to say enough (some mechanism closes half the gap); which mechanism then is
             # a question of what the served diagnosis keeps, so every mechanism at that ε is ranked.
             if any(all(ok(n, m, e) for n in used) for m in result.mechanisms):
-                chosen = (rank(e, list(result.mechanisms)), e)
+                chosen = (rank(e), e)
                 break
     if chosen is None:
-        chosen = (rank(result.epsilons[-1], list(result.mechanisms)), result.epsilons[-1])
+        chosen = (rank(result.epsilons[-1]), result.epsilons[-1])
     mech, eps = chosen
     per: dict[str, dict[str, float | None]] = {}
     for n in names:

@@ -42,6 +42,7 @@ from federated.flower.deployment import LocalFederation, write_app
 from federated.flower.engine import run_inprocess
 from federated.flower.files import run_config, write_run
 from federated.flower.release import RELEASE_FILE
+from federated.item_release import release_events
 from federated.flower.runs import follow_run, read_result
 from federated.flower.server import FlowerResult, FlowerRoundRecord
 from federated.inprocess import FedResult
@@ -81,7 +82,7 @@ def plan_config(base: FlowerConfig | None, *, rounds: int, dp: DPMode | str, eps
         config = planned(student)
     fed, sigma = config.fed, config.item_release_noise
     if epsilon is not None:
-        fed = calibrate(fed, epsilon=epsilon, candidates=candidates, prior=((sigma, 1.0, 1),) if sigma else ())
+        fed = calibrate(fed, epsilon=epsilon, candidates=candidates, prior=release_events(sigma) if sigma else ())
     return dataclasses.replace(config, fed=fed)
 
 
