@@ -129,6 +129,12 @@ class Aggregator(ABC):
     def calibration_id(self) -> str | None:
         return self.calibration.id if self.calibration else None
 
+    @property
+    def reads_uncertainty(self) -> bool:
+        """Whether :meth:`aggregate` weighs an answer by the entity's own uncertainty: a posterior does; a mean
+        (plain, residual, stacking) reads the values alone."""
+        return self.kind == "posterior"
+
     @abstractmethod
     def aggregate(
         self, predictions: Predictions, concepts: Sequence[str], *, mechanism: Mechanism

@@ -176,8 +176,12 @@ class DiagnosisPipeline:
         """The request decided: its prompt context, mechanism, federation mode, entities and deadline, with
         ``aggregator`` (default: the uncalibrated residual mean). Raises ``QMatrixError`` (unknown items),
         :class:`UnknownEntities`, or :class:`NoEntitySelected` when there is no entity to ask."""
+        aggregator = aggregator or ResidualAggregator()
         context = build_context(
-            request.qmatrix, request.responses, include_answers=request.include_answers, cache_scope=request.cache_scope
+            request.qmatrix, request.responses, include_answers=request.include_answers, cache_scope=request.cache_scope,
+            # an entity's own uncertainty is computed only when something reads it (local-fed's costs a fifth of its
+            # answer): the aggregation, or a selective federation's gauge
+            own_uncertainty=aggregator.reads_uncertainty or request.federation.reads_uncertainty,
         )
         selected = self.select(request.entities)
         if not selected:
@@ -190,7 +194,7 @@ class DiagnosisPipeline:
             mechanism=request_mechanism(request, len(context.concepts)),
             mode=request.federation,
             entities=selected,
-            aggregator=aggregator or ResidualAggregator(),
+            aggregator=aggregator,
             deadline_s=request.deadline_s,
         )
 

@@ -53,7 +53,8 @@ class DiagnosisRequest:
 
 
 def build_context(
-    qmatrix: QMatrix, responses: Sequence[Response], *, include_answers: bool = True, cache_scope: str | None = None
+    qmatrix: QMatrix, responses: Sequence[Response], *, include_answers: bool = True, cache_scope: str | None = None,
+    own_uncertainty: bool = True,
 ) -> PromptContext:
     """Q-filtered prompt context. Raises ``QMatrixError`` naming unknown item ids.
 
@@ -72,7 +73,8 @@ def build_context(
         )
         for r in responses
     )
-    return PromptContext(concepts=concepts, items=items, qmatrix_id=qmatrix.id, cache_scope=cache_scope)
+    return PromptContext(concepts=concepts, items=items, qmatrix_id=qmatrix.id, cache_scope=cache_scope,
+                         own_uncertainty=own_uncertainty)
 
 
 def request_mechanism(request: DiagnosisRequest, n_concepts_assessed: int | None = None) -> Mechanism:

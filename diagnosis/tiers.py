@@ -102,6 +102,11 @@ class FederationMode(ABC):
         """Whether :meth:`verdict` would aggregate again (the pipeline moves big aggregations off the event loop)."""
         return False
 
+    @property
+    def reads_uncertainty(self) -> bool:
+        """Whether :meth:`verdict` may read the entities' own uncertainty (through a posterior gauge)."""
+        return False
+
 
 class AskAll(FederationMode):
     """Every selected entity at once (the paper's federation)."""
@@ -148,6 +153,10 @@ class Selective(FederationMode):
 
     def gauge_needed(self, aggregation: Aggregation) -> bool:
         return not aggregation.intervals and bool(aggregation.mastery)
+
+    @property
+    def reads_uncertainty(self) -> bool:
+        return True  # its gauge is a posterior
 
     def verdict(
         self, aggregation: Aggregation, answered: Predictions, concepts: Sequence[str], *, mechanism: Mechanism

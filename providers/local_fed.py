@@ -34,9 +34,10 @@ A request is mapped onto the model's inputs:
 the spread of logit mastery from the full curvature of the model that predicts, as a curve over mastery levels,
 computed without the scores (:meth:`federated.hocdm.HigherOrderCDM.logit_sd_curve`), so it travels next to the
 privatized mastery without spending privacy; ``measured`` is False for the untrained evidence model. The curve costs
-one predictive variance per point (``SPREAD_SHIFTS``: 11 Cholesky solves per student, several times the fold-in
-itself), so an entity built with ``uncertainty=False`` — for aggregations that never read it (a mean, a stack)
-— neither computes nor sends it; its mastery is the same.
+one predictive variance per point (``SPREAD_SHIFTS``: 11 Cholesky solves per student; about a quarter of the fold-in's
+time on FrcSub's Q-matrix), so it is computed and sent only when the request's aggregation reads it
+(``PromptContext.own_uncertainty``: a posterior, or a selective federation's gauge); a mean or a stack gets the same
+mastery without it.
 
 Inference runs in a worker thread (``asyncio.to_thread``), never on the event loop.
 Concurrent ``respond`` calls arriving within ``batch_window_s`` (5 ms) are answered by one
@@ -104,6 +105,7 @@ class _Request:
     missing: list[str]
     repairs: list[Repair] = field(default_factory=list)
     counts: dict[str, int] = field(default_factory=dict)  # concept -> the answers used on it
+    own_uncertainty: bool = True  # whether the answer carries the model's uncertainty curve (module docstring)
 
 
 @dataclass(frozen=True)
@@ -165,7 +167,8 @@ def _encode(context: PromptContext, loaded: LoadedModel) -> _Request:
     return _Request(loaded=loaded, features=np.stack(rows) if rows else np.zeros((0, width), np.float32),
                     scores=np.asarray(scores, dtype=np.float32),
                     answer=[c for c in context.concepts if c in counts],
-                    missing=[c for c in context.concepts if c not in counts], repairs=repairs, counts=dict(counts))
+                    missing=[c for c in context.concepts if c not in counts], repairs=repairs,
+                    counts=dict(counts), own_uncertainty=context.own_uncertainty)
 
 
 class LocalFedEntity:
@@ -180,14 +183,12 @@ class LocalFedEntity:
         public_key_path: str | Path | None = None,
         batch_window_s: float = 0.005,
         max_batch: int = 64,
-        uncertainty: bool = True,
     ) -> None:
         if registry is None:
             if registry_dir is None:
                 raise ValueError("give registry_dir or registry")
             registry = ModelRegistry(registry_dir, public_key_path=public_key_path)
         self.name, self.registry = name, registry
-        self.uncertainty = uncertainty  # whether answers carry the model's uncertainty curve (module docstring)
         # Q-matrix id -> (pointer stamp when read, the verified model, or the error loading it raised)
         self._models: dict[str, tuple[object, LoadedModel | RegistryError]] = {}
         self._load_lock, self._forward_lock = threading.Lock(), threading.Lock()
@@ -357,13 +358,15 @@ class LocalFedEntity:
             with self._forward_lock, torch.no_grad():
                 self.forward_passes += 1
                 mastery = model.mastery(feats, scores, observed).numpy()
-                # the model's own uncertainty where it has one (v2) and it is wanted; computed without the scores
-                # (see _Spread)
-                curve = model.logit_sd_curve(feats, observed, SPREAD_SHIFTS) \
-                    if self.uncertainty and isinstance(model, HigherOrderCDM) else None
+                # the model's own uncertainty where it has one (v2), for the requests that want it; computed without
+                # the scores (see _Spread)
+                wanted = [row for row, i in enumerate(indices) if batch[i].own_uncertainty] \
+                    if isinstance(model, HigherOrderCDM) else []
+                curve = model.logit_sd_curve(feats[wanted], observed[wanted], SPREAD_SHIFTS) if wanted else None
+            spreads: dict[int, _Spread] = {} if curve is None else {
+                row: _Spread(curve[0][:, n].numpy(), curve[1][:, n].numpy()) for n, row in enumerate(wanted)}
             for row, i in enumerate(indices):
-                spread = None if curve is None else _Spread(curve[0][:, row].numpy(), curve[1][:, row].numpy())
-                out[i] = (mastery[row], spread)
+                out[i] = (mastery[row], spreads.get(row))
         return out  # type: ignore[return-value]
 
     async def respond(self, context: PromptContext) -> EntityPrediction:

@@ -36,7 +36,8 @@ class PromptContext(BaseModel):
     Q-matrix (``local-fed``) can pick it; prompts to LLMs never include it. ``cache_scope`` names who
     may share cached answers to this context (the tenant): the response cache keys on it, so one
     tenant's request never hits — nor learns, by a hit's speed or its ``cache: hit`` — what another
-    tenant asked; prompts never include it either.
+    tenant asked; prompts never include it either. ``own_uncertainty`` says whether the aggregation will read an
+    entity's own uncertainty (:class:`EntityPrediction.uncertainty`).
     """
 
     model_config = ConfigDict(frozen=True)
@@ -46,6 +47,10 @@ class PromptContext(BaseModel):
     items: tuple[PromptItem, ...]
     qmatrix_id: str | None = None
     cache_scope: str | None = None
+    # Whether the aggregation reads an entity's own uncertainty (a posterior, or a selective federation's gauge): an
+    # entity whose model has one (local-fed) computes it only then. Part of the cache key, so an answer cached without
+    # it is never served to an aggregation that needs it.
+    own_uncertainty: bool = True
 
 
 class TokenUsage(BaseModel):

@@ -11,6 +11,7 @@ from diagnosis import (
     PosteriorAggregator,
     ResidualAggregator,
     Selective,
+    StackingAggregator,
     UnknownEntities,
 )
 from privacy import mechanism_for_request
@@ -40,6 +41,21 @@ def test_a_plan_holds_everything_the_request_is_run_by() -> None:
 def test_without_an_aggregator_a_plan_takes_the_uncalibrated_mean() -> None:
     plan = DiagnosisPipeline({"a": FakeEntity("a")}).plan(diagnosis_request())
     assert isinstance(plan.aggregator, ResidualAggregator) and plan.aggregator.calibration_id is None
+
+
+def test_entities_are_asked_for_their_own_uncertainty_only_when_something_reads_it() -> None:
+    # Prepare: a mean reads values alone; a posterior, or a selective federation's posterior gauge, reads uncertainty
+    pipeline = DiagnosisPipeline({"a": FakeEntity("a")})
+    stack = StackingAggregator(weights={}, intercepts={}, pooled_weights={"a": 1.0})
+
+    # Execute
+    mean, stacked = pipeline.plan(diagnosis_request()), pipeline.plan(diagnosis_request(), stack)
+    posterior = pipeline.plan(diagnosis_request(), PosteriorAggregator())
+    gauged = pipeline.plan(diagnosis_request(federation=Selective(threshold=0.5)), stack)
+
+    # Assert
+    assert not mean.context.own_uncertainty and not stacked.context.own_uncertainty
+    assert posterior.context.own_uncertainty and gauged.context.own_uncertainty
 
 
 async def test_running_a_plan_selects_nothing_again(monkeypatch: pytest.MonkeyPatch) -> None:

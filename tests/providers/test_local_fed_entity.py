@@ -262,9 +262,24 @@ async def test_the_uncertainty_curve_is_computed_only_when_its_reader_asks_for_i
     # Execute
     with_curve = await LocalFedEntity(registry_dir).respond(context)
     asked = len(calls)
-    without = await LocalFedEntity(registry_dir, uncertainty=False).respond(context)
+    without = await LocalFedEntity(registry_dir).respond(context.model_copy(update={"own_uncertainty": False}))
 
-    # Assert: the default still sends the curve; an entity whose aggregation never reads it computes none
+    # Assert: the default still sends the curve; a request whose aggregation never reads it computes none
     assert asked == len(SPREAD_SHIFTS) and set(with_curve.uncertainty) == set(context.concepts)
     assert len(calls) == asked and without.uncertainty == {}
     assert without.mastery == with_curve.mastery and without.model == with_curve.model
+
+
+async def test_one_batch_sends_the_curve_to_the_requests_that_asked_for_it_alone(registry_dir: Path) -> None:
+    # Prepare: two concurrent requests share one forward pass; only one aggregation reads uncertainty
+    entity = LocalFedEntity(registry_dir, batch_window_s=0.05)
+    wants = _context(_items())
+    mean_only = _context(_items([0.0, 1.0, 0.0])).model_copy(update={"own_uncertainty": False})
+
+    # Execute
+    with_curve, without = await asyncio.gather(entity.respond(wants), entity.respond(mean_only))
+
+    # Assert
+    assert entity.forward_passes == 1
+    assert set(with_curve.uncertainty) == set(wants.concepts) and without.uncertainty == {}
+    assert without.mastery == (await entity.respond(mean_only.model_copy(update={"own_uncertainty": True}))).mastery
