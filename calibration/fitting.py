@@ -26,6 +26,7 @@ from diagnosis import (
     DiagnosisRequest,
     EntityOutcome,
     NoiseLevel,
+    answer_counts,
 )
 from privacy import Mechanism, mechanism_from_description
 from qmatrix import QMatrix, Response
@@ -54,19 +55,21 @@ class ValidationAnswer:
     truth: dict[str, float]
     clean: dict[str, dict[str, float]] | None = None  # only for methods that fit on clean answers
     failed: list[str] = field(default_factory=list)  # entities that failed for this student
+    evidence: dict[str, int] = field(default_factory=dict)  # concept -> the student's answers on it
     # Every entity outcome of this student's requests (noisy and clean), for usage accounting: neither stored
     # (to_json) nor compared.
     outcomes: list[EntityOutcome] = field(default_factory=list, compare=False)
 
     def to_json(self) -> dict[str, Any]:
         return {"answers": self.answers, "mechanism": self.mechanism.describe(), "truth": self.truth,
-                "clean": self.clean, "failed": self.failed}
+                "clean": self.clean, "failed": self.failed, "evidence": self.evidence}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> ValidationAnswer:
         # The stored description becomes the mechanism again here, at the storage boundary.
         return cls(answers=data["answers"], mechanism=mechanism_from_description(data["mechanism"]),
-                   truth=data["truth"], clean=data.get("clean"), failed=list(data.get("failed", [])))
+                   truth=data["truth"], clean=data.get("clean"), failed=list(data.get("failed", [])),
+                   evidence=dict(data.get("evidence", {})))  # stored before counts were kept: none
 
 
 async def _answers(pipeline: DiagnosisPipeline, request: DiagnosisRequest) -> list[EntityOutcome]:
@@ -102,11 +105,12 @@ async def answer_validation_student(
     if keep_clean:
         clean_outcomes = outcomes if noise.noiseless else await _answers(pipeline, request(NoiseLevel(sensitivity=noise.sensitivity)))
         clean = {o.name: o.mastery for o in clean_outcomes if o.mastery is not None}
-    assessed = set(qmatrix.concepts_for([r.item_id for r in student.responses]))
+    evidence = answer_counts(qmatrix.item(r.item_id).concepts for r in student.responses)
     return ValidationAnswer(
         answers={o.name: o.mastery for o in outcomes if o.mastery is not None},
         mechanism=pipeline.mechanism_for(served),
-        truth={c: float(v) for c, v in student.truth.items() if c in assessed},
+        truth={c: float(v) for c, v in student.truth.items() if c in evidence},
+        evidence=evidence,
         clean=clean,
         failed=[o.name for o in outcomes if o.status == "failed"],
         outcomes=outcomes if clean_outcomes is outcomes else [*outcomes, *clean_outcomes],
@@ -132,8 +136,11 @@ def validation_set(students: Sequence[ValidationAnswer], *, keep_clean: bool) ->
         if missing:
             raise ValueError(f"{missing} validation students have no clean answers, which this method fits on")
         clean = [s.clean or {} for s in usable]
+    # answer counts only when every student has them (a job resumed from answers stored before they were kept has not)
+    evidence = [s.evidence for s in usable] if all(s.evidence for s in usable) else None
     return ValidationSet(
-        answers=answers, truths=truths, clean=clean, mechanisms=mechanisms, failures=failures, n_asked=len(students)
+        answers=answers, truths=truths, clean=clean, mechanisms=mechanisms, failures=failures, n_asked=len(students),
+        evidence=evidence,
     )
 
 

@@ -22,6 +22,7 @@ from diagnosis import (
     Aggregator,
     BetaPrior,
     CalibrationTag,
+    MeasuredError,
     PosteriorAggregator,
     ResidualAggregator,
     StackingAggregator,
@@ -114,6 +115,9 @@ class StackingParams(CalibrationParams):
     pooled_intercept: float = 0.0
     selection: dict[str, Any] = field(default_factory=dict)
     fallback: dict[str, Any] = field(default_factory=dict)
+    # The served candidate's error on held-out validation students (diagnosis.MeasuredError as JSON; empty in records
+    # written before it existed, in DP-released ones and on binary truths): the intervals its diagnoses serve.
+    measured_error: dict[str, Any] = field(default_factory=dict)
 
     def _stacking(self, fitted: Mapping[str, Any]) -> StackingAggregator:
         return StackingAggregator(weights=fitted.get("weights", {}), intercepts=fitted.get("intercepts", {}),
@@ -121,6 +125,11 @@ class StackingParams(CalibrationParams):
                                   pooled_intercept=fitted.get("pooled_intercept", 0.0))
 
     def aggregator(self, *, calibration: CalibrationTag | None = None, estimate: Estimate = "mean") -> Aggregator:
+        built = self._aggregator(calibration)
+        built.measured_error = MeasuredError.from_json(self.measured_error)  # read by the pipeline (diagnosis.measured)
+        return built
+
+    def _aggregator(self, calibration: CalibrationTag | None) -> Aggregator:
         if self.fallback:
             served = {"weights": self.weights, "intercepts": self.intercepts, "pooled_weights": self.pooled_weights,
                       "pooled_intercept": self.pooled_intercept}

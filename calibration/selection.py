@@ -30,7 +30,8 @@ from calibration.validation import Predictions, ValidationSet
 from diagnosis import NO_NOISE, Aggregation, Aggregator, CalibrationTag, StackingAggregator
 from privacy import Mechanism
 
-__all__ = ["STACK", "SelectedStackingAggregator", "Selection", "choose", "cross_validated_losses"]
+__all__ = ["STACK", "HeldOut", "SelectedStackingAggregator", "Selection", "choose", "cross_validated_losses",
+           "held_out_predictions"]
 
 STACK = "stack"
 CRITERION = "cross-validated squared error against the truth, per (student, concept) pair"
@@ -69,37 +70,37 @@ class Selection:
         return f"stack or single member, by {self.folds}-fold {CRITERION}: {scores}; {verdict}"
 
 
-def _squared_errors(aggregator: Aggregator, data: ValidationSet) -> list[dict[str, float]]:
-    """Per student: concept -> squared error of the aggregate against the truth (concepts it produced)."""
-    out: list[dict[str, float]] = []
-    for answers, truth, mechanism in zip(data.answers, data.truths, data.mechanisms):
-        got = aggregator.aggregate(answers, list(truth), mechanism=mechanism).mastery
-        out.append({c: (got[c] - truth[c]) ** 2 for c in truth if c in got})
-    return out
+HeldOut = dict[str, list[dict[str, float]]]  # candidate -> per validation student: concept -> held-out prediction
 
 
-def cross_validated_losses(fit: FitCandidates, data: ValidationSet, folds: int) -> tuple[dict[str, np.ndarray], int]:
-    """candidate -> per validation student, the summed squared error of its held-out predictions over the pairs
-    every candidate predicted (so the candidates are compared on the same pairs); and the pairs counted. The fold
-    assignment is seeded, as for the record's ``validation_mae``."""
+def held_out_predictions(fit: FitCandidates, data: ValidationSet, folds: int) -> HeldOut:
+    """candidate -> per validation student, each concept's prediction by the candidate fitted on the other folds
+    (k-fold over the students; the fold assignment is seeded, as for the record's ``validation_mae``)."""
     k = min(folds, len(data))
     fold_of = np.random.default_rng(0).permutation(len(data)) % k
-    errors: dict[str, list[dict[str, float]]] = {}
+    predicted: HeldOut = {}
     for f in range(k):
         train_idx, held_idx = np.flatnonzero(fold_of != f).tolist(), np.flatnonzero(fold_of == f).tolist()
-        train, held = data.subset(train_idx), data.subset(held_idx)
+        train = data.subset(train_idx)
         for name, aggregator in fit(train).items():
-            per_student = errors.setdefault(name, [{} for _ in range(len(data))])
-            for i, per_concept in zip(held_idx, _squared_errors(aggregator, held)):
-                per_student[i] = per_concept
-    candidates = list(errors)
+            per_student = predicted.setdefault(name, [{} for _ in range(len(data))])
+            for i in held_idx:
+                got = aggregator.aggregate(data.answers[i], list(data.truths[i]), mechanism=data.mechanisms[i]).mastery
+                per_student[i] = {c: got[c] for c in data.truths[i] if c in got}
+    return predicted
+
+
+def cross_validated_losses(predicted: HeldOut, data: ValidationSet) -> tuple[dict[str, np.ndarray], int]:
+    """candidate -> per validation student, the summed squared error of its held-out predictions over the pairs
+    every candidate predicted (so the candidates are compared on the same pairs); and the pairs counted."""
+    candidates = list(predicted)
     losses = {name: np.zeros(len(data)) for name in candidates}
     pairs = 0
-    for i in range(len(data)):
-        shared = set.intersection(*(set(errors[name][i]) for name in candidates))
+    for i, truth in enumerate(data.truths):
+        shared = set.intersection(*(set(predicted[name][i]) for name in candidates))
         pairs += len(shared)
         for name in candidates:
-            losses[name][i] = sum(errors[name][i][c] for c in shared)
+            losses[name][i] = sum((predicted[name][i][c] - truth[c]) ** 2 for c in shared)
     return losses, pairs
 
 

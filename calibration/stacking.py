@@ -24,7 +24,8 @@ from scipy.optimize import isotonic_regression, nnls
 from calibration.calibrators import DEFAULT_FOLDS, Calibrator, FittedCalibration
 from calibration.params import CalibrationParams, StackingParams
 from calibration.release import noisy_stacking
-from calibration.selection import STACK, Selection, choose, cross_validated_losses
+from calibration.measured import measured_error
+from calibration.selection import STACK, Selection, choose, cross_validated_losses, held_out_predictions
 from calibration.validation import Predictions, Truth, ValidationSet, stacking_rows
 from diagnosis import Aggregator
 from diagnosis.aggregation import apply_isotonic
@@ -100,20 +101,28 @@ class StackingCalibrator(Calibrator):
     def _fit(self, data: ValidationSet) -> tuple[CalibrationParams, list[str]]:
         stack, notes = self._fit_stack(data)
         entities = sorted({e for preds in data.answers for e, values in preds.items() if values})
-        if not self.select or len(entities) < 2 or len(data) < 2:
+        if len(data) < 2:
             return stack, notes
-        selection = choose(*cross_validated_losses(self._candidates(entities), data, self.folds), min(self.folds, len(data)))
-        notes.append(selection.note())
-        if selection.chosen == STACK:
-            return replace(stack, selection=selection.to_json()), notes
-        return self._single(selection.chosen.removeprefix(SINGLE), entities, stack.isotonic, data, selection), notes
+        select = self.select and len(entities) >= 2
+        fit = self._candidates(entities if select else [])
+        predicted = held_out_predictions(fit, data, self.folds)
+        chosen: StackingParams = stack
+        if select:
+            selection = choose(*cross_validated_losses(predicted, data), min(self.folds, len(data)))
+            notes.append(selection.note())
+            chosen = replace(stack, selection=selection.to_json()) if selection.chosen == STACK else \
+                self._single(selection.chosen.removeprefix(SINGLE), entities, stack.isotonic, data, selection)
+        served = chosen.selection.get("chosen", STACK)
+        error, note = measured_error(predicted[served], data, self.folds)
+        notes.append(note)
+        return replace(chosen, measured_error=error.to_json() if error else {}), notes
 
     def _candidates(self, entities: Sequence[str]) -> Callable[[ValidationSet], dict[str, Aggregator]]:
         """The full stack and each member alone, fitted on a part of the validation students."""
 
         def fit(part: ValidationSet) -> dict[str, Aggregator]:
             stack = self._fit_stack(part)[0]
-            out: dict[str, Aggregator] = {STACK: stack.aggregator()}
+            out: dict[str, Aggregator] = {STACK: stack.aggregator()}  # with no entities: the stack alone
             for entity in entities:
                 out[SINGLE + entity] = self._single(entity, entities, stack.isotonic, part, None).aggregator()
             return out

@@ -24,7 +24,9 @@ class ValidationSet:
     * ``clean`` — the same answers before the noise (what the posterior's τ is fitted on), or None
       when they were not collected (methods that fit on the released answers do not need them);
     * ``mechanisms`` — the mechanism each student's answers were released through;
-    * ``truths`` — the mastery the calibration is fitted to.
+    * ``truths`` — the mastery the calibration is fitted to;
+    * ``evidence`` — how many of the student's answers assess each concept, where known (a stack's interval
+      narrows with them: :mod:`calibration.measured`).
 
     ``failures`` (entity -> validation students it was asked about and failed for, the students no entity
     answered included) and ``n_asked`` (validation students asked; None: as many as answered) say how often each
@@ -37,11 +39,12 @@ class ValidationSet:
     mechanisms: Sequence[Mechanism]
     failures: Mapping[str, int] = field(default_factory=dict)
     n_asked: int | None = None
+    evidence: Sequence[Mapping[str, int]] | None = None  # per student: concept -> their answers on it (None: unknown)
 
     def __post_init__(self) -> None:
         sizes = {len(self.answers), len(self.truths), len(self.mechanisms)} | (
             {len(self.clean)} if self.clean is not None else set()
-        )
+        ) | ({len(self.evidence)} if self.evidence is not None else set())
         if len(sizes) != 1:
             raise ValueError(
                 f"validation lists differ in length: {len(self.answers)} answers, {len(self.truths)} truths, "
@@ -85,6 +88,7 @@ class ValidationSet:
             answers=[drop(p) for p in self.answers], truths=self.truths,
             clean=None if self.clean is None else [drop(p) for p in self.clean], mechanisms=self.mechanisms,
             failures={e: n for e, n in self.failures.items() if e not in entities}, n_asked=self.n_asked,
+            evidence=self.evidence,
         )
 
     def subset(self, indices: Sequence[int]) -> ValidationSet:
@@ -92,6 +96,7 @@ class ValidationSet:
             answers=[self.answers[i] for i in indices], truths=[self.truths[i] for i in indices],
             clean=None if self.clean is None else [self.clean[i] for i in indices],
             mechanisms=[self.mechanisms[i] for i in indices],
+            evidence=None if self.evidence is None else [self.evidence[i] for i in indices],
         )
 
 

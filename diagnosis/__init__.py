@@ -13,6 +13,7 @@ from diagnosis.aggregation import (
     stacked_aggregate,
 )
 from diagnosis.calibrated import NO_NOISE_LEVEL, CalibrationTag, NoiseLevel, calibration_mismatch
+from diagnosis.measured import MeasuredError, answer_counts, fit_measured_error
 from diagnosis.pipeline import DiagnosisPipeline, NoiseSource, Privatized
 from diagnosis.plan import DiagnosisPlan, DiagnosisRequest, UnknownEntities, build_context
 from diagnosis.results import AllEntitiesFailed, DiagnosisResult, EntityOutcome, NoEntitySelected
@@ -51,6 +52,7 @@ __all__ = [
     "EntityOutcome",
     "FederationMode",
     "FederationReport",
+    "MeasuredError",
     "NoEntitySelected",
     "NoiseLevel",
     "NoiseSource",
@@ -65,11 +67,13 @@ __all__ = [
     "StackingAggregator",
     "UnknownEntities",
     "Verdict",
+    "answer_counts",
     "build_context",
     "calibration_mismatch",
     "fit_beta_prior",
     "fit_concept_priors",
     "fit_entity_error_sd",
+    "fit_measured_error",
     "paper_residuals",
     "posterior_aggregate",
     "posterior_summary",

@@ -26,6 +26,7 @@ from typing import ClassVar, Literal
 import numpy as np
 
 from diagnosis.calibrated import CalibrationTag
+from diagnosis.measured import MeasuredError
 from privacy import Mechanism, NoNoise
 
 __all__ = [
@@ -53,7 +54,8 @@ class Aggregation:
     """Aggregated mastery per concept, and the concepts no entity answered.
 
     ``intervals`` (concept -> (lower, upper)) and ``level`` are the credible intervals of
-    aggregators that have them (Bayes post-processing); a mean has none (empty, ``None``).
+    aggregators that have them (Bayes post-processing); a mean has none (empty, ``None``) — the pipeline adds a
+    calibrated mean's measured ones afterwards (:mod:`diagnosis.measured`).
     """
 
     mastery: dict[str, float]
@@ -121,6 +123,9 @@ class Aggregator(ABC):
     """
 
     kind: ClassVar[Literal["mean", "posterior"]] = "mean"
+    # A mean's error measured on held-out validation students (diagnosis.measured), where its calibration measured
+    # one: the pipeline turns it into intervals with the request's answer counts. None: a mean serves no interval.
+    measured_error: MeasuredError | None = None
 
     def __init__(self, *, calibration: CalibrationTag | None = None) -> None:
         self.calibration = calibration

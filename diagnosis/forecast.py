@@ -12,7 +12,9 @@ parameters ``α_i, c_i`` (:mod:`providers.item_response`)::
 The concepts are taken as independent given the diagnosis (only their marginals are released), as the model's own
 posterior predictive does. A concept the diagnosis did not assess (the item was not among the student's answers)
 stands at the model's prior, listed in ``from_prior``: its forecast is as uncertain as the model says a student it
-knows nothing about is. With a point estimate and no interval (``mean`` aggregation) the forecast has no interval.
+knows nothing about is. A calibrated stack's intervals come from its measured error (:mod:`diagnosis.measured`), so
+its forecasts average over that spread too; only a mean without one (uncalibrated) gives a point forecast, with no
+interval.
 
 This is post-processing of an already released (privatized) diagnosis and the model's public parameters: it costs
 no ε and reads no response.

@@ -21,6 +21,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from functools import partial
 from typing import TypeVar
 
@@ -28,6 +29,7 @@ import numpy as np
 
 from diagnosis.aggregation import Aggregation, Aggregator, ResidualAggregator
 from diagnosis.calibrated import calibration_mismatch
+from diagnosis.measured import MEASURED_LEVEL, answer_counts, measured_intervals
 from diagnosis.plan import DiagnosisPlan, DiagnosisRequest, UnknownEntities, build_context, request_mechanism
 from diagnosis.posterior import UncertainAnswer
 from diagnosis.results import AllEntitiesFailed, DiagnosisResult, EntityOutcome, NoEntitySelected
@@ -249,6 +251,11 @@ class DiagnosisPipeline:
                 break
         if aggregation is None:
             raise AllEntitiesFailed(outcomes)
+        if not aggregation.intervals and aggregator.measured_error is not None:
+            # a calibrated mean's intervals, from its measured error and this student's answers (diagnosis.measured)
+            counts = answer_counts(item.concepts for item in context.items)
+            aggregation = replace(aggregation, level=MEASURED_LEVEL, intervals=measured_intervals(
+                aggregation.mastery, aggregator.measured_error, counts, MEASURED_LEVEL))
         calibration = aggregator.calibration
         return DiagnosisResult(
             student_id=request.student_id,

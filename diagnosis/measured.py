@@ -1,0 +1,102 @@
+"""Intervals for a mean aggregation (a stack), from its error measured on held-out validation students (issue 33).
+
+A stack (``calibration.stacking``) is a point estimate: without more, a calibrated diagnosis served no interval, and
+its item forecasts were read as if the mastery were known exactly (``σ(α·θ + c)`` at the point), which makes them
+over-confident (Jensen: a spread of θ around the point pulls the expected P(correct) toward one half).
+
+The calibration measures what the stack gets wrong: for every validation student and concept, the stack fitted on
+the *other* folds predicts the held-out student, and the residual ``r = logit(stack) − logit(truth)`` is kept with the
+number of the student's answers on that concept, ``n``. Its spread is modelled as::
+
+    E[r²] = base + per_answer / (n + 1)          (base, per_answer ≥ 0; least squares on r²)
+
+— what no number of answers removes (the entities' and the stack's own error) plus what thins out with evidence
+(the student's responses were too few to say). A diagnosis with ``n`` answers on concept ``k`` is then given
+``θ_k ~ N(logit(mastery_k), sd(n)²)`` and the interval ``σ(logit(mastery_k) ± z·sd(n))``: an interval of the
+typical validation student with that much evidence, narrowing as the student answers more. What it covers is the
+calibration's truth (on real data: the ability the serving model reads from all a student's responses), stated in
+the record. Item forecasts average over it (:mod:`diagnosis.forecast`'s probit approximation).
+
+Pure post-processing of the released aggregate and the request's answer counts: no ε.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from scipy.optimize import nnls
+from scipy.special import expit, logit
+from scipy.stats import norm
+
+__all__ = ["MEASURED_LEVEL", "MeasuredError", "answer_counts", "fit_measured_error", "measured_intervals"]
+
+MEASURED_LEVEL = 0.9
+_CLIP = 1e-3  # a mastery or truth of exactly 0 or 1 is an infinite logit; clipped as the forecasts clip (1e-4) or wider
+_MIN_ROWS = 20  # fewer held-out (student, concept) pairs measure no spread worth serving
+
+
+@dataclass(frozen=True)
+class MeasuredError:
+    """The spread of a mean aggregation's logit error: ``sd(n)² = base + per_answer / (n + 1)``, measured on ``rows``
+    held-out (student, concept) pairs (module docstring)."""
+
+    base: float
+    per_answer: float
+    rows: int
+
+    def __post_init__(self) -> None:
+        if self.base < 0 or self.per_answer < 0 or self.base + self.per_answer <= 0 or self.rows < 1:
+            raise ValueError(f"a measured error needs base, per_answer >= 0 (not both 0) and rows >= 1; got {self}")
+
+    def sd(self, answers: int) -> float:
+        """The logit-scale sd of the aggregate for a concept with ``answers`` of the student's answers behind it."""
+        return math.sqrt(self.base + self.per_answer / (max(answers, 0) + 1))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"base": self.base, "per_answer": self.per_answer, "rows": self.rows}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any] | None) -> MeasuredError | None:
+        return None if not data else cls(base=float(data["base"]), per_answer=float(data["per_answer"]),
+                                         rows=int(data["rows"]))
+
+
+def _logit(p: np.ndarray) -> np.ndarray:
+    return logit(np.clip(p, _CLIP, 1 - _CLIP))
+
+
+def fit_measured_error(predicted: Sequence[float], truth: Sequence[float], answers: Sequence[int], *,
+                       with_answers: bool = True) -> MeasuredError | None:
+    """The error model from held-out predictions, their truths and the answers behind each (None: too few pairs).
+    ``with_answers`` False: the counts are unknown, so one spread (``base``) is fitted for every student."""
+    if len(predicted) < _MIN_ROWS:
+        return None
+    r2 = (_logit(np.asarray(predicted, float)) - _logit(np.asarray(truth, float))) ** 2
+    if not with_answers:
+        return MeasuredError(base=float(r2.mean()), per_answer=0.0, rows=int(r2.size)) if r2.mean() > 0 else None
+    design = np.column_stack([np.ones(r2.size), 1.0 / (np.asarray(answers, float) + 1.0)])
+    (base, per_answer), _ = nnls(design, r2)
+    if base + per_answer <= 0:
+        return None
+    return MeasuredError(base=float(base), per_answer=float(per_answer), rows=int(r2.size))
+
+
+def answer_counts(item_concepts: Iterable[Sequence[str]]) -> dict[str, int]:
+    """concept -> how many of the student's answered items assess it."""
+    return dict(Counter(c for concepts in item_concepts for c in concepts))
+
+
+def measured_intervals(mastery: Mapping[str, float], error: MeasuredError, answers: Mapping[str, int],
+                       level: float = MEASURED_LEVEL) -> dict[str, tuple[float, float]]:
+    """Each concept's interval at credible ``level``: ``σ(logit(mastery) ± z·sd(n))``."""
+    z = float(norm.ppf(0.5 + level / 2))
+    out: dict[str, tuple[float, float]] = {}
+    for concept, value in mastery.items():
+        centre, spread = float(_logit(np.asarray(value))), z * error.sd(answers.get(concept, 0))
+        out[concept] = (float(expit(centre - spread)), float(expit(centre + spread)))
+    return out
