@@ -13,7 +13,9 @@ noise, no other entity weighed: that is what the aggregator serves when nothing 
 and, for the first ``--served`` students, the same diagnosed as served (``…, served``: local-fed's answer and its own
 uncertainty privatized by the default mechanism, anchored_piecewise ε 32, combined by the posterior aggregator;
 :mod:`evaluation.coverage_served`), where ``calibrated, served`` adds two simulated entities whose τ a calibration
-measured (their stated error model is in that module). Everything is simulated and labelled so.
+measured (their stated error model is in that module), and ``stacked, served`` diagnoses every student under the
+server's default calibration, a stack fitted on SIMULATED validation students with mixed amounts of evidence, with
+the intervals its measured error gives (:mod:`evaluation.coverage_stacked`). Everything is simulated and labelled so.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import torch
 
 from diagnosis.posterior import beta_floor_width
 from evaluation.coverage_served import served_intervals
+from evaluation.coverage_stacked import fit_stacked, stacked_intervals
 from evaluation.coverage_sim import (
     Simulated,
     binned_calibration,
@@ -68,6 +71,7 @@ def coverage_rows(q: QMatrix, *, students: int, seed: int, served: int = 0, coun
     diagnosed through the served path (:mod:`evaluation.coverage_served`; slower: one aggregation per student)."""
     truth_model = generator_model(q, seed)
     cold = untrained_model(tuple(q.concepts)).model
+    stack = fit_stacked(q, truth_model, students=2 * students, counts=counts, seed=seed + 500) if served else None
     rows = []
     for n in counts:
         sim = simulate_model(q, truth_model, n_students=students, n_responses=n, seed=seed + n)
@@ -80,6 +84,11 @@ def coverage_rows(q: QMatrix, *, students: int, seed: int, served: int = 0, coun
             width = float((hi - lo)[sim.answered].mean())
             rows.append({"generator": "model", "config": config, "responses": n, "coverage": overall,
                          "worst": worst, "width": width})
+            if stack is not None and model is truth_model:  # the default calibration's measured intervals
+                lo_s, hi_s = stacked_intervals(stack, truth_model, sim, seed=seed + n)
+                overall, worst = coverage(sim.truth, lo_s, hi_s, sim.answered)
+                rows.append({"generator": "model", "config": "stacked, served", "responses": n, "coverage": overall,
+                             "worst": worst, "width": float(np.nanmean(hi_s - lo_s))})
             if served:  # the same students, diagnosed as a request is: privatized, through the aggregator
                 variants = [(f"{config}, served", False)] + ([("calibrated, served", True)] if model is cold else [])
                 for label, llms in variants:
@@ -115,7 +124,10 @@ def _markdown(results: dict[str, list[dict]], command: str) -> str:
            "`trained` uses the generator's own parameters (an upper bound on training); `cold start` is the "
            "untrained evidence model with the aggregator's unknown-skill floor, both without privacy noise; `…, served` "
            "rows diagnose the first students as a request is (privatized by anchored_piecewise at ε 32, aggregated; "
-           "`calibrated` adds two simulated entities with measured τ, errors independent N(0, 0.2²)). Target: 85–95 %.", ""]
+           "`calibrated` adds two simulated entities with measured τ, errors independent N(0, 0.2²); `stacked` is the "
+           "default calibration, a stack of local-fed and those two fitted on twice as many SIMULATED validation "
+           "students with mixed response counts, its intervals from its measured error and each student's answer "
+           "counts). Target: 85–95 %.", ""]
     for name, rows in results.items():
         out += [f"## {name}", "", "| generator | configuration | responses | coverage | worst concept | mean width |"
                 " DINA ECE |", "|---|---|---|---|---|---|---|"]

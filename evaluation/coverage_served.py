@@ -20,14 +20,15 @@ from privacy import AnchoredPiecewiseMechanism, requested_name
 from privacy.registry import mechanism_for_request
 from providers.local_fed import SPREAD_SHIFTS, uncertainty_curve
 
-__all__ = ["LLM_ERROR_SD", "served_intervals"]
+__all__ = ["EPSILON", "LLM_ERROR_SD", "MECHANISM", "served_intervals", "simulated_llm_answers"]
 
 LLM_ERROR_SD = 0.2
 EPSILON = 32.0
 MECHANISM = requested_name(AnchoredPiecewiseMechanism)  # the server's default (app/settings/privacy.py)
 
 
-def _llm_answers(truth: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+def simulated_llm_answers(truth: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """A SIMULATED stand-in for a measured LLM: the truth plus independent N(0, LLM_ERROR_SD²) error, clipped."""
     return np.clip(truth + rng.normal(0.0, LLM_ERROR_SD, truth.shape), 0.0, 1.0)
 
 
@@ -44,7 +45,7 @@ def served_intervals(model: HigherOrderCDM, feats: torch.Tensor, sim: Simulated,
     taus: dict[str, float] = {}
     if with_llms:  # a calibration measures each stand-in's τ on other simulated students
         truth = rng.random((200, k))
-        taus = {name: fit_entity_error_sd(_llm_answers(truth, rng).ravel(), truth.ravel()) for name in ("llm-a", "llm-b")}
+        taus = {name: fit_entity_error_sd(simulated_llm_answers(truth, rng).ravel(), truth.ravel()) for name in ("llm-a", "llm-b")}
     lower, upper = np.full(sim.truth.shape, np.nan), np.full(sim.truth.shape, np.nan)
     names = list(model.concepts)
     for b in range(sim.truth.shape[0]):
@@ -58,7 +59,7 @@ def served_intervals(model: HigherOrderCDM, feats: torch.Tensor, sim: Simulated,
         predictions: dict[str, dict[str, float]] = {
             "local-fed": UncertainAnswer(mechanism.privatize(clean, rng), spread)}
         for name in taus:
-            llm = _llm_answers(sim.truth[b, answered], rng)
+            llm = simulated_llm_answers(sim.truth[b, answered], rng)
             predictions[name] = mechanism.privatize(dict(zip(concepts, llm.tolist())), rng)
         result = posterior_aggregate(predictions, concepts, mechanism, None, taus, default_error_sd=None)
         for j in answered:

@@ -1,0 +1,28 @@
+"""The default calibration's intervals cover simulated truth (issue 33's coverage band), at few and many answers."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from evaluation.coverage_sim import coverage, generator_model, simulate_model
+from evaluation.coverage_stacked import fit_stacked, stacked_intervals
+from qmatrix.datasets import load_frcsub
+
+
+def test_a_stacks_measured_intervals_cover_85_to_95_percent_of_simulated_students() -> None:
+    # Prepare: FrcSub's Q-matrix, the model generator; a stack fitted on SIMULATED validation students (5 and 50
+    # responses), released at the server's default noise
+    torch.set_num_threads(1)
+    q = load_frcsub().qmatrix
+    model = generator_model(q, seed=0)
+    stack = fit_stacked(q, model, students=300, counts=(5, 50), seed=500)
+
+    # Execute / Assert: new students at each count
+    assert stack.measured_error is not None
+    for n in (5, 50):
+        students = simulate_model(q, model, n_students=200, n_responses=n, seed=n)
+        lower, upper = stacked_intervals(stack, model, students, seed=n)
+        overall, _ = coverage(students.truth, lower, upper, students.answered)
+        assert 0.85 <= overall <= 0.95, (n, overall)
+        assert np.isnan(lower[~students.answered]).all()  # no interval where the student gave no answer
