@@ -32,7 +32,7 @@ from app.services.training import TrainingService
 from app.services.diagnosis import DiagnosisService
 from app.services.qmatrices import QMatrixService
 from app.jobs import JobQueries
-from app.services.next_items import NextItemsService, next_items_service
+from app.services.next_items import NextItemsService
 from app.services.students import StudentDataService
 from app.settings import Settings
 from app.storage import UsageStore
@@ -139,7 +139,7 @@ async def _job_queries(request: Request) -> JobQueries:
 
 
 async def _next_items(request: Request) -> NextItemsService:
-    return next_items_service(gateway_of(request))
+    return _started(gateway_of(request).next_items)
 
 
 async def _students(request: Request) -> StudentDataService:
@@ -167,8 +167,9 @@ async def _principal(
     else:
         if credentials is None:
             raise _unauthorized("missing API key: send 'Authorization: Bearer <key>'")
-        # One worker-thread hop reads the key and its tenant's configuration generations (a diagnosis's plan then
-        # needs no hop of its own when the tenant's configuration is in memory: app.services.planning).
+        # One worker-thread hop reads the key and its tenant's configuration generations: every service that reads
+        # the tenant's configuration reads it as of these (app.services.planning.read_configuration), with no hop
+        # of its own when it is in memory.
         found = await asyncio.to_thread(
             gateway.keys.authenticate, credentials.credentials, generations=read_generations
         )

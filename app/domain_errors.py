@@ -35,6 +35,9 @@ class DomainError(Exception):
     """A request refused for a reason its caller can act on; ``details`` are more facts about it (e.g. the unknown
     item ids), sent with each message."""
 
+    # When the same request may be answered (seconds, at least 1); None: nothing says it will be.
+    retry_after_s: int | None = None
+
     def __init__(self, field: Sequence[str | int], messages: Sequence[str], *,
                  details: Mapping[str, Any] | None = None) -> None:
         self.field, self.messages, self.details = tuple(field), list(messages), dict(details or {})

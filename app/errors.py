@@ -32,6 +32,7 @@ import math
 import re
 import reprlib
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -101,29 +102,40 @@ def _shortened(message: str) -> str:
     return message if len(message) <= _MAX_MESSAGE else message[:_MAX_MESSAGE] + "…"
 
 
-# The one table of a domain error's status (the first class of its MRO listed here).
-_STATUS: dict[type[DomainError], int] = {
-    InvalidInput: 422, NotFound: 404, Conflict: 409, Unavailable: 503, GroupBudgetSpent: 429,
+@dataclass(frozen=True)
+class _Answer:
+    """How the API answers a class of domain error."""
+
+    status: int
+    type: str = "value_error"  # each error entry's ``type``
+
+
+# The one table of how a domain error is answered (the first class of its MRO listed here).
+_ANSWERS: dict[type[DomainError], _Answer] = {
+    InvalidInput: _Answer(422), NotFound: _Answer(404), Conflict: _Answer(409), Unavailable: _Answer(503),
+    GroupBudgetSpent: _Answer(429, "privacy_budget"),
 }
 _QUERY_METHODS = ("GET", "HEAD", "DELETE")  # requests without a body: a field that is no path parameter is a query's
 
 
+def _answer(exc: DomainError) -> _Answer:
+    return next((_ANSWERS[c] for c in type(exc).__mro__ if c in _ANSWERS), _Answer(422))
+
+
 def http_status(exc: DomainError) -> int:
-    return next((_STATUS[c] for c in type(exc).__mro__ if c in _STATUS), 422)
+    return _answer(exc).status
 
 
 def http_error(exc: DomainError, request: Request) -> InputError:
-    """The response of a domain error: its status, and its field's ``loc`` as the route received it (a path
-    parameter of the route; else the query of a request without a body; else the body)."""
-    field = exc.field
+    """The response of a domain error: its status and type, its field's ``loc`` as the route received it (a path
+    parameter of the route; else the query of a request without a body; else the body), and, when the error says
+    when to come back, ``Retry-After`` and ``retry_after_s``."""
+    field, answer, retry_after = exc.field, _answer(exc), exc.retry_after_s
     where = ("path" if field and field[0] in request.path_params
              else "query" if request.method in _QUERY_METHODS else "body")
-    extra, retry_after = dict(exc.details), None
-    if isinstance(exc, GroupBudgetSpent):  # a privacy-budget 429: says so, and when to come back
-        retry_after = exc.retry_after_s
-        extra = {"type": "privacy_budget", "retry_after_s": retry_after, **extra}
-    return InputError((where, *field), exc.messages, status_code=http_status(exc), extra=extra,
-                      retry_after_s=retry_after)
+    when = {} if retry_after is None else {"retry_after_s": retry_after}
+    return InputError((where, *field), exc.messages, status_code=answer.status,
+                      extra={"type": answer.type, **when, **exc.details}, retry_after_s=retry_after)
 
 
 def budget_refusal(exc: BudgetExceeded) -> dict[str, Any]:

@@ -123,7 +123,7 @@ class Gateway:
         self.qmatrix_service: QMatrixService | None = None
         self.calibration: CalibrationService | None = None
         self.training: TrainingService | None = None
-        self.next_items: NextItemsService | None = None  # built on first use (app.services.next_items)
+        self.next_items: NextItemsService | None = None
         self._maintenance: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
@@ -173,13 +173,18 @@ class Gateway:
         self.cohort = CohortService(
             planner=planner, ledger=self.async_ledger, usage=self.usage, limits=CohortLimits.from_settings(settings)
         )
+        # The same Q-matrix resolution and serving model as /v1/diagnose's forecasts.
+        self.next_items = NextItemsService(
+            planner=planner, local_fed=forecasts.local_fed if hasattr(forecasts.local_fed, "serving_model") else None,
+            settings=settings,
+        )
         self.qmatrix_service = QMatrixService(store=self.qmatrices, pipeline=self.federation.pipeline)
         if settings.preload_models:
             await self.federation.preload()
         if settings.default_calibration:
             async with self._startup_lock():
                 await asyncio.to_thread(
-                    start_default_calibration, self.jobs, self.calibrations, settings, self.federation
+                    start_default_calibration, self.jobs, self.calibrations, self.policies, settings, self.federation
                 )
         self.jobs.start()
         self._maintenance = asyncio.create_task(self._maintain(), name=f"maintenance-{self.workers.id}")

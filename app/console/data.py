@@ -25,6 +25,7 @@ from app.jobs import JobSummary
 from app.routes.entities import public_base_url
 from app.schemas import CalibrateRequest, DatasetRef, PrivacyPolicy, PrivacyPolicyPublic
 from app.schemas.students import StudentErasure, StudentExport
+from app.services.activity import failed_calls
 from providers.circuit import CircuitStoreUnavailable
 
 __all__ = ["ConsoleData"]
@@ -58,17 +59,6 @@ class ConsoleData:
         now = time.time()
         return any(k.key_id == key_id and k.role == "admin" and k.active(now) for k in self.gateway.keys.list(tenant))
 
-    @property
-    def secret(self) -> bytes:
-        """The key console sessions and forms are signed under (``app.services.console_sessions``)."""
-        return self.gateway.console_sessions.secret
-
-    def session_generation(self, key_id: str) -> int:
-        return self.gateway.console_sessions.generation(key_id)
-
-    def end_sessions(self, key_id: str) -> None:
-        self.gateway.console_sessions.end(key_id)
-
     async def rate_check(self, tenant: str) -> None:
         await self.gateway.rate_limiter.check(tenant)  # raises RateLimited
 
@@ -93,6 +83,7 @@ class ConsoleData:
         usage = self.gateway.usage.report(tenant, datetime.fromtimestamp(since, UTC))  # writes its buffer first
         first_hour = now - now % 3600 - 23 * 3600
         counts = self.gateway.activity.counts(tenant, since=since, stamps_since=min(since, first_hour))
+        calls = self.gateway.activity.entity_calls(tenant, since=since)
         stamps = counts.diagnosis_stamps
         hours = Counter(int((at - first_hour) // 3600) for at in stamps if at >= first_hour)
         reasons: dict[str, Counter[str]] = {}
@@ -101,7 +92,7 @@ class ConsoleData:
         return Overview(
             since=since, diagnoses=sum(1 for at in stamps if at >= since),
             per_hour=[(first_hour + h * 3600, hours.get(h, 0)) for h in range(24)], usage=usage,
-            failed_calls=counts.failed_calls, reasons=reasons, circuits={},
+            failed_calls=failed_calls(calls), reasons=reasons, circuits={},
             refusals=self.refusals(tenant), epsilon_today=counts.epsilon_spent, active_jobs=0,
         )
 
@@ -128,6 +119,7 @@ class ConsoleData:
             return [], []
         latest = self.latest_calibrations(tenant)
         calls = self.gateway.activity.entity_calls(tenant, since=_day_start(time.time()))
+        failed = failed_calls(calls)
         last: dict[str, FailureEvent] = {}
         for event in self.failures(tenant, time.time() - 7 * 86400):
             last.setdefault(event.entity, event)
@@ -146,7 +138,7 @@ class ConsoleData:
                 weights={c.record.id: c.weight(name) for c in latest}, last_error=last.get(name),
             )
             view.calls_today = sum(c.calls for c in calls if c.entity == name)
-            view.failed_today = sum(c.calls for c in calls if c.entity == name and c.status == "failed")
+            view.failed_today = failed.get(name, 0)
             views.append(view)
         return views, latest
 
@@ -261,7 +253,8 @@ class ConsoleData:
         stored = self.gateway.qmatrices.get(tenant, qid) if qid else None
         try:
             q = stored.qmatrix if stored is not None else None
-            report = with_next_items(self.gateway, build_report(latest, q), q, tenant)  # issue 34: items to ask next
+            # Issue 34: the items to ask next.
+            report = with_next_items(self.gateway.next_items, build_report(latest, q), q, tenant)
             return qid, report_svg(report)
         except Exception:  # the page shows the export without the chart rather than fail
             log.exception("console: the report chart of a stored diagnosis could not be drawn")

@@ -35,6 +35,7 @@ from app.console.web import (
     secure_cookies,
     session_secret,
 )
+from app.deps import gateway_of
 
 __all__ = ["router"]
 
@@ -87,7 +88,7 @@ async def login(request: Request) -> Response:
         raise ConsolePage(403, "The console needs an admin key", [(
             f"This is a client key of tenant '{principal.tenant}'. Client keys call the API (diagnoses, reports); "
             "the console is for the tenant's administrators: sign in with an admin key.")])
-    generation = await asyncio.to_thread(data.session_generation, principal.key_id)
+    generation = await asyncio.to_thread(gateway_of(request).console_sessions.generation, principal.key_id)
     session = sign_session(secret, key_id=principal.key_id, tenant=principal.tenant, generation=generation)
     response = RedirectResponse(base(request), status_code=303)
     _cookie(request, response, COOKIE, session.value, SESSION_S)
@@ -100,7 +101,7 @@ async def logout(request: Request, user: UserDep) -> Response:
     """Sign out: ends every session of the key, not only this browser's (a clear cookie alone would leave any copy
     of it valid until it expired)."""
     await posted(request, user)
-    await asyncio.to_thread(data_of(request).end_sessions, user.key_id)
+    await asyncio.to_thread(gateway_of(request).console_sessions.end, user.key_id)
     response = RedirectResponse(f"{base(request)}/login", status_code=303)
     _forget(request, response, COOKIE)
     return response

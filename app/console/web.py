@@ -84,7 +84,7 @@ def base(request: Request) -> str:
 def session_secret(app: FastAPI) -> bytes:
     """The key console sessions and forms are signed under (``FEDCD_CONSOLE_SECRET_KEY``, else
     ``<state_dir>/console-secret``): read, or created, once per process."""
-    return ConsoleData(app_gateway(app)).secret
+    return app_gateway(app).console_sessions.secret
 
 
 def secure_cookies(request: Request) -> bool:
@@ -95,15 +95,15 @@ def secure_cookies(request: Request) -> bool:
 
 
 async def _user(request: Request) -> User:
-    data = data_of(request)
-    secret = data.secret
+    data, sessions = data_of(request), gateway_of(request).console_sessions
+    secret = sessions.secret
     value = request.cookies.get(COOKIE)
     session = verify_session(secret, value) if value else None
     if session is None:
         raise SignIn("Your session expired: sign in again." if value else None)
 
     def check() -> tuple[bool, int]:  # one worker thread for both reads
-        return data.key_active(session.tenant, session.key_id), data.session_generation(session.key_id)
+        return data.key_active(session.tenant, session.key_id), sessions.generation(session.key_id)
 
     active, generation = await asyncio.to_thread(check)
     if not active:

@@ -50,46 +50,62 @@ class JobQueries:
             created_at=row.created_at, updated_at=row.updated_at,
         )
 
-    def _rows(self, tenant: str, *, limit: int, before: Cursor | None, kinds: Collection[str] = (),
-              states: Collection[str] = ()) -> tuple[list[JobRow], Cursor | None]:
-        rows = self.jobs.page(tenant, limit=limit + 1, before=before, kinds=kinds, states=states)
-        more = len(rows) > limit
-        rows = rows[:limit]
-        return rows, (rows[-1].created_at, rows[-1].id) if more else None
+    async def _found(self, job_id: str, tenant: str, *, kind: str | None = None) -> tuple[JobRow, JobPublic]:
+        """The tenant's job row and its view with its history, in one worker-thread hop; ``NotFound`` when unknown,
+        another tenant's, or not of ``kind``."""
+        def read() -> tuple[JobRow, JobPublic] | None:
+            row = self.jobs.get(job_id, tenant=tenant)
+            if row is None or (kind is not None and row.kind != kind):
+                return None
+            return row, self._public(row, with_history=True)
+
+        found = await asyncio.to_thread(read)
+        if found is None:
+            raise _unknown(job_id)
+        return found
+
+    async def _listed(self, tenant: str, *, limit: int, before: Cursor | None, kinds: Collection[str] = (),
+                      states: Collection[str] = ()) -> tuple[list[tuple[JobRow, JobPublic]], Cursor | None]:
+        """The tenant's jobs, newest first, with their views without their histories, and the cursor of the next
+        page (None: the last), in one worker-thread hop."""
+        def read() -> tuple[list[tuple[JobRow, JobPublic]], Cursor | None]:
+            rows = self.jobs.page(tenant, limit=limit + 1, before=before, kinds=kinds, states=states)
+            more = len(rows) > limit
+            rows = rows[:limit]
+            following = (rows[-1].created_at, rows[-1].id) if more else None
+            return [(row, self._public(row, with_history=False)) for row in rows], following
+
+        return await asyncio.to_thread(read)
 
     async def get(self, job_id: str, tenant: str, *, kind: str | None = None) -> JobPublic:
         """The tenant's job with its history; ``NotFound`` when unknown, another tenant's, or not of ``kind``."""
-        row = await asyncio.to_thread(self.jobs.get, job_id, tenant=tenant)
-        if row is None or (kind is not None and row.kind != kind):
-            raise _unknown(job_id)
-        return await asyncio.to_thread(self._public, row, with_history=True)
+        _, public = await self._found(job_id, tenant, kind=kind)
+        return public
 
     async def page(self, tenant: str, page: Page, *, kinds: Collection[str], states: Collection[str]) -> JobList:
         """The tenant's jobs, newest first, without their histories; the cursor is (created_at, id) of the last."""
         before = page.after
         if before is not None and not (len(before) == 2 and all(isinstance(part, str) for part in before)):
             raise InvalidInput(("cursor",), ["this cursor belongs to another list"])
-        rows, following = await asyncio.to_thread(
-            self._rows, tenant, limit=page.limit, before=before,  # type: ignore[arg-type]  # checked above
-            kinds=kinds, states=states,
+        found, following = await self._listed(
+            tenant, limit=page.limit, before=before, kinds=kinds, states=states,  # type: ignore[arg-type]  # checked
         )
-        data = [self._public(row, with_history=False) for row in rows]
-        return JobList(**page.envelope(data, following))
+        return JobList(**page.envelope([public for _, public in found], following))
 
     async def summaries(
         self, tenant: str, *, limit: int, before: Cursor | None
     ) -> tuple[list[JobSummary], Cursor | None]:
-        """The tenant's jobs, newest first, without their histories, and the cursor of the next page (None: the
-        last)."""
-        rows, following = await asyncio.to_thread(self._rows, tenant, limit=limit, before=before)
-        return [JobSummary(self._public(row, with_history=False), _summary(row)) for row in rows], following
+        """:meth:`page` as the console lists it, each job with what it works on."""
+        found, following = await self._listed(tenant, limit=limit, before=before)
+        return [JobSummary(public, _summary(row)) for row, public in found], following
 
     async def summary(self, job_id: str, tenant: str) -> JobSummary | None:
-        """The tenant's job with its history; None when unknown or another tenant's."""
-        row = await asyncio.to_thread(self.jobs.get, job_id, tenant=tenant)
-        if row is None:
+        """:meth:`get` as the console shows it, with what the job works on; None when unknown or another tenant's."""
+        try:
+            row, public = await self._found(job_id, tenant)
+        except NotFound:
             return None
-        return JobSummary(await asyncio.to_thread(self._public, row, with_history=True), _summary(row))
+        return JobSummary(public, _summary(row))
 
     async def active_count(self, tenant: str) -> int:
         """How many of the tenant's jobs have not finished yet."""

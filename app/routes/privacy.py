@@ -23,10 +23,10 @@ _ERRORS = {**AUTH_ERRORS, 404: {"description": "the privacy ledger is off on thi
 async def create_student_budget_lookup(body: StudentLookup, budgets: BudgetServiceDep, principal: PrincipalDep) -> StudentBudget:
     """The student's budget under the tenant's policy: the period's spend, what remains, when it renews, the
     lifetime total (id in the body)."""
-    return await budgets.student(principal.tenant, body.student_id)
+    return await budgets.student(principal, body.student_id)
 
 
 @router.get("/students/{student_id}", response_model=StudentBudget, responses=_ERRORS)
 async def read_student_budget(student_id: Identifier, budgets: BudgetServiceDep, principal: PrincipalDep) -> StudentBudget:
     """ε and δ spent and remaining for one student of the caller's tenant."""
-    return await budgets.student(principal.tenant, student_id)
+    return await budgets.student(principal, student_id)

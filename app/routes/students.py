@@ -97,7 +97,7 @@ async def read_student_report(
         found = (await qmatrices.get(principal.tenant, qmatrix_id)).qmatrix
     except NotFound:  # deleted since: the report still reads, in the diagnosis's own concept order
         found = None
-    report = await asyncio.to_thread(with_next_items, gateway, build_report(stored[-1], found), found,
+    report = await asyncio.to_thread(with_next_items, gateway.next_items, build_report(stored[-1], found), found,
                                      principal.tenant)  # issue 34: items to ask next for thin-evidence concepts
     accept = request.headers.get("accept", "")
     wanted = next((t for t in _REPORT_TYPES if t in accept), None)

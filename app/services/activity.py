@@ -5,6 +5,7 @@ charges only; every method reads the one tenant's rows and blocks (call it from 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from sqlalchemy import func, select
@@ -13,7 +14,7 @@ from sqlalchemy.orm import sessionmaker
 from app.db import UsageRow
 from privacy.ledger.tables import REFUNDED, charges
 
-__all__ = ["ActivityCounts", "EntityCalls", "FailureEvent", "TenantActivity"]
+__all__ = ["ActivityCounts", "EntityCalls", "FailureEvent", "TenantActivity", "failed_calls"]
 
 
 @dataclass(frozen=True)
@@ -29,7 +30,6 @@ class FailureEvent:
 @dataclass(frozen=True)
 class ActivityCounts:
     diagnosis_stamps: list[float]  # one per served diagnosis (at least one entity answered), since the earliest asked
-    failed_calls: dict[str, int]  # entity -> failed calls
     epsilon_spent: float  # ε released (charges not refunded)
 
 
@@ -40,23 +40,25 @@ class EntityCalls:
     calls: int
 
 
+def failed_calls(calls: Iterable[EntityCalls]) -> dict[str, int]:
+    """Entity -> failed calls, of :meth:`TenantActivity.entity_calls`' counts."""
+    return {c.entity: c.calls for c in calls if c.status == "failed"}  # one count per (entity, status)
+
+
 class TenantActivity:
     def __init__(self, sessions: sessionmaker) -> None:
         self.sessions = sessions
 
     def counts(self, tenant: str, *, since: float, stamps_since: float) -> ActivityCounts:
-        """Failed entity calls and ε released since ``since``; served diagnoses' times since ``stamps_since``."""
+        """ε released since ``since``; served diagnoses' times since ``stamps_since`` (failed entity calls:
+        :func:`failed_calls` of :meth:`entity_calls`)."""
         with self.sessions() as session:
             stamps = session.scalars(select(UsageRow.at).distinct().where(  # one diagnosis: one timestamp; served if
                 UsageRow.tenant == tenant, UsageRow.source == "diagnosis",  # at least one entity answered
                 UsageRow.status != "failed", UsageRow.at >= stamps_since)).all()
-            failed = dict(session.execute(select(UsageRow.entity, func.count()).where(
-                UsageRow.tenant == tenant, UsageRow.at >= since, UsageRow.status == "failed"
-            ).group_by(UsageRow.entity)).all())
             spent = session.scalar(select(func.coalesce(func.sum(charges.c.epsilon * charges.c.releases), 0.0)).where(
                 charges.c.tenant == tenant, charges.c.created_at >= since, charges.c.status != REFUNDED))
-        return ActivityCounts(diagnosis_stamps=list(stamps), failed_calls={str(k): int(v) for k, v in failed.items()},
-                              epsilon_spent=float(spent or 0.0))
+        return ActivityCounts(diagnosis_stamps=list(stamps), epsilon_spent=float(spent or 0.0))
 
     def entity_calls(self, tenant: str, *, since: float) -> list[EntityCalls]:
         """The tenant's entity calls since ``since``, counted by entity and outcome."""

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import asyncio
 
+from app.auth import Principal
 from app.domain_errors import NotFound
 from app.pseudonyms import Pseudonyms
 from app.schemas import PrivacyPolicy, PrivacyPolicyPublic, StudentBudget
+from app.services.planning import read_configuration
 from app.storage import TenantConfigCache, budget_rule
 from privacy import AsyncLedger, BudgetRule
 
@@ -25,18 +27,21 @@ class BudgetService:
     def __init__(self, *, ledger: AsyncLedger | None, config: TenantConfigCache, pseudonyms: Pseudonyms) -> None:
         self.ledger, self.config, self.pseudonyms = ledger, config, pseudonyms
 
-    async def policy(self, tenant: str) -> PrivacyPolicyPublic:
-        """The tenant's privacy policy in force, as diagnoses read it (a change applies to the next request)."""
-        return await asyncio.to_thread(lambda: self.config.current(tenant).policy())
+    async def policy(self, principal: Principal) -> PrivacyPolicyPublic:
+        """The privacy policy in force for ``principal``'s tenant, as diagnoses read it (a change applies to the next
+        request)."""
+        return await read_configuration(self.config, principal, lambda config: config.policy())
 
-    async def rule(self, tenant: str) -> BudgetRule:
-        return budget_rule(await self.policy(tenant))
+    async def rule(self, principal: Principal) -> BudgetRule:
+        return budget_rule(await self.policy(principal))
 
-    async def student(self, tenant: str, student_id: str) -> StudentBudget:
+    async def student(self, principal: Principal, student_id: str) -> StudentBudget:
         """The student's budget under the tenant's policy: the period's spend, what remains, when it renews."""
         if self.ledger is None:
             raise NotFound(("student_id",), ["the privacy ledger is off on this server"])
-        status = await self.ledger.status(tenant, self.pseudonyms.key(tenant, student_id), rule=await self.rule(tenant))
+        tenant = principal.tenant
+        status = await self.ledger.status(tenant, self.pseudonyms.key(tenant, student_id),
+                                          rule=await self.rule(principal))
         return StudentBudget(**{**status, "student_id": student_id})  # the ledger holds the keyed hash
 
     # -- the policy, for the tenant's admins ----------------------------------------------------------

@@ -69,7 +69,7 @@ class CohortService:
 
     async def report(self, body: CohortReportRequest, principal: Principal) -> CohortReport:
         tenant, limits = principal.tenant, self.limits
-        config = await self.planner.configuration(tenant, qmatrix_id=body.qmatrix_id)
+        config = await self.planner.configuration(principal, qmatrix_id=body.qmatrix_id)
         q = config.resolved.qmatrix
         ids = [s.student_id for s in body.students]
         if len(set(ids)) != len(ids):

@@ -115,8 +115,7 @@ class DiagnosisService:
 
     async def _configuration(self, options: DiagnoseOptions, principal: Principal) -> RequestConfig:
         return await self.planner.configuration(
-            principal.tenant, qmatrix_id=options.qmatrix_id, inline=options.qmatrix,
-            calibration_id=options.calibration_id, generations=principal.generations,
+            principal, qmatrix_id=options.qmatrix_id, inline=options.qmatrix, calibration_id=options.calibration_id
         )
 
     async def _serve(self, options: DiagnoseOptions, config: RequestConfig, planned: StudentPlan) -> DiagnoseResponse:

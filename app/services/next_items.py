@@ -48,7 +48,7 @@ from qmatrix import QMatrix, Response
 if TYPE_CHECKING:
     from federated.registry import LoadedModel
 
-__all__ = ["REPORT_SUGGESTIONS", "NextItemsService", "next_items_service", "with_next_items"]
+__all__ = ["REPORT_SUGGESTIONS", "NextItemsService", "with_next_items"]
 
 log = logging.getLogger("fedcd.next_items")
 
@@ -66,7 +66,7 @@ class NextItemsService:
         self._lock = threading.Lock()
 
     async def next_items(self, body: NextItemsRequest, principal: Principal) -> NextItemsResponse:
-        q, key = await self._qmatrix(body, principal.tenant)
+        q, key = await self._qmatrix(body, principal)
         check_responses(q, body.responses, self.settings, ())
         targets, exclude = _checked_options(body, q)
         return await asyncio.to_thread(self._one, q, key, principal.tenant, body, body.student_id, body.responses,
@@ -75,7 +75,7 @@ class NextItemsService:
     async def next_items_batch(self, body: BatchNextItemsRequest, principal: Principal) -> BatchNextItemsResponse:
         if len(body.students) > self.settings.max_batch_size:
             raise InvalidInput(("students",), [f"at most {self.settings.max_batch_size} students per batch"])
-        q, key = await self._qmatrix(body, principal.tenant)
+        q, key = await self._qmatrix(body, principal)
         for n, student in enumerate(body.students):
             check_responses(q, student.responses, self.settings, ("students", n))
         targets, exclude = _checked_options(body, q)
@@ -87,8 +87,8 @@ class NextItemsService:
         results = await asyncio.to_thread(run)
         return BatchNextItemsResponse(results=results, count=len(results))  # every check ran before any student
 
-    async def _qmatrix(self, options: NextItemsOptions, tenant: str) -> tuple[QMatrix, str]:
-        config = await self.planner.configuration(tenant, qmatrix_id=options.qmatrix_id)  # NotFound: unknown id
+    async def _qmatrix(self, options: NextItemsOptions, principal: Principal) -> tuple[QMatrix, str]:
+        config = await self.planner.configuration(principal, qmatrix_id=options.qmatrix_id)  # NotFound: unknown id
         return config.resolved.qmatrix, config.resolved.key
 
     def bank(self, q: QMatrix, key: str, tenant: str) -> ServingBank:
@@ -186,26 +186,16 @@ def _untrained(concepts: tuple[str, ...]) -> LoadedModel:
     return untrained_model(concepts)
 
 
-def next_items_service(gateway: Any) -> NextItemsService:
-    """The gateway's service (``app.gateway``), built on first use from the diagnosis service's planner and
-    ``local-fed`` entity: the same Q-matrix resolution and serving model as ``/v1/diagnose``'s forecasts."""
-    found = getattr(gateway, "next_items", None)
-    if found is None:
-        diagnosis = gateway.diagnosis
-        local_fed = diagnosis.forecasts.local_fed
-        found = gateway.next_items = NextItemsService(
-            planner=diagnosis.planner, local_fed=local_fed if hasattr(local_fed, "serving_model") else None,
-            settings=gateway.settings)
-    return found
-
-
-def with_next_items(gateway: Any, report: StudentReport, q: QMatrix | None, tenant: str) -> StudentReport:
-    """``report`` with its suggested next items (blocking); unchanged without the Q-matrix or when the suggestion
-    fails (the report still reads: a suggestion is an extra, logged when it cannot be made)."""
-    if q is None:
+def with_next_items(
+    service: NextItemsService | None, report: StudentReport, q: QMatrix | None, tenant: str
+) -> StudentReport:
+    """``report`` with its suggested next items (blocking); unchanged without the Q-matrix, before the gateway
+    started (no ``service``) or when the suggestion fails (the report still reads: a suggestion is an extra, logged
+    when it cannot be made)."""
+    if q is None or service is None:
         return report
     try:
-        return next_items_service(gateway).suggest_for_report(report, q, tenant)
+        return service.suggest_for_report(report, q, tenant)
     except Exception:
         log.exception("the student report's next items could not be chosen")
         return report

@@ -13,9 +13,11 @@ import hashlib
 import json
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
+from app.auth import Principal
 from app.domain_errors import InvalidInput, NotFound
 from app.federation import Federation, federation_mode
 from app.limits import check_responses, qmatrix_from_json_checked
@@ -23,12 +25,15 @@ from app.pseudonyms import Pseudonyms
 from app.schemas import DiagnoseOptions, DiagnoseRequest, PrivacyPolicyPublic, QMatrixCreate, StudentIn
 from app.settings import Settings
 from app.storage import TenantConfig, TenantConfigCache
+from app.storage.tenant_config import NotInMemory
 from calibration import CalibrationRecord, aggregator_for
 from diagnosis import Aggregator, DiagnosisPipeline, DiagnosisPlan, DiagnosisRequest, UnknownEntities
 from privacy import StudentKey
 from qmatrix import QMatrix, Response, qmatrix_to_json
 
-__all__ = ["AggregatorCache", "Planner", "RequestConfig", "ResolvedQMatrix", "StudentPlan"]
+__all__ = ["AggregatorCache", "Planner", "RequestConfig", "ResolvedQMatrix", "StudentPlan", "read_configuration"]
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -59,6 +64,24 @@ class StudentPlan:
     left_out: dict[str, str]
     tenant: str
     key: StudentKey
+
+
+async def read_configuration(
+    cache: TenantConfigCache, principal: Principal, read: Callable[[TenantConfig], T], *, on_loop: bool = True
+) -> T:
+    """``read`` of the tenant's configuration as of the generations the request's API key lookup read
+    (``Principal.generations``): on the event loop when all it reads is in memory (and ``on_loop``), else in one
+    worker-thread hop. Without them (authentication disabled), the hop reads them too."""
+    tenant, generations = principal.tenant, principal.generations
+    if generations is None:
+        return await asyncio.to_thread(lambda: read(cache.current(tenant)))
+    config = cache.current(tenant, generations)  # no I/O: the generations are given
+    if on_loop:
+        try:
+            return read(config.from_memory())
+        except NotInMemory:
+            pass
+    return await asyncio.to_thread(read, config)
 
 
 class AggregatorCache:
@@ -101,23 +124,20 @@ class Planner:
 
     # -- the tenant's configuration --------------------------------------------------------------
     async def configuration(
-        self, tenant: str, *, qmatrix_id: str | None, inline: QMatrixCreate | None = None,
-        calibration_id: str | None = None, generations: tuple[int, int] | None = None,
+        self, principal: Principal, *, qmatrix_id: str | None, inline: QMatrixCreate | None = None,
+        calibration_id: str | None = None,
     ) -> RequestConfig:
         """The Q-matrix (``qmatrix_id``, or the ``inline`` rows), calibration (``calibration_id``, else the newest
-        fitted on those rows) and privacy policy a request uses, in one worker-thread hop (cached per tenant until
-        its configuration changes: ``app.storage.tenant_config``). ``generations``: the tenant's configuration
-        generations as the request's API key lookup read them (``Principal.generations``); when all of it is then
-        in memory, no hop at all."""
+        fitted on those rows) and privacy policy a request of ``principal``'s tenant uses, in one worker-thread hop
+        (cached per tenant until its configuration changes: ``app.storage.tenant_config``). The tenant's
+        configuration generations are the ones the request's API key lookup read (``Principal.generations``); when
+        all the request needs is then in memory, no hop at all."""
         def read(config: TenantConfig) -> RequestConfig:
             resolved = self._resolve_qmatrix(qmatrix_id, inline, config)
             return RequestConfig(resolved, self._calibration(calibration_id, resolved, config), config.policy())
 
-        if generations is not None and qmatrix_id is not None and inline is None and calibration_id is None:
-            known = self.config.current(tenant, generations)  # no I/O: the generations are given
-            if known.in_memory(qmatrix_id):
-                return read(known)
-        return await asyncio.to_thread(lambda: read(self.config.current(tenant, generations)))
+        # Inline rows are parsed and hashed off the event loop, remembered or not.
+        return await read_configuration(self.config, principal, read, on_loop=inline is None)
 
     def _resolve_qmatrix(
         self, qmatrix_id: str | None, inline: QMatrixCreate | None, config: TenantConfig
@@ -138,7 +158,7 @@ class Planner:
     ) -> CalibrationRecord | None:
         """The record a request names, else the tenant's newest for these exact Q-matrix rows (or a shared one)."""
         if calibration_id is not None:
-            stored = self.config.calibrations.get(config.tenant, calibration_id)
+            stored = config.calibration(calibration_id)
             if stored is None:
                 raise NotFound(("calibration_id",), [f"unknown calibration id '{calibration_id}'"])
             if stored.record.qmatrix_id != resolved.qmatrix.id or stored.qmatrix_version != resolved.version:

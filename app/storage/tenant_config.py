@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from app.db import engine_of
 from app.schemas import PrivacyPolicyPublic
@@ -22,7 +24,10 @@ from app.storage.generations import read_generations
 from app.storage.policies import PolicyStore
 from app.storage.qmatrices import QMatrixStore, StoredQMatrix
 
-__all__ = ["TenantConfig", "TenantConfigCache"]
+__all__ = ["NotInMemory", "TenantConfig", "TenantConfigCache"]
+
+T = TypeVar("T")
+
 
 @dataclass
 class _Memo:
@@ -32,20 +37,36 @@ class _Memo:
     policy: PrivacyPolicyPublic | None = None  # read on first use
 
 
+class NotInMemory(LookupError):
+    """A memory-only :class:`TenantConfig` (:meth:`TenantConfig.from_memory`) was asked for what it has not read."""
+
+
 class TenantConfig:
     """One tenant's configuration as of one generation; reads the stores only for what it has not seen yet.
 
-    Synchronous (it may query the database on a miss): call it from a worker thread, never the event loop.
+    Synchronous (it may query the database on a miss): call it from a worker thread, never the event loop — unless
+    it is :meth:`from_memory`, which raises :class:`NotInMemory` instead of querying anything.
     """
 
-    def __init__(self, cache: TenantConfigCache, tenant: str, memo: _Memo) -> None:
-        self._cache, self.tenant, self._memo = cache, tenant, memo
+    def __init__(self, cache: TenantConfigCache, tenant: str, memo: _Memo, *, memory_only: bool = False) -> None:
+        self._cache, self.tenant, self._memo, self._memory_only = cache, tenant, memo, memory_only
+
+    def from_memory(self) -> TenantConfig:
+        """The same configuration, answering only from what is remembered (no I/O: fit for the event loop); a read
+        it would have to query raises :class:`NotInMemory`. What it remembers is shared with this one."""
+        return TenantConfig(self._cache, self.tenant, self._memo, memory_only=True)
+
+    def _load(self, read: Callable[[], T]) -> T:
+        """Every store read goes through here, so a memory-only configuration never queries."""
+        if self._memory_only:
+            raise NotInMemory(self.tenant)
+        return read()
 
     def qmatrix(self, qid: str) -> StoredQMatrix | None:
         memo = self._memo.qmatrices
         if qid in memo:
             return memo[qid]
-        stored = self._cache.qmatrices.get(self.tenant, qid)
+        stored = self._load(lambda: self._cache.qmatrices.get(self.tenant, qid))
         if stored is not None:  # unknown ids are not remembered: a caller naming many cannot grow the memo
             memo[qid] = stored
         return stored
@@ -53,20 +74,16 @@ class TenantConfig:
     def latest_calibration(self, qmatrix_id: str, version: int) -> StoredCalibration | None:
         memo, key = self._memo.calibrations, (qmatrix_id, version)
         if key not in memo:
-            memo[key] = self._cache.calibrations.latest_for(self.tenant, qmatrix_id, version)
+            memo[key] = self._load(lambda: self._cache.calibrations.latest_for(self.tenant, qmatrix_id, version))
         return memo[key]
 
-    def in_memory(self, qid: str) -> bool:
-        """Whether the Q-matrix ``qid``, its newest calibration and the policy are all remembered: reading them
-        queries nothing (the caller may stay on the event loop)."""
-        memo = self._memo
-        stored = memo.qmatrices.get(qid)
-        return (stored is not None and memo.policy is not None
-                and (stored.qmatrix.id, stored.version) in memo.calibrations)
+    def calibration(self, calibration_id: str) -> StoredCalibration | None:
+        """The tenant's (or a shared) record by id; not remembered (a request naming its record is rare)."""
+        return self._load(lambda: self._cache.calibrations.get(self.tenant, calibration_id))
 
     def policy(self) -> PrivacyPolicyPublic:
         if self._memo.policy is None:
-            self._memo.policy = self._cache.policies.current(self.tenant)
+            self._memo.policy = self._load(lambda: self._cache.policies.current(self.tenant))
         return self._memo.policy
 
 

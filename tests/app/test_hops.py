@@ -80,3 +80,34 @@ def test_a_policy_changed_in_another_worker_applies_to_the_next_diagnosis(tmp_pa
         refused = one.post("/v1/diagnose", json={**unnoised, "student_id": "s3"})
         assert refused.status_code == 422, refused.text
         assert "allow_unnoised" in refused.text
+
+
+@pytest.mark.parametrize(("path", "body", "planned_by"), [
+    ("/v1/next-items", {k: BODY[k] for k in ("student_id", "qmatrix_id", "responses")}, "Planner."),
+    ("/v1/privacy/lookup", {"student_id": "s1"}, "BudgetService."),
+])
+def test_other_routes_read_the_configuration_as_of_the_key_lookup(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, path: str, body: dict[str, object], planned_by: str
+) -> None:
+    """Next items and budget lookups read the tenant's configuration as of the generations the key lookup read: no
+    second read of them, and no hop of their own once it is in memory."""
+    with make_client(tmp_path, {"alpha": FakeEntity("alpha", 0.2)}) as client:
+        with _hops(monkeypatch) as cold:
+            assert client.post(path, json=body).status_code == 200
+        with _hops(monkeypatch) as warm:
+            assert client.post(path, json=body).status_code == 200
+    assert [name for name in cold if name.startswith(planned_by)], cold  # the counter sees the configuration's hop
+    assert not [name for name in warm if name.startswith(planned_by)], warm
+    assert warm.count("KeyStore.authenticate") == 1, warm
+
+
+def test_a_policy_changed_in_another_worker_applies_to_the_next_budget_lookup(tmp_path: Path) -> None:
+    lookup = {"student_id": "s1"}
+    with _two_workers(tmp_path) as (one, two):
+        for _ in range(2):  # the second one reads the policy from memory
+            cap = one.post("/v1/privacy/lookup", json=lookup).json()["cap_epsilon"]
+        policy = two.get("/v1/admin/privacy-policy").json()
+        changed = {k: v for k, v in policy.items() if k not in ("tenant", "version", "created_at", "created_by")}
+        changed["cap_epsilon"] = cap / 2
+        assert two.put("/v1/admin/privacy-policy", json=changed).status_code == 200, changed
+        assert one.post("/v1/privacy/lookup", json=lookup).json()["cap_epsilon"] == cap / 2

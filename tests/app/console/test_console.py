@@ -225,8 +225,12 @@ def test_every_page_shows_the_tenants_data(client: TestClient) -> None:
     assert '<svg class="chart bars"' in overview and "<title" in overview  # the chart, with a table beside it
     failures = re.search(r'<table id="failures">.*?</table>', overview, re.DOTALL)
     assert failures and "down" in failures.group(0) and "unavailable 3" in failures.group(0)
+    assert '<tr><td>down</td><td class="n">3</td>' in failures.group(0)  # each diagnosis: one failed call
     entities = client.get("/console/entities").text
     assert all(name in entities for name in ("good", "over", "down")) and "EntityUnavailable: HTTP 503" in entities
+    rows = dict(re.findall(r'<th scope="row">(\w+)</th>(.*?)</tr>', entities, re.DOTALL))
+    assert '<td class="n">3</td><td class="n">3</td>' in rows["down"]  # calls today, failed today
+    assert '<td class="n">3</td><td class="n">0</td>' in rows["good"]
     q = client.get(f"/console/qmatrices/{Q_ID}").text
     assert "Add and subtract fractions" in q and "q12" in q and "untrained" not in q  # local-fed is off here
     assert "no local-fed entity is configured" in q

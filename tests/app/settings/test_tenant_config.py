@@ -15,6 +15,8 @@ from app.db import SHARED_TENANT, Database
 from app.schemas import PrivacyPolicy
 from app.settings import Settings
 from app.storage import CalibrationStore, PolicyStore, QMatrixStore, TenantConfigCache
+from app.storage.generations import read_generations
+from app.storage.tenant_config import NotInMemory
 from calibration import BiasParams, CalibrationRecord
 from qmatrix import QMatrix
 
@@ -128,3 +130,26 @@ def test_the_cache_holds_at_most_max_tenants(database: Database, tmp_path: Path)
     with _statements(database) as seen:
         cache.current("t1").policy()  # evicted: its policy is read again
     assert len(seen) == 2, seen
+
+
+def test_a_memory_only_configuration_queries_nothing(database: Database, tmp_path: Path) -> None:
+    """What the event loop may read (``TenantConfig.from_memory``): a miss is ``NotInMemory``, never a statement."""
+    cache, qmatrices, calibrations, _ = _worker(database, tmp_path)
+    qmatrices.create("t1", _q(4))
+    calibrations.save(_record("c1", 1), tenant="t1", qmatrix_version=1)
+    with database.engine.connect() as conn:
+        generations = read_generations(conn, "t1")  # as the request's key lookup reads them
+    with _statements(database) as seen:
+        remembered = cache.current("t1", generations).from_memory()
+        for read in (lambda: remembered.qmatrix("algebra"), remembered.policy, lambda: remembered.calibration("c1")):
+            with pytest.raises(NotInMemory):
+                read()
+    assert seen == []
+    assert _read(cache, "t1")[:2] == (1, "c1")  # fills the memo
+    with _statements(database) as seen:
+        stored = remembered.qmatrix("algebra")
+        assert stored is not None and stored.version == 1
+        latest = remembered.latest_calibration("algebra", stored.version)
+        assert latest is not None and latest.record.id == "c1"
+        remembered.policy()
+    assert seen == []
