@@ -46,7 +46,19 @@ from providers.cache import tagged_as
 from providers.item_response import items_to_forecast
 from providers.wrappers import Cached
 
-__all__ = ["CalibrationJobHandler"]
+__all__ = ["CalibrationJobHandler", "validation_noise"]
+
+
+def validation_noise(request: CalibrateRequest, policy: PrivacyPolicy) -> NoiseLevel:
+    """The noise the validation answers are privatized at: the request's, else what the tenant's diagnoses use (so
+    the calibration describes the answers diagnoses will aggregate)."""
+    epsilon = None if request.epsilon == "none" else (
+        float(request.epsilon) if request.epsilon is not None else policy.default_epsilon
+    )
+    return NoiseLevel(
+        mechanism=request.mechanism or policy.default_mechanism, epsilon=epsilon,
+        sensitivity=request.sensitivity or policy.sensitivity, delta=request.delta,
+    )
 
 log = logging.getLogger("fedcd.calibration")
 
@@ -102,17 +114,6 @@ class CalibrationJobHandler:
             return float(request.release_epsilon)
         return None if simulated else self.settings.calibration_release_epsilon
 
-    @staticmethod
-    def _noise(request: CalibrateRequest, policy: PrivacyPolicy) -> NoiseLevel:
-        """The noise the validation answers are privatized at: the request's, else what the tenant's diagnoses use."""
-        epsilon = None if request.epsilon == "none" else (
-            float(request.epsilon) if request.epsilon is not None else policy.default_epsilon
-        )
-        return NoiseLevel(
-            mechanism=request.mechanism or policy.default_mechanism, epsilon=epsilon,
-            sensitivity=request.sensitivity or policy.sensitivity, delta=request.delta,
-        )
-
     async def run(self, raw_request: dict[str, Any], job: JobContext) -> dict[str, Any]:
         start = time.perf_counter()
         tenant = job.tenant
@@ -120,7 +121,7 @@ class CalibrationJobHandler:
         cohort = await self._on_serving_scale(await asyncio.to_thread(self.validation.load, request, tenant), tenant)
         job.set_total(len(cohort.students))
         policy = await asyncio.to_thread(self.policies.current, tenant)
-        noise = self._noise(request, policy)
+        noise = validation_noise(request, policy)
         calibrator = make_calibrator(
             request.method or self.settings.default_calibration_method, **({"isotonic": True} if request.isotonic else {})
         )

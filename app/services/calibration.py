@@ -20,9 +20,10 @@ from app.pagination import Page, page_of
 from app.pseudonyms import Pseudonyms
 from app.schemas import CalibrateJob, CalibrateRequest, CalibrationList, CalibrationPublic, DatasetRef
 from app.jobs import JobQueries, JobRunner
+from app.jobs.calibration import validation_noise
 from app.settings import Settings
-from app.storage import CalibrationStore, QMatrixStore, StoredCalibration, UsageStore
-from diagnosis import UnknownEntities
+from app.storage import CalibrationStore, PolicyStore, QMatrixStore, StoredCalibration, UsageStore
+from diagnosis import UnknownEntities, calibration_mismatch
 from qmatrix import EXAMPLE_QMATRIX_ID
 
 __all__ = ["CalibrationService", "start_default_calibration"]
@@ -110,14 +111,18 @@ class CalibrationService:
 
 
 def start_default_calibration(
-    jobs: JobRunner, calibrations: CalibrationStore, settings: Settings, federation: Federation
+    jobs: JobRunner, calibrations: CalibrationStore, policies: PolicyStore, settings: Settings, federation: Federation
 ) -> str | None:
     """First start: calibrate the example Q-matrix on SIMULATED validation students, once.
 
-    Later starts reuse the stored calibration (or the job a restart resumed). The server
-    answers meanwhile, uncalibrated (``calibration_id`` null) until the job finishes.
+    Later starts reuse the stored calibration (or the job a restart resumed) while it was fitted at the noise the
+    shared tenant's diagnoses use now. An upgrade that changed the default noise (e.g. the default mechanism) would
+    otherwise leave every diagnosis flagged ``calibration_mismatch`` until someone recalibrates by hand, so a stored
+    calibration fitted at another noise level is refitted once. The comparison is with the shared tenant's policy,
+    not the settings: a customised shared policy is what its diagnoses use. The server answers meanwhile with the
+    stored calibration (flagged), or uncalibrated (``calibration_id`` null) on a first start, until the job finishes.
     """
-    if calibrations.latest_for(SHARED_TENANT, EXAMPLE_QMATRIX_ID, 1) is not None or jobs.has_active("calibrate"):
+    if jobs.has_active("calibrate"):
         return None
     request = CalibrateRequest(
         qmatrix_id=EXAMPLE_QMATRIX_ID,
@@ -125,12 +130,21 @@ def start_default_calibration(
         method=settings.default_calibration_method,
         release_epsilon="none",  # SIMULATED students: there is no one to protect, so no noise
     )
+    stored = calibrations.latest_for(SHARED_TENANT, EXAMPLE_QMATRIX_ID, 1)
+    if stored is not None:
+        differ = calibration_mismatch(stored.record.noise, validation_noise(request, policies.current(SHARED_TENANT)))
+        if differ is None:
+            return None
+        why = "; ".join(f"{name} {v['calibrated']} -> {v['served']}" for name, v in differ.items())
+        log.warning("the stored default calibration %s of %s was fitted at another noise level than diagnoses use "
+                    "now (%s): refitting it", stored.record.id, EXAMPLE_QMATRIX_ID, why)
     job_id = jobs.submit("calibrate", request.model_dump(mode="json"), tenant=SHARED_TENANT)
     n_validation = round(settings.default_calibration_students * 0.2)
     log.info(
-        "first start: fitting the default '%s' calibration for %s on %d SIMULATED validation students with %s "
-        "(job %s; with the embedded models expect about %d s; diagnoses are uncalibrated until it finishes)",
-        settings.default_calibration_method, EXAMPLE_QMATRIX_ID, n_validation, ", ".join(federation.names), job_id,
-        n_validation * 8,
+        "%s: fitting the default '%s' calibration for %s on %d SIMULATED validation students with %s "
+        "(job %s; with the embedded models expect about %d s; diagnoses are %s until it finishes)",
+        "first start" if stored is None else "start", settings.default_calibration_method, EXAMPLE_QMATRIX_ID,
+        n_validation, ", ".join(federation.names), job_id, n_validation * 8,
+        "uncalibrated" if stored is None else f"flagged calibration_mismatch on {stored.record.id}",
     )
     return job_id

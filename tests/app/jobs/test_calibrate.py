@@ -176,6 +176,26 @@ def test_first_start_fits_a_default_calibration_and_later_starts_reuse_it(tmp_pa
         assert client.get(f"/v1/calibrations?qmatrix_id={Q_ID}").json()["count"] == 1
 
 
+def test_a_start_refits_a_stored_default_calibration_fitted_at_another_noise_level(tmp_path: Path) -> None:
+    # An upgrade that changed the default mechanism: the stored first-start calibration describes other noise, and
+    # every diagnosis would carry calibration_mismatch until someone recalibrated by hand.
+    entities = {"good": FakeEntity("good", biased(0.0)), "flat": FakeEntity("flat", 0.5)}
+    settings = {"default_calibration": True, "default_calibration_students": 40}
+    listed = f"/v1/calibrations?qmatrix_id={Q_ID}"
+    with make_client(tmp_path, entities, default_mechanism="piecewise", **settings) as client:
+        wait_until(lambda: client.get(listed).json(), lambda page: page.get("count"), what="the first calibration")
+    with make_client(tmp_path, entities, default_mechanism="anchored_piecewise", **settings) as client:
+        page = wait_until(lambda: client.get(listed).json(), lambda page: page.get("count") == 2, what="the refit")
+        assert sorted(r["mechanism"] for r in page["data"]) == ["anchored_piecewise", "piecewise"]
+        answers = client.post("/v1/diagnose", json={"qmatrix_id": Q_ID, "student_id": "s1",
+                                                     "responses": [{"item_id": "q01", "correct": True}]}).json()
+        assert answers["calibration_mismatch"] is None, answers
+    with make_client(tmp_path, entities, default_mechanism="anchored_piecewise", **settings) as client:
+        # matched now: nothing is refitted again
+        assert not client.app.state.gateway.jobs.has_active("calibrate")  # type: ignore[attr-defined]
+        assert client.get(listed).json()["count"] == 2
+
+
 def test_calibration_parameters_are_released_with_dp_and_charged(tmp_path: Path) -> None:
     entities = {"over": FakeEntity("over", biased(0.2))}
     with make_client(tmp_path, entities, privacy_cap_epsilon=10.0, tenant="school") as client:
