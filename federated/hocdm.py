@@ -12,6 +12,18 @@ Why this form (docs/local-fed.md; measured against v1, IRT, DINA and NCDM in doc
 * **Structure between concepts.** Concept abilities ``θ ∈ R^K`` have the higher-order prior
   ``θ ~ N(μ, Σ)``, ``Σ = ΛΛᵀ + Ψ`` with loadings ``Λ ≥ 0`` on one general ability and
   concept-specific variances ``Ψ``: evidence on one concept moves correlated ones.
+* **A pinned scale** (``scale="population"``, what :func:`federated.models.new_model` builds; docs/mastery.md).
+  ``μ = 0`` and ``Ψ_k = 1 − λ_k²`` with ``λ_k ∈ (0, λ_max]``, so ``Σ`` is a correlation matrix: every ability is
+  standardised in the training population (mean 0, sd 1) and the items' discriminations and intercepts carry what a
+  learned mean and scale did (the abilities' location and unit are not identified otherwise, and drifted between
+  trainings). Only the loadings, i.e. the correlations ``λ_j λ_k``, are learned. ``λ_max`` keeps ``Ψ_k`` above the
+  free prior's floor, so the fold-in's ``1/ψ`` stays bounded. ``scale="free"`` is the parametrisation before it
+  (``μ``, ``Λ = softplus(·)``, ``Ψ = softplus(·) + floor``, all learned): a model published with it loads and
+  serves unchanged and says so (``scale``), since no exact conversion exists — a concept-specific shift or unit
+  cannot move into the intercept and discrimination of an item that requires several concepts (the split
+  likelihood below gives each of them ``α_i θ_k + c_i``), nor into the feature fallback's softplus. ``free`` is also
+  the constructor's default, so a configuration saved before the option existed rebuilds the model it described,
+  and serves priors set by hand (the untrained evidence model's, simulation generators).
 * **Fold-in, not an amortised guess.** A new student's abilities are the posterior mode given
   their responses and the learned parameters (Newton's method on a K-dimensional concave
   problem), with the Laplace posterior variance for a credible interval. Few responses leave
@@ -20,16 +32,18 @@ Why this form (docs/local-fed.md; measured against v1, IRT, DINA and NCDM in doc
   concepts adds ``1/|Q_i|`` of its log-likelihood to each of them (a composite likelihood).
   This is what keeps the diagnosis **monotone**: the Hessian of the fold-in objective is then
   ``Σ⁻¹ + diag(information)``, and with ``Λ ≥ 0`` the one-factor precision ``Σ⁻¹`` has no
-  positive off-diagonal entry, so the Hessian is an M-matrix whose inverse is entrywise
-  ``≥ 0``. By the implicit function theorem ``∂θ*/∂y_j = H⁻¹ ∂g/∂y_j ≥ 0``: a correct answer
-  never lowers any mastery, whatever the parameters (the full compensatory likelihood would
-  allow MIRT's known "paradoxical" results, Hooker et al. 2009).
+  positive off-diagonal entry (by Woodbury, ``(Σ⁻¹)_jk = −λ_j λ_k / (ψ_j ψ_k (1 + Σ_m λ_m²/ψ_m))`` for ``j ≠ k``,
+  whichever way ``ψ > 0`` is tied to ``λ``: it holds for the pinned scale's ``ψ_k = 1 − λ_k²`` too), so the
+  Hessian is an M-matrix whose inverse is entrywise ``≥ 0``. By the implicit function theorem
+  ``∂θ*/∂y_j = H⁻¹ ∂g/∂y_j ≥ 0``: a correct answer never lowers any mastery, whatever the parameters (the full
+  compensatory likelihood would allow MIRT's known "paradoxical" results, Hooker et al. 2009).
 * **Responses** are predicted compensatorily from the mean ability over the item's concepts,
   ``P(correct) = σ(α_i · mean_{k∈Q_i} θ_k + c_i)``, averaged over the posterior (probit
   approximation), so an uncertain student is predicted less confidently.
 
 Mastery of concept k is ``σ(θ_k)``: the probability of answering a unit-discrimination item of
-average easiness on k; the credible interval maps ``θ_k ± z·sd_k`` through the same function.
+average easiness on k; the credible interval maps ``θ_k ± z·sd_k`` through the same function. On the pinned scale
+0.5 is the training population's typical ability on k and ``σ(1) ≈ 0.73`` one population sd above it.
 
 Training (``federated.local``) is the masked-response objective: fold in from some responses,
 predict the hidden ones. The fold-in iterates are detached and one last Newton step carries the
@@ -41,7 +55,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -49,13 +63,23 @@ import torch.nn.functional as F
 from torch import nn
 
 from federated.foldin import Evidence, Prior, fold_in, predictive_variance
-from federated.itembank import ItemBank, inv_softplus
+from federated.itembank import FREE, POPULATION, SCALES, ItemBank, Scale, inv_softplus
 
 __all__ = ["HigherOrderCDM", "MODEL_KIND"]
 
 MODEL_KIND = "higher-order-irt"
 _EPS = 1e-6
 _Z90 = 1.6448536269514722  # a 90 % central credible interval
+_MIN_UNIQUE = 0.05  # the least concept-specific variance ψ_k: the fold-in divides by it
+_MAX_LOADING = math.sqrt(1 - _MIN_UNIQUE)  # on the pinned scale ψ_k = 1 − λ_k² ≥ _MIN_UNIQUE
+# The free prior starts at λ_k = 1, ψ_k = 1 + _MIN_UNIQUE; the pinned one starts there standardised (λ and the items'
+# discriminations rescaled by the start's sd), an exact conversion since every concept then shares mean 0 and unit.
+_FREE_START_LOADING, _FREE_START_UNIQUE = 1.0, 1.0 + _MIN_UNIQUE
+_FREE_START_SD = math.sqrt(_FREE_START_LOADING**2 + _FREE_START_UNIQUE)
+
+
+def _logit(p: float) -> float:
+    return math.log(p / (1 - p))
 
 
 class HigherOrderCDM(ItemBank):
@@ -66,6 +90,9 @@ class HigherOrderCDM(ItemBank):
     ``scores`` (B, L) in [0, 1] and ``context`` (B, L), the responses the diagnosis may use.
     """
 
+    # a state saved before the option existed is of the free scale
+    CONFIG_ADDED: ClassVar[dict[str, Any]] = {"scale": FREE}
+
     def __init__(
         self,
         concepts: Sequence[str],
@@ -75,25 +102,39 @@ class HigherOrderCDM(ItemBank):
         newton_steps: int = 12,
         item_prior_sd: float = 1.0,
         max_item_concepts: int | None = None,
+        scale: Scale = FREE,
         generator: torch.Generator | None = None,
     ) -> None:
         if newton_steps < 1:
             raise ValueError(f"need newton_steps >= 1, got {newton_steps}")
+        if scale not in SCALES:
+            raise ValueError(f"scale must be one of {', '.join(SCALES)}, got {scale!r}")
         super().__init__(concepts, items=items, text_dim=text_dim, item_prior_sd=item_prior_sd)
         del generator  # every parameter starts at a fixed value: two builds are identical anywhere
         k = len(concepts)
         self.newton_steps = newton_steps
         # the most concepts a bank item requires: the fold-in's width where it cannot read it from the data
         self.max_item_concepts = max_item_concepts
+        self.scale: Scale = scale
         # higher-order prior over concept abilities
-        self.prior_mean = nn.Parameter(torch.zeros(k))
-        self.loading = nn.Parameter(torch.full((k,), inv_softplus(1.0)))
-        self.unique_var = nn.Parameter(torch.full((k,), inv_softplus(1.0)))
+        if scale == POPULATION:  # μ = 0 is not learned; ψ follows from λ (module docstring)
+            self.register_buffer("prior_mean", torch.zeros(k))
+            start = _FREE_START_LOADING / _FREE_START_SD
+            self.loading = nn.Parameter(torch.full((k,), _logit(start / _MAX_LOADING)))
+            self.rescale_start_discrimination(_FREE_START_SD)
+        else:
+            self.prior_mean = nn.Parameter(torch.zeros(k))
+            self.loading = nn.Parameter(torch.full((k,), inv_softplus(_FREE_START_LOADING)))
+            self.unique_var = nn.Parameter(torch.full((k,), inv_softplus(_FREE_START_UNIQUE - _MIN_UNIQUE)))
 
     # --- parameters ----------------------------------------------------------------
     def prior(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(mean μ, loadings λ ≥ 0, unique variances ψ > 0) of θ ~ N(μ, λλᵀ + diag ψ)."""
-        return self.prior_mean, F.softplus(self.loading), F.softplus(self.unique_var) + 0.05
+        """(mean μ, loadings λ ≥ 0, unique variances ψ > 0) of θ ~ N(μ, λλᵀ + diag ψ); on the pinned scale
+        μ = 0 and λ_k² + ψ_k = 1."""
+        if self.scale == POPULATION:
+            lam = _MAX_LOADING * torch.sigmoid(self.loading)
+            return self.prior_mean, lam, 1 - lam.pow(2)
+        return self.prior_mean, F.softplus(self.loading), F.softplus(self.unique_var) + _MIN_UNIQUE
 
     def concept_correlation(self) -> np.ndarray:
         """The prior correlation between concept abilities (K x K), for reports."""
@@ -183,4 +224,4 @@ class HigherOrderCDM(ItemBank):
     def config(self) -> dict[str, Any]:
         return {"kind": MODEL_KIND, "concepts": list(self.concepts), "items": list(self.items),
                 "text_dim": self.text_dim, "newton_steps": self.newton_steps, "item_prior_sd": self.item_prior_sd,
-                "max_item_concepts": self.max_item_concepts}
+                "max_item_concepts": self.max_item_concepts, "scale": self.scale}

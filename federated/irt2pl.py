@@ -2,10 +2,11 @@
 
 One latent ability ``θ ~ N(0, 1)`` per student; item ``i`` answers ``P(correct) = σ(a_i θ + c_i)`` with
 the item parameters of :mod:`federated.itembank` (a feature part from the Q-row and text, plus a per-item
-part for items seen in training). It is the field's standard baseline model (ASSIST0910's published 2PL
-reaches a held-out AUC the higher-order kind does not, docs/results/local-fed-kinds), trained
-federatedly by the same loop and chosen over the higher-order kind only when the coordinator's held-out
-students say it predicts better (:func:`federated.train.train_federated`).
+part for items seen in training). The fixed prior pins the scale (``scale = "population"``, docs/mastery.md): the
+ability is standardised in the training population, and the item parameters carry its location and unit. It is
+the field's standard baseline model (ASSIST0910's published 2PL reaches a held-out AUC the higher-order kind does
+not, docs/results/local-fed-kinds), trained federatedly by the same loop and chosen over the higher-order kind only
+when the coordinator's held-out students say it predicts better (:func:`federated.train.train_federated`).
 
 * **Fold-in**: the posterior mode of θ given a student's responses (1-D Newton with a backtracking line
   search on a concave objective), its Laplace variance for intervals, and the same last-step trick as
@@ -31,7 +32,7 @@ import torch
 import torch.nn.functional as F
 
 from federated.foldin import STEP_SIZES
-from federated.itembank import ItemBank
+from federated.itembank import POPULATION, ItemBank, Scale
 
 __all__ = ["IRT2PL", "MODEL_KIND"]
 
@@ -59,6 +60,8 @@ class IRT2PL(ItemBank):
     """Responses over an item bank -> one posterior ability per student, served as per-concept mastery
     (module docstring). Inputs as :class:`~federated.hocdm.HigherOrderCDM`'s: ``feats`` (B, L, F) item
     rows from :meth:`item_table`, ``scores`` (B, L) in [0, 1], ``context`` (B, L) the usable responses."""
+
+    scale: Scale = POPULATION  # θ ~ N(0, 1) has always been fixed: every 2PL ever published is on the pinned scale
 
     def __init__(self, concepts: Sequence[str], *, items: Sequence[str] = (), text_dim: int = 0,
                  newton_steps: int = 12, item_prior_sd: float = 1.0,

@@ -8,8 +8,16 @@ there), so the feature part is the fallback for new items and rare items are shr
 
 The kinds (:mod:`federated.hocdm`'s higher-order IRT, :mod:`federated.irt2pl`'s one-factor 2PL) differ
 only in the student side: how abilities are folded in and how an item's response depends on them.
+
 Parameters are registered here first (``feature_w``, ``feature_b``, ``item_delta``), so a subclass's
 ``parameters()`` order, the federation's wire format, starts with them.
+
+**The ability scale** (``Scale``, docs/mastery.md). An ability's location and unit trade off against the item
+parameters: adding m to every ability and −α_i·m to every intercept, or multiplying abilities by s and
+discriminations by 1/s, predicts the same answers. A kind fixes them with its prior over abilities: ``population``
+fixes its mean at 0 and every marginal variance at 1, so abilities are standardised in the training population and
+the item parameters carry what the location and unit did; ``free`` learns the prior's mean and variances (models
+published before issue 33), so a mastery from one such version is not on the same scale as another's.
 """
 
 from __future__ import annotations
@@ -17,7 +25,7 @@ from __future__ import annotations
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 import torch
@@ -27,7 +35,13 @@ from torch import nn
 from federated.features import hash_text
 from qmatrix import QMatrix, QMatrixError
 
-__all__ = ["ItemBank", "inv_softplus"]
+__all__ = ["FREE", "POPULATION", "SCALES", "ItemBank", "Scale", "inv_softplus"]
+
+Scale = Literal["population", "free"]
+POPULATION: Scale = "population"  # prior mean 0, unit marginal variances: standardised in the training population
+FREE: Scale = "free"  # the prior's mean and variances learned: the scale is not pinned (models before issue 33)
+SCALES: tuple[Scale, ...] = (POPULATION, FREE)
+_MIN_DISCRIMINATION = 0.05  # α = softplus(·) + this: an item always says something about the ability
 
 
 def inv_softplus(y: float) -> float:
@@ -35,8 +49,13 @@ def inv_softplus(y: float) -> float:
 
 
 class ItemBank(nn.Module, ABC):
-    """Item rows and per-item parameters (see the module docstring). A subclass adds the student side and
-    ``config()`` (what :func:`federated.models.build_model` rebuilds it from)."""
+    """Item rows and per-item parameters (see the module docstring). A subclass adds the student side,
+    ``config()`` (what :func:`federated.models.build_model` rebuilds it from) and ``scale``, how its prior pins the
+    abilities' location and unit (module docstring)."""
+
+    scale: Scale
+    # config keys added after models were published, with the value a state saved without them implies
+    CONFIG_ADDED: ClassVar[dict[str, Any]] = {}
 
     def __init__(self, concepts: Sequence[str], *, items: Sequence[str] = (), text_dim: int = 0,
                  item_prior_sd: float = 1.0) -> None:
@@ -56,6 +75,12 @@ class ItemBank(nn.Module, ABC):
         self.feature_w = nn.Parameter(torch.zeros(2, f))
         self.feature_b = nn.Parameter(torch.tensor([inv_softplus(1.0), 0.0]))
         self.item_delta = nn.Parameter(torch.zeros(len(self.items) + 1, 2))  # row 0: outside the bank, never trained
+
+    @property
+    def scale_pinned(self) -> bool:
+        """Whether abilities are standardised in the training population (docs/mastery.md); ``False`` for a model
+        published before the scale was pinned, whose masteries are not comparable with another version's."""
+        return self.scale == POPULATION
 
     @abstractmethod
     def config(self) -> dict[str, Any]:
@@ -92,7 +117,15 @@ class ItemBank(nn.Module, ABC):
         base = F.linear(feats[..., :-1], self.feature_w, self.feature_b)
         index = feats[..., -1].round().long().clamp(0, len(self.items))
         raw = base + self.item_delta[index]
-        return F.softplus(raw[..., 0]) + 0.05, raw[..., 1]
+        return F.softplus(raw[..., 0]) + _MIN_DISCRIMINATION, raw[..., 1]
+
+    def rescale_start_discrimination(self, factor: float) -> None:
+        """Multiply the discrimination every item starts with by ``factor`` (its feature part's bias: before
+        training, the feature weights and per-item parts are 0); a kind whose ability unit differs from another's
+        starts from the same predictions."""
+        with torch.no_grad():
+            alpha = float(F.softplus(self.feature_b[0])) + _MIN_DISCRIMINATION
+            self.feature_b[0] = inv_softplus(alpha * factor - _MIN_DISCRIMINATION)
 
     def penalty(self) -> torch.Tensor:
         """Negative log prior of the per-item parameters (data-independent; the trainer scales it
@@ -160,6 +193,6 @@ class ItemBank(nn.Module, ABC):
         return {"seen_item_ids": sorted(self.seen_item_ids), "config": self.config()}
 
     def set_extra_state(self, state: dict[str, Any]) -> None:
-        if state.get("config", self.config()) != self.config():
+        if {**self.CONFIG_ADDED, **state.get("config", self.config())} != self.config():
             raise ValueError("state was saved from a model with another config")
         self.seen_item_ids = set(state.get("seen_item_ids", []))

@@ -1,7 +1,8 @@
 """The diagnosis models local-fed can serve, and the one place a model's kind is read.
 
 * ``higher-order-irt`` (local-fed v2, :class:`~federated.hocdm.HigherOrderCDM`): per-item
-  parameters, a higher-order concept prior and a Bayesian fold-in. The default.
+  parameters, a higher-order concept prior and a Bayesian fold-in. The default. :func:`new_model` builds it on the
+  pinned ability scale (docs/mastery.md); a configuration without ``scale`` (published before) rebuilds the free one.
 * ``irt-2pl`` (:class:`~federated.irt2pl.IRT2PL`): the same item parameters, one latent ability per
   student (a federated 2PL); every concept's mastery is σ(ability), so the served forecasts read its item-response function.
 * ``evidence-encoder`` (local-fed v1, :class:`~federated.model.CDModel`): items as features
@@ -24,6 +25,7 @@ from federated.hocdm import MODEL_KIND as HIGHER_ORDER
 from federated.hocdm import HigherOrderCDM
 from federated.irt2pl import MODEL_KIND as IRT_2PL
 from federated.irt2pl import IRT2PL
+from federated.itembank import POPULATION
 from federated.model import MODEL_KIND as EVIDENCE_ENCODER
 from federated.model import CDModel, Interaction
 from qmatrix import QMatrix
@@ -72,7 +74,7 @@ def new_model(kind: str, qmatrix: QMatrix, *, seed: int, text_dim: int = 0, hidd
     if kind == HIGHER_ORDER:
         widest = max(len(item.concepts) for item in qmatrix.items)
         return HigherOrderCDM(qmatrix.concepts, items=qmatrix.item_ids, text_dim=text_dim, generator=generator,
-                              max_item_concepts=widest)
+                              max_item_concepts=widest, scale=POPULATION)
     if kind == IRT_2PL:
         return IRT2PL(qmatrix.concepts, items=qmatrix.item_ids, text_dim=text_dim, generator=generator)
     if kind == EVIDENCE_ENCODER:

@@ -12,6 +12,7 @@ import torch
 from federated import ModelRegistry, encode_students, hidden_mask
 from federated.hocdm import HigherOrderCDM
 from federated.inprocess import average_rows
+from federated.itembank import FREE, POPULATION, SCALES, Scale
 from federated.metrics import evaluate_masked
 from federated.model import CDModel
 from federated.models import build_model, new_model
@@ -23,8 +24,8 @@ from qmatrix.responses import Response
 Q = example_qmatrix()
 
 
-def _randomised(seed: int) -> HigherOrderCDM:
-    model = HigherOrderCDM(Q.concepts, items=Q.item_ids)
+def _randomised(seed: int, scale: Scale = FREE) -> HigherOrderCDM:
+    model = HigherOrderCDM(Q.concepts, items=Q.item_ids, scale=scale)
     generator = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for p in model.parameters():
@@ -32,10 +33,11 @@ def _randomised(seed: int) -> HigherOrderCDM:
     return model
 
 
+@pytest.mark.parametrize("scale", SCALES)
 @pytest.mark.parametrize("seed", [0, 1, 2])
-def test_a_correct_answer_never_lowers_any_mastery(seed: int) -> None:
-    # Prepare: arbitrary parameters (monotonicity must hold for all of them, not only trained ones)
-    model = _randomised(seed)
+def test_a_correct_answer_never_lowers_any_mastery(seed: int, scale: Scale) -> None:
+    # Prepare: arbitrary parameters (monotonicity must hold for all of them, not only trained ones), on either scale
+    model = _randomised(seed, scale)
     feats = torch.from_numpy(model.item_table(Q)).unsqueeze(0)
     generator = torch.Generator().manual_seed(seed)
     worst = 0.0
@@ -69,6 +71,23 @@ def test_few_responses_stay_near_the_prior_with_a_wider_interval() -> None:
     untouched = [k for k, c in enumerate(Q.concepts) if c not in Q.items[0].concepts + Q.items[1].concepts]
     prior = model.mastery(feats[:1], scores[:1], torch.zeros_like(context[:1]))
     assert untouched and torch.all(mastery[0, untouched] > prior[0, untouched])
+
+
+def test_the_pinned_model_starts_as_the_free_one_standardised() -> None:
+    # Prepare: both kinds of prior as built, one student
+    free, pinned = (HigherOrderCDM(Q.concepts, items=Q.item_ids, scale=scale) for scale in (FREE, POPULATION))
+    feats = torch.from_numpy(free.item_table(Q)).unsqueeze(0)
+    scores = (torch.arange(len(Q.items)) % 3 == 0).float().unsqueeze(0)
+    context = torch.ones_like(scores, dtype=torch.bool)
+    sd = float((free.prior()[1].pow(2) + free.prior()[2]).sqrt()[0])
+    # Execute
+    with torch.no_grad():
+        predicted = free(feats, scores, context), pinned(feats, scores, context)
+        theta = free.posterior(feats, scores, context)[0], pinned.posterior(feats, scores, context)[0]
+    # Assert: the same predictions, abilities in units of the free prior's sd (an exact conversion at the start)
+    assert torch.allclose(*predicted, atol=1e-6)
+    assert torch.allclose(theta[0], theta[1] * sd, atol=1e-5)
+    assert np.allclose(free.concept_correlation(), pinned.concept_correlation(), atol=1e-6)
 
 
 def test_an_item_outside_the_bank_uses_the_feature_part_only() -> None:
