@@ -61,7 +61,7 @@ import torch.nn.functional as F
 
 from federated.active import NO_POINTER
 from federated.hocdm import HigherOrderCDM
-from federated.itembank import inv_softplus
+from federated.itembank import ItemBank, inv_softplus
 from federated.registry import TENANT_PREFIX, LoadedModel, ModelNotFound, ModelRegistry, RegistryError, model_key
 from providers.batching import MicroBatcher
 from providers.errors import EntityRejected, EntitySkipped
@@ -338,6 +338,8 @@ class LocalFedEntity:
             "data": m.get("data"),
             "forced": m.get("forced"),
             "key_id": m.get("key_id"),
+            # whether its masteries are on the pinned scale (docs/mastery.md): comparable with another version's
+            "scale_pinned": isinstance(loaded.model, ItemBank) and loaded.model.scale_pinned,
         }
 
     def _forward(self, batch: list[_Request]) -> list[_Answer]:

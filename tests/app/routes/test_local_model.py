@@ -58,6 +58,7 @@ def test_local_model_endpoint_shows_the_signed_version(tmp_path: Path, registry:
     assert info["heldout_metrics"]["auc"] > 0.6
     # the first-start default is local-fed v2, with the item bank it learned parameters for
     assert info["config"]["model"]["kind"] == "higher-order-irt" and "q01" in info["config"]["model"]["items"]
+    assert info["scale_pinned"] is True  # trained since the scale was pinned (docs/mastery.md)
 
 
 def test_a_qmatrix_without_a_model_is_served_by_the_untrained_evidence_model(tmp_path: Path, registry: Path) -> None:
