@@ -4,8 +4,9 @@
 
 On the held-out protocol's train split (seeded, 3 SIMULATED institutions, IID), the higher-order IRT is scored by its
 own predictions on the test students' held-out responses: untrained, after the non-private warm start (pooled exact
-sums), and after :func:`federated.item_release.private_warm_start` from a release at each ε (the whole ε on the
-release; ``fedcd train`` spends a share of it). No training round runs: this isolates what the release carries.
+sums), and after the warm start from the trainer's release (:func:`federated.item_release.release_for_training`) at
+each ε (the whole ε on the release; ``fedcd train`` spends a share of it). No training round runs: this isolates
+what the release carries.
 """
 
 from __future__ import annotations
@@ -13,13 +14,11 @@ from __future__ import annotations
 import argparse
 
 import numpy as np
-import torch
 
 from evaluation.metrics import auc
-from federated.accountant import noise_multiplier_for
 from federated.candidates import warm_start
 from federated.data import encode_dataset, iid_partition
-from federated.item_release import ItemGroups, pooled, private_warm_start, release_item_sums
+from federated.item_release import release_for_training
 from federated.models import DEFAULT_KIND, new_model
 from federated.predict import predict_heldout
 from qmatrix import Dataset
@@ -57,15 +56,12 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     exact = new_model(DEFAULT_KIND, q, seed=args.seed)
     warm_start(exact, shards, table=table)
     score("non-private warm start", exact)
-    groups = ItemGroups.of(exact, table)
     for epsilon in (float(e) for e in args.epsilons.split(",")):
-        sigma = noise_multiplier_for(target_epsilon=epsilon, delta=args.delta, sample_rate=1.0, steps=1)
-        generator = torch.Generator().manual_seed(args.seed)
-        sums = pooled([release_item_sums(exact, s, groups, noise_multiplier=sigma, generator=generator)
-                       for s in shards])
+        # the trainer's own release (its σ, every shard's noisy sums pooled), the whole ε on it
+        release = release_for_training(exact, shards, table=table, epsilon=epsilon, delta=args.delta, seed=args.seed)
         model = new_model(DEFAULT_KIND, q, seed=args.seed)
-        private_warm_start(model, table, groups, sums, students=len(encoded))
-        score(f"release at ε {epsilon:g} (σ {sigma:.2f})", model)
+        release.warm_start(model, table)
+        score(f"release at ε {epsilon:g} (σ {release.noise_multiplier:.2f})", model)
     return results
 
 

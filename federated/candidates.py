@@ -33,8 +33,8 @@ from qmatrix import Dataset
 if TYPE_CHECKING:
     from federated.train import TrainingConfig
 
-__all__ = ["Fitted", "Plan", "RobustRule", "choose", "coordinate_median", "fit_candidate", "selection_record",
-           "selection_rule", "trimmed_mean", "warm_start"]
+__all__ = ["Fitted", "Plan", "RobustRule", "Start", "choose", "coordinate_median", "fit_candidate", "release_start",
+           "selection_record", "selection_rule", "trimmed_mean", "warm_start"]
 
 Update = Sequence[np.ndarray]
 
@@ -75,11 +75,27 @@ class RobustRule:
 
 
 @dataclass(frozen=True)
-class _Start:
+class Start:
     """The starting weights as :class:`~federated.rounds.BestRound` reads a round: round 0 and its held-out AUC."""
 
     auc: float
     round: int = 0
+
+
+def release_start(model: DiagnosisModel, release: ItemRelease | None, evaluation: ResponseTensors,
+                  hidden: torch.Tensor, *, keep: str) -> Start | None:
+    """Warm-start ``model``'s bank from the DP item release (post-processing: the release is charged where it is
+    made) and return the start as round 0 where it competes with the rounds (``keep == "best"``): every engine's
+    start (the in-process trainer's and the Flower ServerApp's). None: no release, no item bank (a kind without
+    one, e.g. one reusing an earlier kind's release, starts as it is), or ``keep == "last"``, where the start is no
+    candidate and its AUC is not measured.
+
+    The release's warm start is itself a model: round 0 competes with the DP-SGD rounds (chosen on the
+    coordinator's held-out students, free), so noisy rounds that only blur it are not what gets served."""
+    if release is None or not isinstance(model, ItemBank):
+        return None
+    release.warm_start(model, evaluation.features.numpy())
+    return Start(evaluate_masked(model, evaluation, hidden).auc) if keep == "best" else None
 
 
 @dataclass(frozen=True)
@@ -130,14 +146,16 @@ def fit_candidate(kind: str, plan: Plan, accountant: PrivacyAccountant | None,
     data = encode_dataset(plan.dataset, table=model.item_table(plan.dataset.qmatrix))
     train, evaluation = data.subset(plan.split.train), data.subset(plan.split.test)
     shards = [train.subset(p) for p in plan.parts]
-    if c.rounds > 0 and isinstance(model, ItemBank):  # rounds=0: the untrained model
-        if c.dp.reveals_counts:
+    hidden, fed = evaluation_mask(evaluation, plan.fed), plan.fed
+    start = None
+    if c.rounds > 0:  # rounds=0: the untrained model
+        if c.dp.reveals_counts and isinstance(model, ItemBank):
             warm_start(model, shards, table=data.features.numpy())
-        elif plan.release is not None:  # already charged: every kind post-processes the same release
-            plan.release.warm_start(model, data.features.numpy())
+        else:  # already charged: every kind post-processes the same release
+            start = release_start(model, plan.release, evaluation, hidden, keep=c.keep)
     rng = np.random.default_rng()
     rng.bit_generator.state = copy.deepcopy(plan.rng_state)
-    hidden, worker, fed = evaluation_mask(evaluation, plan.fed), copy.deepcopy(model), plan.fed
+    worker = copy.deepcopy(model)
     robust: dict[str, Aggregate] = {"trimmed_mean": RobustRule(lambda u: trimmed_mean(u, trim=c.trim_fraction)),
                                     "median": RobustRule(coordinate_median)}
     aggregate = robust.get(c.aggregation)  # None: the DP mode's own mean
@@ -146,12 +164,8 @@ def fit_candidate(kind: str, plan: Plan, accountant: PrivacyAccountant | None,
         return fedavg_round(model, worker, shards, evaluation, hidden, fed, rng, aggregate)
 
     best = BestRound(model)
-    start_auc = None
-    if plan.release is not None and c.keep == "best" and isinstance(model, ItemBank) and c.rounds > 0:
-        # the release's warm start is itself a model: round 0 competes with the DP-SGD rounds (chosen on the
-        # coordinator's held-out students, free), so noisy rounds that only blur it are not what gets served
-        start_auc = evaluate_masked(model, evaluation, hidden).auc
-        best(_Start(start_auc))
+    if start is not None:
+        best(start)
 
     def seen(record: RoundRecord) -> None:
         best(record)
@@ -161,7 +175,7 @@ def fit_candidate(kind: str, plan: Plan, accountant: PrivacyAccountant | None,
     history, stop_reason, accountant = run_rounds(fed, play, on_round=seen, accountant=accountant)
     served = best.restore() if c.keep == "best" else (len(history) or None)
     return Fitted(kind, model, history, stop_reason, served, evaluation, hidden,
-                  time.perf_counter() - started, start_auc), accountant
+                  time.perf_counter() - started, start.auc if start is not None else None), accountant
 
 
 def choose(fitted: Sequence[Fitted]) -> Fitted:

@@ -31,7 +31,7 @@ same σ (:func:`release_noise`), pooled and post-processed by the same functions
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -42,8 +42,8 @@ from federated.accountant import PrivacyAccountant, Step, noise_multiplier_for
 from federated.data import ResponseTensors
 from federated.itembank import ItemBank
 
-__all__ = ["ItemGroups", "ItemRelease", "ItemSums", "pooled", "private_warm_start", "release_for_training",
-           "release_events", "release_item_sums", "release_noise", "response_weight"]
+__all__ = ["ItemGroups", "ItemRelease", "ItemSums", "charged", "check_release_share", "pooled", "private_warm_start",
+           "release_for_training", "release_events", "release_item_sums", "release_noise", "response_weight"]
 
 # The logit of a pooled proportion correct is attenuated against an item's intercept at the mean ability: the
 # population's P(correct) averages σ(α θ + c) over θ ~ N(0, 1), ≈ σ(c / sqrt(1 + π/8 α²)) (probit approximation),
@@ -220,6 +220,14 @@ def private_warm_start(model: ItemBank, table: np.ndarray, groups: ItemGroups, s
         model.item_delta[index[inside], 1] = torch.as_tensor(keep * (own - base), dtype=torch.float32)[inside]
 
 
+def charged(events: Iterable[Step]) -> PrivacyAccountant:
+    """A new accountant charged ``events`` in order (a release's, then rounds': how a run's guarantee composes)."""
+    accountant = PrivacyAccountant()
+    for sigma, q, steps in events:
+        accountant.step(noise_multiplier=sigma, sample_rate=q, steps=steps)
+    return accountant
+
+
 def release_events(noise_multiplier: float) -> tuple[Step, ...]:
     """What one release of item sums is charged as: one Gaussian step on every student (each belongs to one client's
     release). The rounds after it are calibrated with these as their prior, on either engine."""
@@ -243,10 +251,7 @@ class ItemRelease:
 
     def charged(self) -> PrivacyAccountant:
         """A new accountant holding this release: the run's rounds are charged on top of it."""
-        accountant = PrivacyAccountant()
-        for sigma, q, steps in self.events:
-            accountant.step(noise_multiplier=sigma, sample_rate=q, steps=steps)
-        return accountant
+        return charged(self.events)
 
     def warm_start(self, model: ItemBank, table: np.ndarray) -> None:
         private_warm_start(model, table, self.groups, self.sums, students=self.students)
@@ -255,6 +260,14 @@ class ItemRelease:
         return {"mechanism": "gaussian", "noise_multiplier": self.noise_multiplier, "l2_sensitivity": 1.0,
                 "levels": ["item", "item group (Q-row pattern)"], "groups": len(self.groups), "clients": self.clients,
                 "pooled_noise_sd": self.sums.noise_sd, "per_item_parameters": "from this release; fixed in DP-SGD"}
+
+
+def check_release_share(share: float) -> float:
+    """``share`` of ε for the item release, checked (``ValueError``): in [0, 1), 0 meaning no release. Every
+    configuration that carries one (``TrainingConfig``, ``FlowerConfig``, ``FlowerTraining``) checks it here."""
+    if not 0 <= share < 1:
+        raise ValueError(f"item_release_share must be in [0, 1), got {share}")
+    return share
 
 
 def release_noise(*, epsilon: float, delta: float) -> float:

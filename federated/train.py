@@ -39,7 +39,7 @@ from federated.candidates import (Plan, choose, coordinate_median, fit_candidate
 from federated.data import (ResponseTensors, dirichlet_partition, encode_dataset, iid_partition,
                             split_student_indices)
 from federated.inprocess import AGGREGATIONS, Aggregation, FedConfig, RoundRecord
-from federated.item_release import ItemRelease, release_for_training
+from federated.item_release import ItemRelease, check_release_share, release_for_training
 from federated.itembank import ItemBank
 from federated.local import LocalConfig, StudentDP
 from federated.model import Interaction
@@ -140,8 +140,7 @@ class TrainingConfig:
         candidate_kinds(self.model_kind)  # raises for an unknown kind
         if self.keep not in ("best", "last"):
             raise ValueError(f"keep must be 'best' or 'last', got {self.keep!r}")
-        if not 0 <= self.item_release_share < 1:
-            raise ValueError(f"item_release_share must be in [0, 1), got {self.item_release_share}")
+        check_release_share(self.item_release_share)
 
 def item_release(c: TrainingConfig, kind: str, dataset: Dataset, shards: list[ResponseTensors], *, table: np.ndarray,
                  rng: np.random.Generator) -> ItemRelease | None:

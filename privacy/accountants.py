@@ -33,6 +33,7 @@ as written.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
 from abc import ABC, abstractmethod
 from functools import lru_cache
@@ -63,19 +64,16 @@ DEFAULT_TARGET_DELTA = 1e-5
 # Laplace, the bounded mechanisms and any other name are charged as generic pure ε-DP.
 GAUSSIAN_MECHANISMS = names_of(AnalyticGaussianMechanism)
 LAPLACE_MECHANISMS = names_of(LaplaceMechanism)
-_EVENT_KEYS = frozenset({"mechanism", "epsilon", "delta", "sigma_over_sensitivity"})
+# A stored event's keys: ReleaseCost's fields, the name first (the key order of every history already stored).
+_EVENT_FIELDS = ("mechanism", *(f.name for f in dataclasses.fields(ReleaseCost) if f.name != "mechanism"))
+_EVENT_KEYS = frozenset(_EVENT_FIELDS)
 _STATE_KEYS = frozenset({"accountant", "history"})
 
 
 def _stored(event: ReleaseCost) -> dict[str, Any]:
     """One release as ``state_dict`` stores it (JSON, in the ledger's ``privacy_students`` rows): the edge where
     an event stops being a :class:`ReleaseCost`."""
-    return {
-        "mechanism": event.mechanism,
-        "epsilon": event.epsilon,
-        "delta": event.delta,
-        "sigma_over_sensitivity": event.sigma_over_sensitivity,
-    }
+    return {name: getattr(event, name) for name in _EVENT_FIELDS}
 
 
 class Accountant(ABC):

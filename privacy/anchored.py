@@ -134,28 +134,23 @@ class AnchoredMechanism(Mechanism):
         keys = list(values)
         if not keys:
             return {}
-        if len(keys) > self.dimension:
-            raise ValueError(f"{len(keys)} values exceed dimension={self.dimension} the budget is split over")
-        x = np.array([values[k] for k in keys], dtype=np.float64)
-        if not np.all(np.isfinite(x)):
-            raise ValueError("values must be finite")
-        x = np.clip(x, 0.0, 1.0)  # the mechanisms' own input map; the mean then lies in [0, 1] too
-        anchor = None if self.anchor is None else self.anchor.privatize({"mean": float(x.mean())}, rng)["mean"]
-        reports = self.details.privatize(dict(zip(keys, x.tolist())), rng)
-        r = np.array([reports[k] for k in keys], dtype=np.float64)
-        return dict(zip(keys, self.combine(anchor, r).tolist()))
+        # checked and clamped once, by the details' own input map (the anchor's is the same, and the mean of values
+        # in [0, 1] lies in [0, 1]); then each part draws as its own privatize would, the anchor first
+        x = self.details.checked(keys, values)
+        anchor = None if self.anchor is None else float(self.anchor.release(np.array([x.mean()]), rng)[0])
+        return dict(zip(keys, self.combine(anchor, self.details.release(x, rng)).tolist()))
 
     def combine(self, anchor: float | None, reports: np.ndarray) -> np.ndarray:
         """The post-processing of step 3 (module docstring): a function of the two releases and the public noise law
         only. Public so tests can check it apart from the noise draws."""
         d = reports.size
         r_bar = float(reports.mean())
-        level = float(np.clip(r_bar if anchor is None else anchor, 0.0, 1.0))  # where the noise law is read
-        v_detail = float(self.details.variance(level))
+        level = min(max(r_bar if anchor is None else anchor, 0.0), 1.0)  # where the noise law is read, in [0, 1]
+        v_detail = self.details.variance_at(level)
         pooled = r_bar
         if self.anchor is not None and anchor is not None:
             # Two unbiased estimates of the mean: the anchor, and the details' mean (variance v/d, independent).
-            w_anchor, w_details = 1.0 / float(self.anchor.variance(level)), d / v_detail
+            w_anchor, w_details = 1.0 / self.anchor.variance_at(level), d / v_detail
             pooled = (w_anchor * anchor + w_details * r_bar) / (w_anchor + w_details)
         prior = self.prior_spread**2
         shrink = prior / (prior + v_detail)  # Bayes under the prior spread: the noisier the details, the less kept

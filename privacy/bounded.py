@@ -47,7 +47,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Self
+from typing import Self, TypeVar
 
 import numpy as np
 
@@ -73,6 +73,8 @@ __all__ = [
 HYBRID_THRESHOLD = math.log(
     (-5 + 2 * (6353 - 405 * math.sqrt(241)) ** (1 / 3) + 2 * (6353 + 405 * math.sqrt(241)) ** (1 / 3)) / 27
 )
+
+_T = TypeVar("_T", np.ndarray, float)  # an array of values, or one float (the same arithmetic on either)
 
 
 def _inverse_expm1(x: float) -> float:
@@ -112,6 +114,10 @@ class ScalarRandomizer(ABC):
     def worst_case_variance(self) -> float:
         """max over t ∈ [−1, 1] of Var[t̂ | t] (every variance here is quadratic in t, so an end or the middle)."""
         return float(np.max(self.variance(np.array([-1.0, 0.0, 1.0]))))
+
+    def variance_at(self, t: float) -> float:
+        """Var[t̂ | t] of one ``t`` the caller knows lies in [−1, 1], as a float (``variance`` checks its input)."""
+        return float(self.variance(t))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -181,10 +187,21 @@ class PiecewiseRandomizer(ScalarRandomizer):
         outside = np.where(u < left + c, u - c, right + (u - (left + c)))
         return stochastic_round(np.where(center, inside, outside), grid=RELEASE_GRID, rng=rng)
 
+    @cached_property
+    def _inverse(self) -> float:
+        """1/(s − 1), overflow-free: what the variance is read from (once per randomizer)."""
+        return _inverse_expm1(self.epsilon / 2)
+
     def variance(self, t: np.ndarray | float) -> np.ndarray:
         """Closed form of the continuous PM; the release rounding adds at most RELEASE_GRID²/4 ≈ 2e-13."""
-        inverse = _inverse_expm1(self.epsilon / 2)  # 1/(s − 1): t²/(s−1) + (s+3)/(3(s−1)²), overflow-free
-        return _signed(t) ** 2 * inverse + inverse / 3 + 4 * inverse**2 / 3
+        return self._variance(_signed(t))
+
+    def variance_at(self, t: float) -> float:
+        return float(self._variance(t))  # the same arithmetic as ``variance``, on a float, unchecked
+
+    def _variance(self, t: _T) -> _T:
+        inverse = self._inverse  # t²/(s−1) + (s+3)/(3(s−1)²)
+        return t * t * inverse + inverse / 3 + 4 * inverse**2 / 3
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -268,18 +285,28 @@ class BoundedMechanism(Mechanism):
             raise ValueError("x must lie in [0, 1]")
         return self.randomizer.variance(2 * x - 1) / 4
 
+    def variance_at(self, x: float) -> float:
+        """:meth:`variance` of one ``x`` the caller knows lies in [0, 1], as a float (no checks: a hot path)."""
+        return self.randomizer.variance_at(2 * x - 1) / 4
+
     def privatize(self, values: Mapping[str, float], rng: np.random.Generator) -> dict[str, float]:
         keys = list(values)
+        return {k: float(v) for k, v in zip(keys, self.release(self.checked(keys, values), rng))}
+
+    def checked(self, keys: list[str], values: Mapping[str, float]) -> np.ndarray:
+        """``values`` in ``keys``' order, refused (``ValueError``) beyond ``dimension`` or when not finite, and
+        clamped to [0, 1] (clamping to the domain is part of the mechanism's input map)."""
         if len(keys) > self.dimension:
             raise ValueError(f"{len(keys)} values exceed dimension={self.dimension} the budget is split over")
         x = np.array([values[k] for k in keys], dtype=np.float64)
         if not np.all(np.isfinite(x)):
             raise ValueError("values must be finite")
-        t = 2 * np.clip(x, 0.0, 1.0) - 1  # clamping to the domain is part of the mechanism's input map
-        released = (self.randomizer.sample(t, rng) + 1) / 2
-        if self.clip_output:
-            released = np.clip(released, 0.0, 1.0)
-        return {k: float(v) for k, v in zip(keys, released)}
+        return np.clip(x, 0.0, 1.0)
+
+    def release(self, x: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        """The released values of ``x``, already :meth:`checked`: one report per value at ε/dimension."""
+        released = (self.randomizer.sample(2 * x - 1, rng) + 1) / 2
+        return np.clip(released, 0.0, 1.0) if self.clip_output else released
 
     def describe(self) -> dict[str, object]:
         return dict(self._description)  # a copy: callers may add to it

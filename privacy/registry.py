@@ -56,6 +56,9 @@ _REQUESTED: dict[str, type[Mechanism]] = {
 }
 # Adding a mechanism is its class and its name in the Literal above and in _REQUESTED; both must agree.
 assert set(_REQUESTED) == set(MECHANISM_NAMES), "MechanismName and _REQUESTED name different mechanisms"
+# The type -> the name a request asks for it by (the inverse of _REQUESTED: one name per type).
+_REQUESTED_NAME: dict[type[Mechanism], MechanismName] = {_REQUESTED[name]: name for name in MECHANISM_NAMES}
+assert len(_REQUESTED_NAME) == len(_REQUESTED), "two requested names build the same mechanism type"
 # The name a description carries (``describe()["mechanism"]``, each type's own ``name``: the Gaussian calls
 # itself ``analytic_gaussian``) -> its type; the requested names are accepted too.
 _DESCRIBED: dict[str, type[Mechanism]] = {
@@ -113,10 +116,10 @@ def names_of(kind: type[Mechanism]) -> frozenset[str]:
 def requested_name(kind: type[Mechanism]) -> MechanismName:
     """The name a request asks for ``kind`` by (a default that names a type, not a string); ``ValueError`` when a
     request cannot ask for it."""
-    for name in MECHANISM_NAMES:
-        if _REQUESTED[name] is kind:
-            return name
-    raise ValueError(f"{kind.__name__} is not a mechanism a request may ask for")
+    name = _REQUESTED_NAME.get(kind)
+    if name is None:
+        raise ValueError(f"{kind.__name__} is not a mechanism a request may ask for")
+    return name
 
 
 def mechanism_kind(name: str) -> type[Mechanism]:

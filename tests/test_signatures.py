@@ -240,11 +240,13 @@ def test_the_ledger_charges_a_student_key_and_a_release_cost() -> None:
     assert not {"student_id", "epsilon", "delta", "mechanism", "sigma_over_sensitivity"} & set(charge)
     assert typing.get_type_hints(PrivacyLedger.charge_all)["students"] == Sequence[StudentKey]
     assert typing.get_type_hints(Accountant.step)["cost"] is ReleaseCost
-    # The async face has the engine's signatures, parameter for parameter.
+    # The async face has the engine's signatures, parameter for parameter (generated from the engine's methods, or
+    # written by hand: either way it must match), and is awaited.
     for name in ("charge", "charge_all", "store_answer", "lookup_repeat", "status", "release", "refund", "settle_all",
                  "get_charge"):
         engine, face = (inspect.signature(getattr(cls, name)) for cls in (PrivacyLedger, AsyncLedger))
         assert list(engine.parameters.values()) == list(face.parameters.values()), name
+        assert inspect.iscoroutinefunction(getattr(AsyncLedger, name)), name
     # Accountant events and records are frozen types, made JSON only where they are stored.
     for kind in (ReleaseCost, AccountingRecord):
         assert dataclasses.is_dataclass(kind) and kind.__dataclass_params__.frozen  # type: ignore[attr-defined]

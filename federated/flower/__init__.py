@@ -46,7 +46,7 @@ from federated.flower.files import (
 from federated.flower.node import Node, NodeClient, NodeData, NodeLink, check_run, load_node_data, make_node_client_app
 from federated.flower.processes import ProcessTree, flower_env, free_port
 from federated.flower.runs import follow_run, read_result
-from federated.flower.release import ItemReleaseMod
+from federated.flower.release import ItemReleaseMod, ReleaseInputs
 from federated.flower.server import FlowerResult, FlowerRoundRecord, read_history, serve
 from federated.flower.strategy import (
     ClientSeeds,
@@ -82,6 +82,7 @@ __all__ = [
     "NodeLink",
     "PoissonSampling",
     "ProcessTree",
+    "ReleaseInputs",
     "RoundLog",
     "RunSettings",
     "StrategyWrapper",

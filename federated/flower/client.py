@@ -35,13 +35,21 @@ from flwr.common import NDArrays, Scalar
 from federated.data import ResponseTensors
 from federated.dp import clip_update, l2_norm
 from federated.flower.config import FlowerConfig
-from federated.flower.files import client_settings, load_partition, load_settings
-from federated.flower.release import ItemReleaseMod
+from federated.flower.files import RunSettings, client_settings, load_partition, load_settings
+from federated.flower.release import ItemReleaseMod, ReleaseInputs
 from federated.local import LocalResult, get_parameters, set_parameters, train_local
 from federated.model import CDModel
 from federated.models import build_model
 
 __all__ = ["CDClient", "make_client_app", "secagg_if_configured"]
+
+
+def _seeded_generator(config: dict[str, Scalar]) -> torch.Generator:
+    """Randomness for sampling, masking and DP noise: in simulation the seed the server drew for this client and
+    this round (or release), so runs reproduce."""
+    if "seed" not in config:
+        raise ValueError("fit config carries no 'seed': the server must draw one per client and round")
+    return torch.Generator().manual_seed(int(config["seed"]))
 
 
 class CDClient(NumPyClient):
@@ -78,11 +86,8 @@ class CDClient(NumPyClient):
         return update, 1 if self.config.equal_weights else len(self.data), metrics
 
     def generator(self, config: dict[str, Scalar]) -> torch.Generator:
-        """Randomness for sampling, masking and DP noise: in simulation the seed the server drew for this
-        client and round, so runs reproduce."""
-        if "seed" not in config:
-            raise ValueError("fit config carries no 'seed': the server must draw one per client and round")
-        return torch.Generator().manual_seed(int(config["seed"]))
+        """Randomness for sampling, masking and DP noise (:func:`_seeded_generator`)."""
+        return _seeded_generator(config)
 
     def metrics(self, result: LocalResult, norm: float) -> dict[str, Scalar]:
         """What the reply reports besides the update: partition id, loss and norms, for logging in simulation."""
@@ -99,12 +104,21 @@ class CDClient(NumPyClient):
         raise RuntimeError("fedcd clients do not evaluate: the server evaluates on held-out students")
 
 
-def _cd_client(context: Context) -> CDClient:
+def _partition(context: Context) -> tuple[RunSettings, int, ResponseTensors]:
+    """The run's settings, this node's partition id and its students."""
     data_dir = Path(str(context.run_config["data-dir"]))
-    settings = load_settings(data_dir)
     partition = int(context.node_config["partition-id"])
-    data = load_partition(data_dir, partition)
+    return load_settings(data_dir), partition, load_partition(data_dir, partition)
+
+
+def _cd_client(context: Context) -> CDClient:
+    settings, partition, data = _partition(context)
     return CDClient(build_model(settings.model), data, config=settings.config, partition_id=partition)
+
+
+def _release_inputs(context: Context) -> ReleaseInputs:
+    settings, _, data = _partition(context)
+    return ReleaseInputs(build_model(settings.model), data, settings.config.item_release_noise, _seeded_generator)
 
 
 def _client_fn(context: Context) -> Client:
@@ -125,4 +139,4 @@ def secagg_if_configured(msg: Message, context: Context, call_next: ClientAppCal
 def make_client_app(mods: tuple[Mod, ...] | list[Mod] = ()) -> ClientApp:
     """The ClientApp; ``mods`` run inside secure aggregation (they see the plain reply). The DP item release's
     request is answered before secure aggregation, which handles training messages only."""
-    return ClientApp(client_fn=_client_fn, mods=[ItemReleaseMod(_cd_client), secagg_if_configured, *mods])
+    return ClientApp(client_fn=_client_fn, mods=[ItemReleaseMod(_release_inputs), secagg_if_configured, *mods])

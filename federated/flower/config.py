@@ -23,12 +23,25 @@ from functools import cached_property
 from typing import Any, Literal
 
 from federated.inprocess import AGGREGATIONS, Aggregation, FedConfig
-from federated.item_release import release_noise
+from federated.item_release import check_release_share, release_noise
 from federated.local import LocalConfig, StudentDP
 
-__all__ = ["AGGREGATIONS", "Aggregation", "FlowerConfig"]
+__all__ = ["AGGREGATIONS", "Aggregation", "FlowerConfig", "item_release_noise", "releases_item_sums"]
 
 ROBUST: frozenset[str] = frozenset({"trimmed_mean", "median"})
+
+
+def releases_item_sums(fed: FedConfig, share: float) -> bool:
+    """Whether a run of ``fed`` giving ``share`` of ε to the DP item release starts with it: student-level DP, an ε
+    budget, rounds to run and a share of ε for it."""
+    return share > 0 and fed.dp.releases_item_sums and fed.rounds > 0 and fed.epsilon_budget is not None
+
+
+def item_release_noise(fed: FedConfig, share: float) -> float | None:
+    """That release's noise multiplier: the one at which it spends its share of ε alone (None: no release)."""
+    if not releases_item_sums(fed, share):
+        return None
+    return release_noise(epsilon=float(fed.epsilon_budget or 0) * share, delta=fed.delta)
 
 
 @dataclass(frozen=True)
@@ -86,8 +99,7 @@ class FlowerConfig:
             raise ValueError("secagg_num_shares and secagg_threshold are fractions in (0, 1]")
         if not self.secagg_clipping_range > 0 or not self.node_wait_s > 0:
             raise ValueError("secagg_clipping_range and node_wait_s must be > 0")
-        if not 0 <= self.item_release_share < 1:
-            raise ValueError(f"item_release_share must be in [0, 1), got {self.item_release_share}")
+        check_release_share(self.item_release_share)
         if self.releases_item_sums and (self.fed.student_dp is None or "item_delta" not in self.fed.student_dp.frozen):
             raise ValueError("with an item release the rounds hold item_delta fixed (StudentDP.frozen)")
         if self.secagg_timeout is not None and not self.secagg_timeout > 0:
@@ -108,19 +120,14 @@ class FlowerConfig:
 
     @property
     def releases_item_sums(self) -> bool:
-        """Whether the run starts with the DP item release: student-level DP, an ε budget, rounds to run and a
-        share of ε for it."""
-        return (self.item_release_share > 0 and self.fed.dp.releases_item_sums and self.fed.rounds > 0
-                and self.fed.epsilon_budget is not None)
+        """Whether the run starts with the DP item release (:func:`releases_item_sums`)."""
+        return releases_item_sums(self.fed, self.item_release_share)
 
     @cached_property
     def item_release_noise(self) -> float | None:
-        """The release's noise multiplier: the one at which it spends its share of ε alone (None: no release).
-        Derived, never configured, so a node computes it from the budget it accepted, whatever a coordinator says."""
-        if not self.releases_item_sums:
-            return None
-        return release_noise(epsilon=float(self.fed.epsilon_budget or 0) * self.item_release_share,
-                             delta=self.fed.delta)
+        """The release's noise multiplier (:func:`item_release_noise`; None: no release). Derived, never configured,
+        so a node computes it from the budget it accepted, whatever a coordinator says."""
+        return item_release_noise(self.fed, self.item_release_share)
 
     @property
     def client_noise(self) -> bool:

@@ -51,12 +51,12 @@ from flwr.common import Scalar
 import torch
 
 from federated.data import ResponseTensors, encode_students
-from federated.models import build_model
+from federated.models import DiagnosisModel, build_model
 from federated.flower.client import CDClient, secagg_if_configured
 from federated.flower.deployment import supernode_command
 from federated.flower.files import ClientSettings, client_settings
 from federated.flower.processes import ProcessTree, flower_env, free_port
-from federated.flower.release import ItemReleaseMod
+from federated.flower.release import ItemReleaseMod, ReleaseInputs
 from federated.local import LocalResult
 from qmatrix import QMatrix, StudentResponses, load_qmatrix, qmatrix_fingerprint, read_responses_csv
 
@@ -116,20 +116,26 @@ def check_run(run: ClientSettings, *, fingerprint: str, max_epsilon: float | Non
                               "both sides must use the same Q-matrix file")
 
 
+def _own_generator(config: dict[str, Scalar]) -> torch.Generator:
+    """A node's randomness for DP-SGD and its item release: never the seed the server sent (whoever knows the seed
+    can regenerate the DP noise and subtract it); 63 bits from the OS CSPRNG seed torch's generator, out of the
+    coordinator's reach."""
+    return torch.Generator().manual_seed(secrets.randbits(63))
+
+
 class NodeClient(CDClient):
     """A :class:`CDClient` that reports nothing but its update (no student count, loss or norms), and
-    draws its randomness itself."""
+    draws its randomness itself (:func:`_own_generator`)."""
 
     def generator(self, config: dict[str, Scalar]) -> torch.Generator:
-        # Never the seed the server sent: whoever knows the seed can regenerate the DP noise and subtract it.
-        # 63 bits from the OS CSPRNG seed torch's generator, out of the coordinator's reach.
-        return torch.Generator().manual_seed(secrets.randbits(63))
+        return _own_generator(config)
 
     def metrics(self, result: LocalResult, norm: float) -> dict[str, Scalar]:
         return {}
 
 
-def _node_client(context: Context) -> NodeClient:
+def _checked(context: Context) -> tuple[ClientSettings, DiagnosisModel, ResponseTensors]:
+    """The run, the model and this node's students, once the run passes :func:`check_run`."""
     run = client_settings(context.run_config)
     data_path, qmatrix_path = Path(str(context.node_config["data-path"])), Path(str(context.node_config["qmatrix-path"]))
     limit = context.node_config.get("max-epsilon")
@@ -137,7 +143,17 @@ def _node_client(context: Context) -> NodeClient:
     fingerprint, data = _tensors(str(data_path), data_path.stat().st_mtime_ns, str(qmatrix_path),
                                  qmatrix_path.stat().st_mtime_ns, json.dumps(model.config(), sort_keys=True))
     check_run(run, fingerprint=fingerprint, max_epsilon=float(limit) if limit is not None else None)
+    return run, model, data
+
+
+def _node_client(context: Context) -> NodeClient:
+    run, model, data = _checked(context)
     return NodeClient(model, data, config=run.config)
+
+
+def _node_release(context: Context) -> ReleaseInputs:
+    run, model, data = _checked(context)
+    return ReleaseInputs(model, data, run.config.item_release_noise, _own_generator)
 
 
 def _node_client_fn(context: Context) -> Client:
@@ -147,7 +163,7 @@ def _node_client_fn(context: Context) -> Client:
 def make_node_client_app() -> ClientApp:
     """The ClientApp of a real federation's node (SecAgg+ when the run asks for it; the run's one DP item release
     when it has one, :mod:`federated.flower.release`, after the same checks)."""
-    return ClientApp(client_fn=_node_client_fn, mods=[ItemReleaseMod(_node_client), secagg_if_configured])
+    return ClientApp(client_fn=_node_client_fn, mods=[ItemReleaseMod(_node_release), secagg_if_configured])
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -29,52 +29,62 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 from flwr.app import ArrayRecord, ConfigRecord, Context, Message, RecordDict
 from flwr.clientapp.typing import ClientAppCallable
+from flwr.common import Scalar
 from flwr.serverapp import Grid
 
 from federated.data import ResponseTensors
 from federated.flower.files import RunSettings
 from federated.item_release import ItemGroups, ItemRelease, ItemSums, pooled, release_item_sums
 from federated.itembank import ItemBank
-from federated.metrics import evaluate_masked
 from federated.models import DiagnosisModel
 
-if TYPE_CHECKING:  # federated.flower.client installs this mod
-    from federated.flower.client import CDClient
-
-__all__ = ["MESSAGE_TYPE", "RELEASE_FILE", "ItemReleaseMod", "StartRecord", "load_release", "save_release",
-           "server_release", "start_from"]
+__all__ = ["MESSAGE_TYPE", "RELEASE_FILE", "ItemReleaseMod", "ReleaseInputs", "load_release", "save_release",
+           "server_release"]
 
 MESSAGE_TYPE = "query.item_release"
 RELEASE_FILE = "item-release.npz"
 _RELEASED = "fedcd-item-released"  # a node's run context: this run's release has been answered
 
 
+@dataclass(frozen=True)
+class ReleaseInputs:
+    """What a node's release reads, and nothing more: its students, the model whose bank (and item groups) the sums
+    are over, the run's σ (``FlowerConfig.item_release_noise``; None: the run has no release) and where its noise
+    comes from (``generator`` of the request's config: a simulation's seeded generator, a real node's OS
+    randomness, as for its DP-SGD)."""
+
+    model: DiagnosisModel
+    data: ResponseTensors
+    noise_multiplier: float | None
+    generator: Callable[[dict[str, Scalar]], torch.Generator]
+
+
 class ItemReleaseMod:
     """A client mod: answers the server's release request with this client's noisy sums (module docstring) and lets
-    every other message through. ``client`` builds the run's client from the node's context (it checks the run)."""
+    every other message through. ``inputs`` reads the release's inputs from the node's context (it checks the run)."""
 
-    def __init__(self, client: Callable[[Context], CDClient]) -> None:
-        self.client = client
+    def __init__(self, inputs: Callable[[Context], ReleaseInputs]) -> None:
+        self.inputs = inputs
 
     def __call__(self, msg: Message, context: Context, call_next: ClientAppCallable) -> Message:
         if msg.metadata.message_type != MESSAGE_TYPE:
             return call_next(msg, context)
         if _RELEASED in context.state:  # a second release would spend the students' budget again
             raise PermissionError("this node has already released its item sums in this run")
-        client = self.client(context)
-        sigma = client.config.item_release_noise
-        if sigma is None or not isinstance(client.model, ItemBank):
+        inputs = self.inputs(context)
+        sigma, model = inputs.noise_multiplier, inputs.model
+        if sigma is None or not isinstance(model, ItemBank):
             raise PermissionError("this run is not configured for an item release")
+        if len(inputs.data) == 0:  # as a client refuses to train: such a node takes no part
+            raise ValueError("this node holds no students")
         config = dict(msg.content.config_records["config"]) if "config" in msg.content.config_records else {}
-        groups = ItemGroups.of(client.model, client.data.features.numpy())
-        sums = release_item_sums(client.model, client.data, groups, noise_multiplier=sigma,
-                                 generator=client.generator(config))
+        groups = ItemGroups.of(model, inputs.data.features.numpy())
+        sums = release_item_sums(model, inputs.data, groups, noise_multiplier=sigma, generator=inputs.generator(config))
         context.state[_RELEASED] = ConfigRecord({"noise_multiplier": sigma})
         return Message(RecordDict({"sums": ArrayRecord(sums.arrays())}), reply_to=msg)
 
@@ -113,23 +123,6 @@ def server_release(grid: Grid, node_ids: Sequence[int], settings: RunSettings, *
                           students=settings.train_students or 0)
     save_release(release, out_dir / RELEASE_FILE)
     return release
-
-
-@dataclass(frozen=True)
-class StartRecord:
-    """The release's warm start as :class:`~federated.rounds.BestRound` reads a round: round 0, its held-out AUC."""
-
-    auc: float
-    round: int = 0
-
-
-def start_from(release: ItemRelease, model: DiagnosisModel, evaluation: ResponseTensors,
-               hidden: torch.Tensor) -> float | None:
-    """Warm-start ``model``'s bank from ``release`` (post-processing); its held-out AUC (None: no item bank)."""
-    if not isinstance(model, ItemBank):
-        return None
-    release.warm_start(model, evaluation.features.numpy())
-    return evaluate_masked(model, evaluation, hidden).auc
 
 
 def save_release(release: ItemRelease, path: Path) -> None:

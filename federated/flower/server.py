@@ -51,7 +51,8 @@ from flwr.server.workflow.default_workflows import default_fit_workflow
 from flwr.serverapp import Grid
 
 from federated.flower.files import load_partition, load_settings
-from federated.flower.release import StartRecord, server_release, start_from
+from federated.candidates import release_start
+from federated.flower.release import server_release
 from federated.flower.strategy import build_strategy
 from federated.inprocess import FedResult, RoundRecord, evaluation_mask
 from federated.local import get_parameters, set_parameters
@@ -71,7 +72,8 @@ class FlowerRoundRecord(RoundRecord):
 @dataclass
 class FlowerResult(FedResult):
     """A :class:`FedResult` plus the DP item release, where the run had one: the held-out AUC of its warm start
-    (round 0) and what it was (``ItemRelease.describe``, the manifest's ``config.training.item_release``)."""
+    where it competed as round 0 (:func:`federated.candidates.release_start`) and what it was
+    (``ItemRelease.describe``, the manifest's ``config.training.item_release``)."""
 
     start_auc: float | None = None
     item_release: dict[str, Any] | None = None
@@ -133,7 +135,8 @@ def serve(grid: Grid, context: Context, *,
     hidden = evaluation_mask(evaluation, fed)
     release = server_release(grid, node_ids, settings, model=model, table=evaluation.features.numpy(),
                              out_dir=out_dir, rng=rng)
-    start_auc = start_from(release, model, evaluation, hidden) if release is not None else None
+    competing = release_start(model, release, evaluation, hidden, keep=config.keep)  # as the in-process trainer
+    start_auc = competing.auc if competing is not None else None
     start = {"start_auc": start_auc, "item_release": release.describe()} if release is not None else None
     legacy = LegacyContext(context, config=ServerConfig(num_rounds=fed.rounds), strategy=strategy,
                            client_manager=manager)
@@ -177,8 +180,8 @@ def serve(grid: Grid, context: Context, *,
 
     history: list[FlowerRoundRecord] = []
     best = BestRound(model)  # ASSIST0910-sized banks overfit rare items after the first rounds: keep the best
-    if start_auc is not None and config.keep == "best":  # the release's start is a model too: it competes
-        best(StartRecord(start_auc))
+    if competing is not None:  # the release's start is a model too: it competes
+        best(competing)
 
     def record(done: FlowerRoundRecord) -> None:
         best(done)

@@ -37,12 +37,12 @@ from typing import Literal
 import numpy as np
 
 from federated.data import dirichlet_partition, encode_dataset, iid_partition, split_student_indices
-from federated.flower.config import Aggregation, FlowerConfig
+from federated.flower.config import Aggregation, FlowerConfig, item_release_noise
 from federated.flower.deployment import LocalFederation, write_app
 from federated.flower.engine import run_inprocess
 from federated.flower.files import run_config, write_run
 from federated.flower.release import RELEASE_FILE
-from federated.item_release import release_events
+from federated.item_release import charged, check_release_share, release_events
 from federated.flower.runs import follow_run, read_result
 from federated.flower.server import FlowerResult, FlowerRoundRecord
 from federated.inprocess import FedResult
@@ -70,20 +70,15 @@ def plan_config(base: FlowerConfig | None, *, rounds: int, dp: DPMode | str, eps
     if epsilon is not None and not mode.private:
         raise ValueError("an epsilon budget needs dp='student' or dp='client'")
     student = base.fed.student_dp or StudentDP(noise_multiplier=1.0, clip_norm=1.0, sample_rate=0.2, steps=5)
-    unplanned = dataclasses.replace(base.fed, rounds=rounds, dp=NoDP(), epsilon_budget=None, delta=delta)
-
-    def planned(local: StudentDP) -> FlowerConfig:
-        fed = mode.configure(unplanned, epsilon_budget=epsilon, student=lambda: local)
-        return dataclasses.replace(base, fed=fed, secagg=secagg, aggregation=aggregation)
-
-    # with the release the rounds hold item_delta fixed (FlowerConfig refuses one without the other)
-    config = planned(dataclasses.replace(student, frozen=tuple(sorted({*student.frozen, "item_delta"}))))
-    if not config.releases_item_sums:
-        config = planned(student)
-    fed, sigma = config.fed, config.item_release_noise
+    fed = mode.configure(dataclasses.replace(base.fed, rounds=rounds, dp=NoDP(), epsilon_budget=None, delta=delta),
+                         epsilon_budget=epsilon, student=lambda: student)
+    sigma = item_release_noise(fed, base.item_release_share)
+    if sigma is not None:  # the rounds hold item_delta fixed after the release (FlowerConfig refuses one without it)
+        fed = dataclasses.replace(fed, student_dp=dataclasses.replace(
+            student, frozen=tuple(sorted({*student.frozen, "item_delta"}))))
     if epsilon is not None:
         fed = calibrate(fed, epsilon=epsilon, candidates=candidates, prior=release_events(sigma) if sigma else ())
-    return dataclasses.replace(config, fed=fed)
+    return dataclasses.replace(base, fed=fed, secagg=secagg, aggregation=aggregation)
 
 
 def _deploy(out_dir: Path, n_clients: int, progress: Progress | None, timeout_s: float,
@@ -123,8 +118,7 @@ class FlowerTraining:
     def __post_init__(self) -> None:
         object.__setattr__(self, "dp", dp_mode(self.dp))
         candidate_kinds(self.model_kind)  # raises for an unknown kind
-        if not 0 <= self.item_release_share < 1:
-            raise ValueError(f"item_release_share must be in [0, 1), got {self.item_release_share}")
+        check_release_share(self.item_release_share)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -167,13 +161,13 @@ def train_flower(
     out_dir = Path(out_dir)
     if len(kinds) == 1:  # its files are already in out_dir
         return _chosen([(kinds[0], _train_kind(kinds[0], dataset, plan, out_dir, flower_config, deployment, progress))],
-                       out_dir, dp=plan.dp, delta=plan.delta)
+                       out_dir, flower_config)
     fitted: list[tuple[str, FedResult]] = []
     for kind in kinds:
         release = out_dir / "candidates" / kinds[0] / RELEASE_FILE  # the first kind's run saved it (if any)
         fitted.append((kind, _train_kind(kind, dataset, plan, out_dir / "candidates" / kind, flower_config,
                                          deployment, progress, release if kind != kinds[0] and release.exists() else None)))
-    return _chosen(fitted, out_dir, dp=plan.dp, delta=plan.delta)
+    return _chosen(fitted, out_dir, flower_config)
 
 
 def _start_auc(result: FedResult) -> float | None:
@@ -187,31 +181,34 @@ def _served_auc(result: FedResult) -> float:
     return float(auc[0]) if auc and auc[0] == auc[0] else float("-inf")
 
 
-def _composed(fitted: list[tuple[str, FedResult]]) -> PrivacyAccountant | None:
-    """Every candidate's charges on one accountant: each run's own rounds, and the item release once (each run's
-    accountant starts with it; the later runs reused the first's)."""
-    if all(r.accountant is None for _, r in fitted):
+def _composed(fitted: list[tuple[str, FedResult]], config: FlowerConfig) -> PrivacyAccountant | None:
+    """Every candidate's charges on one accountant, as the in-process trainer charges them: the item release once
+    (the first kind's run made it; the later kinds post-processed the same one), then every kind's rounds that ran,
+    each charged the round's mechanism. Each run's own accountant holds the release and its own rounds (its budget
+    stop and per-round ε are its own); a run whose accountant holds anything else is refused, so no charge is lost."""
+    fed = config.fed
+    if not fed.dp.private:
         return None
-    composed, released = PrivacyAccountant(), False
-    for _, r in fitted:
-        if r.accountant is None:
-            continue
-        release = isinstance(r, FlowerResult) and r.item_release is not None
-        composed.history += r.accountant.history[1 if release and released else 0:]
-        released = released or release
-    return composed
+    release = release_events(config.item_release_noise) if config.item_release_noise is not None else ()
+    mechanism = fed.round_mechanism()
+    rounds = [[mechanism] * len(r.history) if mechanism is not None else [] for _, r in fitted]
+    for (kind, r), own in zip(fitted, rounds, strict=True):
+        if r.accountant is not None and r.accountant.history != charged([*release, *own]).history:
+            raise RuntimeError(f"the {kind} run was charged more than the item release and its rounds")
+    return charged([*release, *(step for own in rounds for step in own)])
 
 
-def _chosen(fitted: list[tuple[str, FedResult]], out_dir: Path, *, dp: DPMode, delta: float) -> FedResult:
+def _chosen(fitted: list[tuple[str, FedResult]], out_dir: Path, config: FlowerConfig) -> FedResult:
     """The candidate with the best held-out AUC at its served round (the first of equals: the default kind wins a
     tie), its files copied to ``out_dir``, the accountant of every candidate's rounds composed, and the record of the
     choice, as the in-process trainer makes it (``federated.candidates``)."""
+    dp, delta = config.fed.dp, config.fed.delta
     kind, chosen = max(fitted, key=lambda kr: _served_auc(kr[1]))
     source = out_dir / "candidates" / kind
     for name in ("history.json", "model.pt", "accountant.json"):
         if (source / name).exists():
             shutil.copyfile(source / name, out_dir / name)
-    composed = _composed(fitted)
+    composed = _composed(fitted, config)
     selection = {"chosen": kind, "served_round": chosen.served_round, "rule": selection_rule(dp), "candidates": [
         {"kind": k, "heldout_auc": _served_auc(r) if r.history else float("nan"), "served_round": r.served_round,
          "start_heldout_auc": _start_auc(r), "rounds_run": len(r.history), "stop_reason": r.stop_reason}

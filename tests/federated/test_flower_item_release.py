@@ -18,6 +18,7 @@ from federated.flower import (
     FlowerTraining,
     ItemReleaseMod,
     LocalGrid,
+    ReleaseInputs,
     load_partition,
     load_settings,
     make_node_client_app,
@@ -29,7 +30,9 @@ from federated.flower import (
 )
 from federated.flower.engine import _task_identity
 from federated.flower.release import MESSAGE_TYPE, RELEASE_FILE, load_release
-from federated.item_release import release_noise
+from federated.flower.train import _composed
+from federated.inprocess import FedResult, RoundRecord
+from federated.item_release import charged, release_events, release_noise
 from federated.models import new_model
 from federated.publish import publish_federated, publish_trained
 from federated.registry import ModelRegistry
@@ -82,7 +85,8 @@ def test_student_dp_on_flower_releases_item_sums_once_and_the_manifest_reproduce
     assert recomputed <= EPSILON and recomputed == pytest.approx(EPSILON, abs=0.05)
     assert manifest["epsilon"] == pytest.approx(recomputed, rel=1e-6) and published.epsilon == manifest["epsilon"]
     candidate = manifest["model_selection"]["candidates"][0]
-    assert candidate["start_heldout_auc"] is not None and candidate["served_round"] == 2
+    # keep="last": the start is no candidate, so its AUC is not measured (as in process: candidates.release_start)
+    assert candidate["start_heldout_auc"] is None and candidate["served_round"] == 2
 
     # Assert: the served item_delta is the warm start's (to float rounding in averaging): the rounds held it fixed
     settings = load_settings(tmp_path / "run" / "data")
@@ -124,6 +128,27 @@ def test_candidate_kinds_share_one_release(small: Dataset, tmp_path: Path) -> No
     assert result.accountant.get_epsilon(DELTA) <= EPSILON
 
 
+def test_the_composition_charges_the_release_once_and_refuses_a_run_charged_more(small: Dataset) -> None:
+    # Prepare: two kinds' runs, each accountant holding the shared release and its own round (as a run leaves it)
+    config = plan_config(FlowerConfig(item_release_share=0.5), rounds=1, dp="student", epsilon=EPSILON, delta=DELTA,
+                         secagg=False, aggregation="fedavg", candidates=2)
+    release, mechanism = release_events(config.item_release_noise), config.fed.round_mechanism()
+    model = new_model("higher-order-irt", small.qmatrix, seed=0)
+    record = RoundRecord(round=1, sampled_clients=(0,), train_loss=0.0, eval_loss=0.0, auc=0.5, epsilon=None,
+                         bytes_sent=0, seconds=0.0, pre_clip_norms={}, student_norm_median=None)
+
+    def run(*events: tuple) -> FedResult:
+        return FedResult(model=model, history=[record], stop_reason=None, accountant=charged(events))
+
+    # Execute
+    composed = _composed([("a", run(*release, mechanism)), ("b", run(*release, mechanism))], config)
+
+    # Assert: the release once, then each run's round; a run charged anything else is refused
+    assert composed is not None and composed.history == charged([*release, mechanism, mechanism]).history
+    with pytest.raises(RuntimeError, match="charged more"):
+        _composed([("a", run(*release, mechanism)), ("b", run(*release, mechanism, mechanism))], config)
+
+
 def test_share_zero_keeps_dp_sgd_over_every_parameter(small: Dataset, tmp_path: Path) -> None:
     # Execute
     plan = FlowerTraining(clients=2, rounds=1, dp="student", epsilon=EPSILON, seed=2, model_kind="higher-order-irt",
@@ -150,9 +175,10 @@ def test_a_client_releases_once_per_run_and_passes_other_messages_through(small:
                          epsilon=EPSILON, delta=DELTA, secagg=False, aggregation="fedavg")
     model = new_model("higher-order-irt", small.qmatrix, seed=0)
     client = CDClient(model, encode_dataset(small, table=model.item_table(small.qmatrix)), config=config)
-    mod = ItemReleaseMod(lambda _: client)
-    unconfigured = ItemReleaseMod(lambda _: CDClient(model, client.data, config=plan_config(
-        None, rounds=1, dp="student", epsilon=EPSILON, delta=DELTA, secagg=False, aggregation="fedavg")))
+    mod = ItemReleaseMod(lambda _: ReleaseInputs(model, client.data, config.item_release_noise, client.generator))
+    unconfigured = ItemReleaseMod(lambda _: ReleaseInputs(model, client.data, plan_config(
+        None, rounds=1, dp="student", epsilon=EPSILON, delta=DELTA, secagg=False, aggregation="fedavg"
+    ).item_release_noise, client.generator))
     context = Context(run_id=1, node_id=1, node_config={}, state=RecordDict(), run_config={})
     passed: list[str] = []
 

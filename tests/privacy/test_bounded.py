@@ -149,6 +149,15 @@ def test_closed_form_variances() -> None:
 
 
 @pytest.mark.parametrize("cls", [DuchiMechanism, PiecewiseMechanism, HybridMechanism])
+def test_the_unchecked_variance_of_one_value_is_the_checked_one_exactly(cls: type[BoundedMechanism]) -> None:
+    # variance_at is the hot path of the anchored release's post-processing: the same arithmetic, bit for bit
+    for epsilon, dimension in ((32.0, 15), (0.4, 4), (1000.0, 1)):
+        mechanism = cls(epsilon=epsilon, dimension=dimension)
+        for x in (0.0, 0.13, 0.5, 0.77, 1.0):
+            assert mechanism.variance_at(x) == float(mechanism.variance(x)), (epsilon, dimension, x)
+
+
+@pytest.mark.parametrize("cls", [DuchiMechanism, PiecewiseMechanism, HybridMechanism])
 def test_mechanism_splits_epsilon_and_describes_itself(cls: type[BoundedMechanism]) -> None:
     mechanism = cls(epsilon=2.0, dimension=4)
     info = mechanism.describe()
