@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 import numpy as np
 
@@ -13,15 +14,18 @@ from diagnosis import MeasuredError, fit_measured_error
 __all__ = ["measured_error"]
 
 
-def measured_error(predicted: Sequence[dict[str, float]], data: ValidationSet, folds: int
-                   ) -> tuple[MeasuredError | None, str]:
+def measured_error(predicted: Sequence[dict[str, float]], data: ValidationSet, folds: int,
+                   members: Sequence[str] = ()) -> tuple[MeasuredError | None, str]:
     """The error model of the served candidate from its held-out predictions (per validation student: concept ->
     prediction by the candidate fitted on the other folds), and a note saying what was measured or why nothing was.
+    ``members``: the entities the candidate weighs; only the pairs where every one of them answered are measured (a
+    diagnosis gets an interval only where they all answered, :class:`diagnosis.MeasuredError`).
 
     Binary truths (SIMULATED DINA attributes held or not) have no logit to compare with, so nothing is measured on
     them. Without the students' answer counts one spread is fitted for every student (``per_answer`` 0)."""
     rows = [(value, truth[c], (data.evidence[i] if data.evidence is not None else {}).get(c, 0))
-            for i, (held, truth) in enumerate(zip(predicted, data.truths)) for c, value in held.items()]
+            for i, (held, truth) in enumerate(zip(predicted, data.truths)) for c, value in held.items()
+            if all(c in data.answers[i].get(m, {}) for m in members)]
     if not rows:
         return None, "no interval: no held-out prediction to measure the error on"
     value, truth, answers = (np.asarray(column, dtype=float) for column in zip(*rows))
@@ -31,6 +35,8 @@ def measured_error(predicted: Sequence[dict[str, float]], data: ValidationSet, f
     if data.evidence is None:
         answers = np.zeros_like(answers)
     error = fit_measured_error(value, truth, answers.astype(int), with_answers=data.evidence is not None)
+    if error is not None:
+        error = replace(error, members=tuple(members))
     if error is None:
         return None, f"no interval: {len(rows)} held-out (student, concept) pairs are too few to measure the error"
     return error, (f"intervals from the stack's error on {error.rows} held-out (student, concept) pairs "

@@ -28,6 +28,7 @@ from calibration.measured import measured_error
 from calibration.selection import STACK, Selection, choose, cross_validated_losses, held_out_predictions
 from calibration.validation import Predictions, Truth, ValidationSet, stacking_rows
 from diagnosis import Aggregator
+from diagnosis.aggregation import NEGLIGIBLE_WEIGHT
 from diagnosis.aggregation import apply_isotonic
 
 SINGLE = "single:"  # a candidate that serves one member alone: "single:<entity>"
@@ -67,7 +68,25 @@ class StackingCalibrator(Calibrator):
             fitted.metrics[f"selection_cv_mse:{name}"] = score
         if selection:
             fitted.metrics["selection_stack_kept"] = float(selection["chosen"] == STACK)
-        return fitted
+        if release_epsilon is not None:  # the residuals are statistics of the students, not privatized: not measured
+            return fitted
+        return self._measured(fitted, data.without(fitted.params.excluded))
+
+    def _measured(self, fitted: FittedCalibration, kept: ValidationSet) -> FittedCalibration:
+        """``fitted`` with the served candidate's error measured on held-out validation students (the intervals its
+        diagnoses serve: :mod:`calibration.measured`), and a note saying what was measured."""
+        params = fitted.params
+        if not isinstance(params, StackingParams) or len(kept) < 2:
+            return fitted
+        served = params.selection.get("chosen", STACK)
+        member = [served.removeprefix(SINGLE)] if served != STACK else []
+        entities = sorted({e for preds in kept.answers for e, values in preds.items() if values})
+        fit = self._candidates(member, entities)
+        weighed = member or sorted({e for w in [*params.weights.values(), params.pooled_weights] for e, v in w.items()
+                                    if v >= NEGLIGIBLE_WEIGHT})
+        error, note = measured_error(held_out_predictions(fit, kept, self.folds)[served], kept, self.folds, weighed)
+        return replace(fitted, params=replace(params, measured_error=error.to_json() if error else {}),
+                       notes=[*fitted.notes, note])
 
     def _nnls(self, x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, float]:
         x_mean, y_mean = x.mean(axis=0), y.mean()
@@ -101,29 +120,23 @@ class StackingCalibrator(Calibrator):
     def _fit(self, data: ValidationSet) -> tuple[CalibrationParams, list[str]]:
         stack, notes = self._fit_stack(data)
         entities = sorted({e for preds in data.answers for e, values in preds.items() if values})
-        if len(data) < 2:
+        if not self.select or len(entities) < 2 or len(data) < 2:
             return stack, notes
-        select = self.select and len(entities) >= 2
-        fit = self._candidates(entities if select else [])
-        predicted = held_out_predictions(fit, data, self.folds)
-        chosen: StackingParams = stack
-        if select:
-            selection = choose(*cross_validated_losses(predicted, data), min(self.folds, len(data)))
-            notes.append(selection.note())
-            chosen = replace(stack, selection=selection.to_json()) if selection.chosen == STACK else \
-                self._single(selection.chosen.removeprefix(SINGLE), entities, stack.isotonic, data, selection)
-        served = chosen.selection.get("chosen", STACK)
-        error, note = measured_error(predicted[served], data, self.folds)
-        notes.append(note)
-        return replace(chosen, measured_error=error.to_json() if error else {}), notes
+        predicted = held_out_predictions(self._candidates(entities, entities), data, self.folds)
+        selection = choose(*cross_validated_losses(predicted, data), min(self.folds, len(data)))
+        notes.append(selection.note())
+        if selection.chosen == STACK:
+            return replace(stack, selection=selection.to_json()), notes
+        return self._single(selection.chosen.removeprefix(SINGLE), entities, stack.isotonic, data, selection), notes
 
-    def _candidates(self, entities: Sequence[str]) -> Callable[[ValidationSet], dict[str, Aggregator]]:
-        """The full stack and each member alone, fitted on a part of the validation students."""
+    def _candidates(self, alone: Sequence[str], entities: Sequence[str]) -> Callable[[ValidationSet], dict[str, Aggregator]]:
+        """The full stack and each member of ``alone`` on its own (among ``entities``), fitted on a part of the
+        validation students."""
 
         def fit(part: ValidationSet) -> dict[str, Aggregator]:
             stack = self._fit_stack(part)[0]
-            out: dict[str, Aggregator] = {STACK: stack.aggregator()}  # with no entities: the stack alone
-            for entity in entities:
+            out: dict[str, Aggregator] = {STACK: stack.aggregator()}
+            for entity in alone:
                 out[SINGLE + entity] = self._single(entity, entities, stack.isotonic, part, None).aggregator()
             return out
 

@@ -33,21 +33,28 @@ from scipy.optimize import nnls
 from scipy.special import expit, logit
 from scipy.stats import norm
 
+from diagnosis.forecast import LOGIT_CLIP
+
 __all__ = ["MEASURED_LEVEL", "MeasuredError", "answer_counts", "fit_measured_error", "measured_intervals"]
 
 MEASURED_LEVEL = 0.9
-_CLIP = 1e-3  # a mastery or truth of exactly 0 or 1 is an infinite logit; clipped as the forecasts clip (1e-4) or wider
+# A residual's logits are clipped wider than a served value's: a truth of 0 or 1 (rare on real data) would otherwise
+# dominate the fitted spread.
+_RESIDUAL_CLIP = 1e-3
 _MIN_ROWS = 20  # fewer held-out (student, concept) pairs measure no spread worth serving
 
 
 @dataclass(frozen=True)
 class MeasuredError:
     """The spread of a mean aggregation's logit error: ``sd(n)² = base + per_answer / (n + 1)``, measured on ``rows``
-    held-out (student, concept) pairs (module docstring)."""
+    held-out (student, concept) pairs (module docstring) on which every entity of ``members`` answered — the ones the
+    aggregation weighs. A concept some member did not answer (it failed, or was not asked) is aggregated from fewer
+    answers than were measured, so it is given no interval."""
 
     base: float
     per_answer: float
     rows: int
+    members: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.base < 0 or self.per_answer < 0 or self.base + self.per_answer <= 0 or self.rows < 1:
@@ -57,17 +64,21 @@ class MeasuredError:
         """The logit-scale sd of the aggregate for a concept with ``answers`` of the student's answers behind it."""
         return math.sqrt(self.base + self.per_answer / (max(answers, 0) + 1))
 
+    def covers(self, contributors: Sequence[str]) -> bool:
+        """Whether a concept aggregated from ``contributors`` has every member's answer, as measured."""
+        return set(self.members) <= set(contributors)
+
     def to_json(self) -> dict[str, Any]:
-        return {"base": self.base, "per_answer": self.per_answer, "rows": self.rows}
+        return {"base": self.base, "per_answer": self.per_answer, "rows": self.rows, "members": list(self.members)}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any] | None) -> MeasuredError | None:
         return None if not data else cls(base=float(data["base"]), per_answer=float(data["per_answer"]),
-                                         rows=int(data["rows"]))
+                                         rows=int(data["rows"]), members=tuple(data.get("members", ())))
 
 
-def _logit(p: np.ndarray) -> np.ndarray:
-    return logit(np.clip(p, _CLIP, 1 - _CLIP))
+def _logit(p: np.ndarray, clip: float = LOGIT_CLIP) -> np.ndarray:
+    return logit(np.clip(p, clip, 1 - clip))
 
 
 def fit_measured_error(predicted: Sequence[float], truth: Sequence[float], answers: Sequence[int], *,
@@ -76,7 +87,7 @@ def fit_measured_error(predicted: Sequence[float], truth: Sequence[float], answe
     ``with_answers`` False: the counts are unknown, so one spread (``base``) is fitted for every student."""
     if len(predicted) < _MIN_ROWS:
         return None
-    r2 = (_logit(np.asarray(predicted, float)) - _logit(np.asarray(truth, float))) ** 2
+    r2 = (_logit(np.asarray(predicted, float), _RESIDUAL_CLIP) - _logit(np.asarray(truth, float), _RESIDUAL_CLIP)) ** 2
     if not with_answers:
         return MeasuredError(base=float(r2.mean()), per_answer=0.0, rows=int(r2.size)) if r2.mean() > 0 else None
     design = np.column_stack([np.ones(r2.size), 1.0 / (np.asarray(answers, float) + 1.0)])
@@ -92,11 +103,15 @@ def answer_counts(item_concepts: Iterable[Sequence[str]]) -> dict[str, int]:
 
 
 def measured_intervals(mastery: Mapping[str, float], error: MeasuredError, answers: Mapping[str, int],
-                       level: float = MEASURED_LEVEL) -> dict[str, tuple[float, float]]:
-    """Each concept's interval at credible ``level``: ``σ(logit(mastery) ± z·sd(n))``."""
+                       level: float = MEASURED_LEVEL, contributors: Mapping[str, Sequence[str]] | None = None
+                       ) -> dict[str, tuple[float, float]]:
+    """Each concept's interval at credible ``level``: ``σ(logit(mastery) ± z·sd(n))``; with ``contributors``
+    (concept -> the entities aggregated), only for the concepts every measured member answered."""
     z = float(norm.ppf(0.5 + level / 2))
     out: dict[str, tuple[float, float]] = {}
     for concept, value in mastery.items():
+        if contributors is not None and not error.covers(contributors.get(concept, ())):
+            continue
         centre, spread = float(_logit(np.asarray(value))), z * error.sd(answers.get(concept, 0))
         out[concept] = (float(expit(centre - spread)), float(expit(centre + spread)))
     return out

@@ -12,21 +12,33 @@ Concept ``k``'s mastery is ``σ(θ̂_d)`` (``d`` its ability dimension) with the
 The same Newton solver finds the mode of the model that predicts (:func:`predictive_mode`: each response one
 Bernoulli on ``η_i``, not split), which calibration reads a validation student's ability truth from.
 
-**The criterion: expected reduction of the targeted concepts' posterior entropy.** Asking item ``j`` adds
-``a_j w_j w_jᵀ`` to ``H`` — a rank-one update whose size does not depend on the answer under the Laplace
-approximation, only through ``a_j``, which is averaged over the posterior predictive of ``η_j`` (``E[p(1−p)]`` by the
-probit approximation: a posterior-weighted Fisher information, not the information at the point estimate). By
-Sherman–Morrison, with ``g = C w_j`` and ``s = w_jᵀ C w_j``, each dimension's variance falls by
-``a_j g_d² / (1 + a_j s)``, and its Gaussian entropy by ``−½ log(1 − that / C_dd)``. The score of ``j`` is the sum
-over the *open* targeted dimensions (a targeted concept whose interval is still wider than the caller's width).
-This is the Shannon-entropy family of CD-CAT criteria (Tatsuoka 2002; Cheng 2009's posterior-weighted indices; Wang
-2013's mutual information) on a continuous Gaussian posterior: an item on a concept already well measured, or one
-whose answer is nearly certain (too easy or too hard for this student), scores little; an item on a correlated
-concept scores through ``C``'s off-diagonal entries.
+**The criteria.** Asking item ``j`` adds ``a_j w_j w_jᵀ`` to ``H`` — a rank-one update whose size does not depend
+on the answer under the Laplace approximation, only through ``a_j``, which is averaged over the posterior predictive
+of ``η_j`` (``E[p(1−p)]`` by the probit approximation: a posterior-weighted Fisher information, not the information at
+the point estimate). By Sherman–Morrison, with ``g = C w_j`` and ``s = w_jᵀ C w_j``, each dimension's variance falls
+by ``shrink_d = a_j g_d² / (1 + a_j s)``. Two scores are read off that drop, summed over the *open* targeted concepts
+(a targeted concept whose interval is still wider than the caller's width):
+
+* ``width`` (the default): the expected narrowing of their credible intervals **in mastery space**,
+  ``W(θ̂_d, C_dd) − E_y[W(θ̂_d + Δ_d(y), C_dd − shrink_d)]`` with ``W(θ, v) = σ(θ + z√v) − σ(θ − z√v)`` — what the
+  caller's ``target_width`` and the intervals a diagnosis reports are measured in. The answer ``y`` also moves the
+  mode (``Δ(y)``, one Newton step: :func:`_scores`), and where it lands matters in mastery space, so the width after
+  is averaged over ``y``'s posterior-predictive chance (a one-step preposterior analysis). A concept whose mastery
+  interval is already narrow (a small variance, or an ability far from 0, where σ is flat) gains little from a
+  further relative drop.
+* ``entropy``: the drop in their Gaussian entropy ``−½ log(1 − shrink_d / C_dd)`` (nats), the Shannon-entropy family
+  of CD-CAT criteria (Tatsuoka 2002; Cheng 2009's posterior-weighted indices; Wang 2013's mutual information) on a
+  continuous posterior. It values a relative drop on an already narrow concept as much as one on a wide concept;
+  ``fedcd bench next-items`` measured it behind ``width`` on FrcSub and ASSIST0910 (docs/results/next-items).
+
+Under either, an item on a concept already well measured, or one whose answer is nearly certain (too easy or too
+hard for this student), scores little; an item on a correlated concept scores through ``C``'s off-diagonal entries.
+Every pick reports both numbers; ``min_gain`` is read against the entropy drop (nats) whichever criterion ranks.
 
 **Against a whole bank** (ASSIST0910: 16,804 items), every candidate is first ranked by the first-order form of the
-score (``Σ_d drop_d / C_dd``, a quadratic form per item read off the few dimensions it touches), and the exact score
-is computed for the best ``_SHORTLIST`` of them.
+score (``Σ_d u_d shrink_d`` with ``u_d`` the score's slope in ``C_dd``: ``1/C_dd`` for entropy, ``∂W/∂v`` at θ̂
+for width; a quadratic form per item read off the few dimensions it touches), and the exact score is computed for
+the best ``_SHORTLIST`` of them.
 
 **Several items at once** are chosen greedily: after each pick its expected information is added to ``C`` (the
 answer is not known yet, only how much it will tell), so a list of five does not ask the same thing five times.
@@ -44,6 +56,7 @@ import functools
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Literal, get_args
 
 import numpy as np
 from scipy.special import expit, logit
@@ -51,9 +64,11 @@ from scipy.stats import norm
 
 from providers.serving_bank import ServingBank
 
-__all__ = ["ConceptState", "Pick", "Posterior", "Selection", "SelectionRule", "concept_states", "fold_in_mode", "posterior",
-           "posterior_from_intervals", "predict", "predictive_mode", "select"]
+__all__ = ["CRITERIA", "ConceptState", "Criterion", "Pick", "Posterior", "Selection", "SelectionRule", "concept_states",
+           "fold_in_mode", "posterior", "posterior_from_intervals", "predict", "predictive_mode", "select"]
 
+Criterion = Literal["width", "entropy"]  # module docstring; the first is the default (measured ahead)
+CRITERIA: tuple[str, ...] = get_args(Criterion)
 DEFAULT_LEVEL = 0.9
 _SHORTLIST = 64  # candidates scored exactly (and rescored after each greedy pick)
 _WHY = 5  # concepts listed per item, most informed first
@@ -80,11 +95,14 @@ class ConceptState:
 
 @dataclass(frozen=True)
 class Pick:
-    """One chosen item: its bank position, its score (nats), P(correct) and, per targeted concept it informs, the
-    expected entropy reduction and the interval width now and expected after the answer."""
+    """One chosen item: its bank position, the expected entropy reduction of the open targeted concepts (``gain``,
+    nats) and the expected narrowing of the sum of their interval widths (``narrowing``, mastery scale) — the rule's
+    criterion ranked by one of them — P(correct) and, per targeted concept it informs, the expected entropy
+    reduction and the interval width now and expected after the answer."""
 
     position: int
     gain: float
+    narrowing: float
     p_correct: float
     informs: tuple[tuple[str, float, float, float], ...]
 
@@ -92,26 +110,31 @@ class Pick:
 @dataclass(frozen=True)
 class SelectionRule:
     """How items are chosen: stop once every targeted concept's interval (at credible ``level``) is narrower than
-    ``target_width``; draw each pick at random among the ``randomesque`` best (exposure control); never suggest an
-    item whose expected gain is ``min_gain`` nats or less."""
+    ``target_width``; rank by ``criterion`` (module docstring); draw each pick at random among the ``randomesque``
+    best (exposure control); never suggest an item whose expected entropy reduction is ``min_gain`` nats or less."""
 
     target_width: float | None = None
     randomesque: int = 1
     min_gain: float = 0.0
     level: float = DEFAULT_LEVEL
+    criterion: Criterion = "width"
 
     def __post_init__(self) -> None:
         if self.randomesque < 1 or self.min_gain < 0:
             raise ValueError(f"need randomesque >= 1, min_gain >= 0; got {self.randomesque}, {self.min_gain}")
+        if self.criterion not in CRITERIA:
+            raise ValueError(f"criterion must be one of {', '.join(CRITERIA)}; got {self.criterion!r}")
 
 
 @dataclass(frozen=True)
 class _Focus:
-    """What a pick is explained against: the targeted concepts still open, their ability dimensions, the z of the
-    credible level."""
+    """What a pick is scored and explained against: the targeted concepts still open, their ability dimensions
+    (distinct), how many open concepts read each (a one-factor model reads them all from one), the z of the credible
+    level."""
 
     open_concepts: Sequence[str]
     dims: np.ndarray
+    counts: np.ndarray
     z: float
 
 
@@ -291,24 +314,69 @@ def concept_states(bank: ServingBank, post: Posterior, *, level: float = DEFAULT
     return out
 
 
-def _scores(bank: ServingBank, post: Posterior, rows: np.ndarray, dims: np.ndarray
-            ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """(score, a, shrink, s) of the candidate ``rows``: shrink (rows, dims) the variance each open dimension loses,
-    s = w_jᵀ C w_j."""
+def _width(theta: np.ndarray, var: np.ndarray, z: float) -> np.ndarray:
+    """``W(θ, v) = σ(θ + z√v) − σ(θ − z√v)``: the credible interval's width in mastery space."""
+    sd = np.sqrt(np.maximum(var, 0.0))
+    return expit(theta + z * sd) - expit(theta - z * sd)
+
+
+def _width_slope(theta: np.ndarray, var: np.ndarray, z: float) -> np.ndarray:
+    """``∂W/∂v = z / (2√v) · (σ'(θ + z√v) + σ'(θ − z√v))``."""
+    sd = np.sqrt(np.maximum(var, 1e-12))
+    hi, lo = expit(theta + z * sd), expit(theta - z * sd)
+    return z / (2 * sd) * (hi * (1 - hi) + lo * (1 - lo))
+
+
+@dataclass(frozen=True)
+class _Scores:
+    """The candidates' expected effects: per item (n,) the entropy drop (nats), the narrowing of the summed widths,
+    the information ``a``, ``s = w_jᵀ C w_j`` and P(correct) (posterior predictive); per item and open dimension
+    (n, dims) the variance lost and the expected interval width after the answer."""
+
+    entropy: np.ndarray
+    narrowing: np.ndarray
+    a: np.ndarray
+    s: np.ndarray
+    p_correct: np.ndarray
+    shrink: np.ndarray
+    width_after: np.ndarray
+
+
+def _scores(bank: ServingBank, post: Posterior, rows: np.ndarray, focus: _Focus) -> _Scores:
+    """The candidate ``rows``' scores (module docstring). The width after an answer ``y`` is read at the mode moved by
+    one Newton step from θ̂ — ``Δθ = α_j (y − p_j) C' w_j = α_j (y − p_j) g / (1 + a_j s)`` — with the reduced
+    variance, and averaged over ``y`` by its posterior-predictive chance: the mastery width depends on where θ̂ lands,
+    not only on the variance."""
+    dims, z = focus.dims, focus.z
     s = _quadratic(bank, rows, post.cov)
     a = _information(bank, rows, post.theta, s)
-    shrink = (a / (1 + a * s))[:, None] * _times(bank, rows, post.cov, dims) ** 2
-    drop = shrink / np.diag(post.cov)[dims][None, :]
-    return -0.5 * np.log1p(-np.clip(drop, 0.0, 1 - 1e-12)).sum(axis=1), a, shrink, s
+    g = _times(bank, rows, post.cov, dims)
+    shrink = (a / (1 + a * s))[:, None] * g**2
+    var, theta = np.diag(post.cov)[dims][None, :], post.theta[dims][None, :]
+    drop = np.clip(shrink / var, 0.0, 1 - 1e-12)
+    after = var * (1 - drop)
+    alpha, eta = bank.alpha[rows], _eta(bank, rows, post.theta)
+    p_bar = expit(eta / np.sqrt(1 + math.pi / 8 * alpha**2 * s))[:, None]  # P(correct), posterior predictive
+    p_hat = expit(eta)[:, None]  # at θ̂: the Newton step's gradient
+    step = (alpha / (1 + a * s))[:, None] * g
+    width_after = (p_bar * _width(theta + step * (1 - p_hat), after, z)
+                   + (1 - p_bar) * _width(theta - step * p_hat, after, z))
+    narrowing = (focus.counts * (_width(theta, var, z) - width_after)).sum(axis=1)
+    return _Scores(-0.5 * np.log1p(-drop).sum(axis=1), narrowing, a, s, p_bar[:, 0], shrink, width_after)
 
 
-def _shortlist(bank: ServingBank, post: Posterior, pool: np.ndarray, dims: np.ndarray, size: int) -> np.ndarray:
-    """The ``size`` candidates with the best first-order score ``a/(1+as) · w_jᵀ C P C w_j`` (P = 1/C_dd on the open
-    dimensions), computed for the whole bank at once from each item's own few dimensions."""
+def _shortlist(bank: ServingBank, post: Posterior, pool: np.ndarray, focus: _Focus, criterion: Criterion,
+               size: int) -> np.ndarray:
+    """The ``size`` candidates with the best first-order score ``a/(1+as) · w_jᵀ C U C w_j`` (U = diag u_d on the open
+    dimensions, the criterion's slope in each variance), computed for the whole bank at once from each item's own few
+    dimensions."""
     if pool.size <= size:
         return pool
-    c_open = post.cov[:, dims]
-    m = (c_open / np.diag(post.cov)[dims][None, :]) @ c_open.T
+    var = np.diag(post.cov)[focus.dims]
+    slope = (1 / var if criterion == "entropy"
+             else focus.counts * _width_slope(post.theta[focus.dims], var, focus.z))
+    c_open = post.cov[:, focus.dims]
+    m = (c_open * slope[None, :]) @ c_open.T
     s = _quadratic(bank, None, post.cov)
     a = _information(bank, None, post.theta, s)
     first = (a / (1 + a * s) * _quadratic(bank, None, m))[pool]
@@ -330,50 +398,49 @@ def select(
     open_concepts = [t for t in wanted if target_width is None or widths[t] > target_width]
     if not open_concepts:
         return Selection([], "target_width_reached" if wanted else "nothing_worth_asking")
-    dims = np.unique(bank.dim_of[[column[t] for t in open_concepts]])
+    dims, counts = np.unique(bank.dim_of[[column[t] for t in open_concepts]], return_counts=True)
+    focus = _Focus(open_concepts, dims, counts.astype(np.float64), z)
     pool = np.asarray(candidates, dtype=np.int64)
     pool = pool[bank.usable[pool]]
     if pool.size == 0:
         return Selection([], "no_items_left")
-    pool = _shortlist(bank, post, pool, dims, max(_SHORTLIST, 2 * count * randomesque))
+    pool = _shortlist(bank, post, pool, focus, rule.criterion, max(_SHORTLIST, 2 * count * randomesque))
     picks: list[Pick] = []
     cov = post.cov
     for _ in range(count):
         if pool.size == 0:
             break
         current = Posterior(post.theta, cov)
-        score, a, shrink, s = _scores(bank, current, pool, dims)
+        scored = _scores(bank, current, pool, focus)
+        score = scored.entropy if rule.criterion == "entropy" else scored.narrowing
         ranked = np.argsort(-score, kind="stable")
-        worth = ranked[score[ranked] > min_gain][:randomesque]
+        worth = ranked[scored.entropy[ranked] > min_gain][:randomesque]
         if worth.size == 0:
             break
         n = int(worth[rng.integers(worth.size)])
-        picks.append(_pick(bank, current, int(pool[n]), float(score[n]), shrink[n], float(s[n]),
-                           _Focus(open_concepts, dims, z)))
+        picks.append(_pick(bank, current, int(pool[n]), scored, n, focus))
         wc = _times(bank, pool[[n]], cov)[0]  # C ← C − a (Cw)(Cw)ᵀ / (1 + a s): the answer's expected information
-        cov = cov - (a[n] / (1 + a[n] * s[n])) * np.outer(wc, wc)
+        a, s = scored.a[n], scored.s[n]
+        cov = cov - (a / (1 + a * s)) * np.outer(wc, wc)
         pool = np.delete(pool, n)
     return Selection(picks, None if picks else "nothing_worth_asking")
 
 
-def _pick(bank: ServingBank, post: Posterior, j: int, gain: float, shrink: np.ndarray, s: float, focus: _Focus
-          ) -> Pick:
-    """Item ``j``'s why: the open targeted concepts it informs most (at least 1 % of the most), at most ``_WHY``."""
+def _pick(bank: ServingBank, post: Posterior, j: int, scored: _Scores, n: int, focus: _Focus) -> Pick:
+    """Item ``j`` (the ``n``-th scored)'s why: the open targeted concepts it informs most (at least 1 % of the most),
+    at most ``_WHY``, each with its entropy drop and its interval width now and expected after the answer."""
     open_concepts, dims, z = focus.open_concepts, focus.dims, focus.z
     column = {c: k for k, c in enumerate(bank.concepts)}
-    at = {int(d): n for n, d in enumerate(dims)}
+    at = {int(d): m for m, d in enumerate(dims)}
     informs = []
     for concept in open_concepts:
         d = int(bank.dim_of[column[concept]])
         var = float(post.cov[d, d])
-        after = max(var - float(shrink[at[d]]), 1e-12)
-        theta = float(post.theta[d])
-        lo, hi = _interval(theta, var, z)
-        lo2, hi2 = _interval(theta, after, z)
-        informs.append((concept, 0.5 * math.log(var / after), hi - lo, hi2 - lo2))
+        after = max(var - float(scored.shrink[n, at[d]]), 1e-12)
+        lo, hi = _interval(float(post.theta[d]), var, z)
+        informs.append((concept, 0.5 * math.log(var / after), hi - lo, float(scored.width_after[n, at[d]])))
     top = max((r for _, r, _, _ in informs), default=0.0)
     informs = [i for i in informs if i[1] > 0 and i[1] >= 0.01 * top]
     informs.sort(key=lambda x: -x[1])
-    eta = float(_eta(bank, np.asarray([j]), post.theta)[0])
-    p = float(expit(eta / math.sqrt(1 + math.pi / 8 * bank.alpha[j] ** 2 * s)))
-    return Pick(position=j, gain=gain, p_correct=p, informs=tuple(informs[:_WHY]))
+    return Pick(position=j, gain=float(scored.entropy[n]), narrowing=float(scored.narrowing[n]),
+                p_correct=float(scored.p_correct[n]), informs=tuple(informs[:_WHY]))

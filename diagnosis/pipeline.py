@@ -181,8 +181,8 @@ class DiagnosisPipeline:
         aggregator = aggregator or ResidualAggregator()
         context = build_context(
             request.qmatrix, request.responses, include_answers=request.include_answers, cache_scope=request.cache_scope,
-            # an entity's own uncertainty is computed only when something reads it (local-fed's costs a fifth of its
-            # answer): the aggregation, or a selective federation's gauge
+            # an entity's own uncertainty is computed only when something reads it (local-fed's costs about a quarter
+            # of its fold-in): the aggregation, or a selective federation's gauge
             own_uncertainty=aggregator.reads_uncertainty or request.federation.reads_uncertainty,
         )
         selected = self.select(request.entities)
@@ -254,8 +254,9 @@ class DiagnosisPipeline:
         if not aggregation.intervals and aggregator.measured_error is not None:
             # a calibrated mean's intervals, from its measured error and this student's answers (diagnosis.measured)
             counts = answer_counts(item.concepts for item in context.items)
-            aggregation = replace(aggregation, level=MEASURED_LEVEL, intervals=measured_intervals(
-                aggregation.mastery, aggregator.measured_error, counts, MEASURED_LEVEL))
+            intervals = measured_intervals(aggregation.mastery, aggregator.measured_error, counts, MEASURED_LEVEL,
+                                           aggregation.contributors)
+            aggregation = replace(aggregation, level=MEASURED_LEVEL if intervals else None, intervals=intervals)
         calibration = aggregator.calibration
         return DiagnosisResult(
             student_id=request.student_id,

@@ -14,7 +14,7 @@ and, for the first ``--served`` students, the same diagnosed as served (``…, s
 uncertainty privatized by the default mechanism, anchored_piecewise ε 32, combined by the posterior aggregator;
 :mod:`evaluation.coverage_served`), where ``calibrated, served`` adds two simulated entities whose τ a calibration
 measured (their stated error model is in that module), and ``stacked, served`` diagnoses every student under the
-server's default calibration, a stack fitted on SIMULATED validation students with mixed amounts of evidence, with
+default calibration method, a stack fitted on SIMULATED validation students with mixed amounts of evidence, with
 the intervals its measured error gives (:mod:`evaluation.coverage_stacked`). Everything is simulated and labelled so.
 """
 
@@ -84,7 +84,7 @@ def coverage_rows(q: QMatrix, *, students: int, seed: int, served: int = 0, coun
             width = float((hi - lo)[sim.answered].mean())
             rows.append({"generator": "model", "config": config, "responses": n, "coverage": overall,
                          "worst": worst, "width": width})
-            if stack is not None and model is truth_model:  # the default calibration's measured intervals
+            if stack is not None and model is truth_model:  # a stacking calibration's measured intervals
                 lo_s, hi_s = stacked_intervals(stack, truth_model, sim, seed=seed + n)
                 overall, worst = coverage(sim.truth, lo_s, hi_s, sim.answered)
                 rows.append({"generator": "model", "config": "stacked, served", "responses": n, "coverage": overall,
@@ -124,8 +124,8 @@ def _markdown(results: dict[str, list[dict]], command: str) -> str:
            "`trained` uses the generator's own parameters (an upper bound on training); `cold start` is the "
            "untrained evidence model with the aggregator's unknown-skill floor, both without privacy noise; `…, served` "
            "rows diagnose the first students as a request is (privatized by anchored_piecewise at ε 32, aggregated; "
-           "`calibrated` adds two simulated entities with measured τ, errors independent N(0, 0.2²); `stacked` is the "
-           "default calibration, a stack of local-fed and those two fitted on twice as many SIMULATED validation "
+           "`calibrated` adds two simulated entities with measured τ, errors independent N(0, 0.2²); `stacked` is a "
+           "stacking calibration (the default method), a stack of local-fed and those two fitted on twice as many SIMULATED validation "
            "students with mixed response counts, its intervals from its measured error and each student's answer "
            "counts). Target: 85–95 %.", ""]
     for name, rows in results.items():

@@ -1,4 +1,4 @@
-"""The stacked rows of the coverage report: the server's default calibration (``stacking``) and the intervals it
+"""The stacked rows of the coverage report: a stacking calibration (the default method) and the intervals it
 serves from its measured error (:mod:`diagnosis.measured`), on simulated students.
 
 A calibration is fitted as ``/v1/calibrate`` fits one, on SIMULATED validation students of the generator with mixed

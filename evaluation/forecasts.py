@@ -54,7 +54,7 @@ class ForecastScorer:
             beliefs = concept_beliefs(est.test[s], intervals, est.interval_level, irf, concepts=needed)
             for n in rows:
                 p, _ = item_forecast(float(irf.alpha[n]), float(irf.intercept[n]),
-                                     [beliefs[c] for c in irf.concepts[n]], z=z)
+                                     [beliefs[c] for c in irf.concepts[n]], z=z, average=est.forecast_averages)
                 out.append(p)
         return np.asarray(out, dtype=float)
 

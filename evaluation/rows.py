@@ -40,6 +40,8 @@ class Estimates:
     # the served rows' credible intervals per test student and their level (None: point estimates only)
     test_intervals: list[dict[str, tuple[float, float]]] | None = None
     interval_level: float | None = None
+    # whether forecasts average over those intervals (a posterior's), or read the point (a stack's measured ones)
+    forecast_averages: bool = True
 
 
 def _plain(preds: Sequence[dict[str, dict[str, float]]], concepts: Sequence[Sequence[str]]) -> list[Mastery]:

@@ -214,6 +214,7 @@ async def served_estimates(
             validation=(await _diagnose_all(pipeline, q, validation, level, aggregator, gate)).mastery,
             test=tested.mastery, mechanism=level.mechanism_name,
             test_intervals=tested.intervals if tested.level is not None else None, interval_level=tested.level,
+            forecast_averages=aggregator.kind == "posterior",  # as the API forecasts (diagnosis.forecast)
         ))
         run.calibrations.append({"noise": level.fields(), "method": record.method, "aggregation": aggregator.kind,
                                  "metrics": record.metrics, "params": _summary(record.params.to_json())})

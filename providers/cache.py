@@ -179,23 +179,30 @@ class CacheKey:
     max_tokens: int
     structured_output: str
 
+    # Whether the entity's answer depends on PromptContext.own_uncertainty (local-fed's does: it sends its uncertainty
+    # only when asked). For every other kind the flag stays out of the key, so a question asked under a posterior and
+    # under a stack is one cached answer, and keys stored before the flag existed still hit. Not in the digest.
+    keys_own_uncertainty: bool = False
+
     @classmethod
     def of(cls, spec: EntitySpec) -> CacheKey:
         return cls(
             entity=spec.name, model=spec.model, temperature=spec.temperature, max_tokens=spec.max_tokens,
-            structured_output=spec.structured_output,
+            structured_output=spec.structured_output, keys_own_uncertainty=spec.kind == "local_fed",
         )
 
     @cached_property
     def _configuration_digest(self) -> Any:
         """The hash state after this key's configuration and the prompt templates: copied per call."""
-        digest = hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode())
+        configuration = {k: v for k, v in asdict(self).items() if k != "keys_own_uncertainty"}
+        digest = hashlib.sha256(json.dumps(configuration, sort_keys=True).encode())
         digest.update(b"\x1e" + _PROMPT_TEMPLATES)
         return digest
 
     def for_context(self, context: PromptContext) -> str:
         digest = self._configuration_digest.copy()
-        digest.update(b"\x1e" + context.model_dump_json().encode())  # pydantic's JSON: fields in declared order
+        asked = context.model_dump_json(exclude=None if self.keys_own_uncertainty else {"own_uncertainty"})
+        digest.update(b"\x1e" + asked.encode())  # pydantic's JSON: fields in declared order
         return f"{self.entity}:{digest.hexdigest()}"
 
 

@@ -232,8 +232,9 @@ class ItemForecast(BaseModel):
     item_id: str
     p_correct: float = Field(ge=0.0, le=1.0, description="posterior-predictive probability of a correct answer")
     interval: tuple[float, float] | None = Field(
-        description="equal-tailed credible interval at interval_level (null when the diagnosis is a point estimate: "
-        "mean aggregation)"
+        description="equal-tailed interval at interval_level (null when the diagnosis has no interval: an "
+        "uncalibrated mean); under a stacking calibration it is the spread of its measured error, and p_correct is "
+        "read at the point"
     )
     basis: Literal["trained", "q-row", "untrained"] = Field(
         description="trained: the item's own parameters, learned in training; q-row: a trained model's parameters "
@@ -280,7 +281,9 @@ class DiagnoseResponse(BaseModel):
     )
     privacy: PrivacyBlock
     mastery_interval: dict[str, tuple[float, float]] | None = Field(
-        default=None, description="posterior aggregation: equal-tailed credible interval per concept"
+        default=None, description="posterior aggregation: equal-tailed credible interval per concept; a stacking "
+        "calibration that measured its error (docs/calibration.md): the interval that error gives with this "
+        "student's answers on the concept; null for an uncalibrated mean"
     )
     interval_level: float | None = None
     aggregation: str = Field(default="mean", description="how the entities' answers were combined")

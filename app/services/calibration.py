@@ -18,6 +18,7 @@ from app.federation import Federation
 from app.limits import check_responses
 from app.pagination import Page, page_of
 from app.pseudonyms import Pseudonyms
+from app.services.validation import SIMULATED_TRUTH
 from app.schemas import CalibrateJob, CalibrateRequest, CalibrationList, CalibrationPublic, DatasetRef
 from app.jobs import JobQueries, JobRunner
 from app.jobs.calibration import validation_noise
@@ -131,6 +132,8 @@ def start_default_calibration(
         release_epsilon="none",  # SIMULATED students: there is no one to protect, so no noise
     )
     stored = calibrations.latest_for(SHARED_TENANT, EXAMPLE_QMATRIX_ID, 1)
+    if stored is not None and stored.record.truth_source != SIMULATED_TRUTH:
+        return None  # an operator's own calibration on real students, at the noise they chose: never replaced
     if stored is not None:
         differ = calibration_mismatch(stored.record.noise, validation_noise(request, policies.current(SHARED_TENANT)))
         if differ is None:

@@ -52,7 +52,8 @@ class ForecastService:
         irf = await asyncio.to_thread(self.item_response, items, q, qmatrix_id, tenant)
         level = response.interval_level or DEFAULT_LEVEL
         beliefs = concept_beliefs(response.mastery, response.mastery_interval, level, irf)
-        forecasts = forecast_items(irf, beliefs, level=level)
+        # a posterior's intervals are averaged over; a stack's measured ones are not (diagnosis.forecast)
+        forecasts = forecast_items(irf, beliefs, level=level, average=response.aggregation == "posterior")
         trained = sum(f.basis != "untrained" for f in forecasts)
         summary = (f"{len(forecasts)} items through {irf.model}'s item parameters ({trained} from a trained model)"
                    if trained else f"{len(forecasts)} items through the untrained evidence model (no trained model "

@@ -13,7 +13,9 @@ from calibration import ValidationStudent
 from qmatrix import EXAMPLE_QMATRIX_ID, load_dataset, proportion_correct_truth, split_students
 from qmatrix.simulate import DINA_GUESS, DINA_MASTERY_RATE, DINA_SLIP
 
-__all__ = ["ValidationCohort", "ValidationLoader"]
+__all__ = ["SIMULATED_TRUTH", "ValidationCohort", "ValidationLoader"]
+
+SIMULATED_TRUTH = "simulated-true-mastery"  # the truth of SIMULATED validation students (the first-start calibration's)
 
 
 @dataclass
@@ -74,7 +76,7 @@ class ValidationLoader:
             )
             for s in part
         ]
-        return ValidationCohort(stored, students, "simulated-true-mastery" if dataset.simulated else "proportion-correct",
+        return ValidationCohort(stored, students, SIMULATED_TRUTH if dataset.simulated else "proportion-correct",
                                 simulated=dataset.simulated,
                                 derived=[not dataset.true_mastery.get(s.student_id) for s in part])
 
@@ -102,5 +104,5 @@ class ValidationLoader:
             f"Q-matrix '{q.id}' version {stored.version}, their simulated mastery the truth: this calibration describes "
             "how the entities read simulated students, not real ones; refit on real validation students when you have them"
         )
-        return ValidationCohort(stored, students, "simulated-true-mastery", simulated=True, notes=[note],
+        return ValidationCohort(stored, students, SIMULATED_TRUTH, simulated=True, notes=[note],
                                 metrics={"simulated_students": float(len(students))})

@@ -63,6 +63,8 @@ def test_binary_truths_and_dp_releases_measure_no_error() -> None:
     released = StackingCalibrator().fit(_students(200, seed=3), release_epsilon=4.0, rng=np.random.default_rng(0))
     assert binary.params.measured_error == {} and any("binary" in n for n in binary.notes)  # type: ignore[attr-defined]
     assert released.params.measured_error == {}  # type: ignore[attr-defined]
+    # nothing of the un-noised residuals is published with a DP release, not even in a note
+    assert not any("held-out" in note for note in released.notes)
     assert binary.params.aggregator().measured_error is None
 
 
@@ -83,3 +85,38 @@ async def test_a_calibrated_mean_serves_intervals_that_narrow_with_the_students_
     assert thin.interval_level == pytest.approx(0.9) and thin.aggregation == "mean"
     assert lo1 < 0.7 < hi1 and hi1 - lo1 > hi2 - lo2 > 0
     assert logit(hi1) - logit(0.7) == pytest.approx(1.6448536 * np.sqrt(0.1 + 2.0 / 2), rel=1e-3)
+
+
+def test_a_stacks_forecast_is_read_at_the_point_with_the_interval_its_measured_spread_gives() -> None:
+    # Prepare: one concept believed at θ = 1 with sd 0.8 (a measured stack's, or a posterior's)
+    from diagnosis.forecast import ConceptBelief, item_forecast
+
+    belief = [ConceptBelief(theta=1.0, sd=0.8, assessed=True)]
+
+    # Execute
+    point, (lo, hi) = item_forecast(1.5, -0.2, belief, z=1.645, average=False)  # type: ignore[misc]
+    averaged, interval = item_forecast(1.5, -0.2, belief, z=1.645)
+
+    # Assert: the same interval either way; only a posterior's P(correct) is pulled toward one half
+    assert point == pytest.approx(expit(1.5 * 1.0 - 0.2)) and 0.5 < averaged < point
+    assert interval == (lo, hi) and lo < point < hi
+
+
+async def test_a_concept_some_measured_member_did_not_answer_gets_no_interval() -> None:
+    # Prepare: the error was measured with members a and b answering; b fails on this request
+    from providers import EntityUnavailable
+
+    def down(context: object) -> dict[str, float]:
+        raise EntityUnavailable("down", entity="b")
+
+    pipeline = DiagnosisPipeline({"a": FakeEntity("a", 0.7), "b": FakeEntity("b", down)})
+    stack = StackingAggregator(weights={}, intercepts={}, pooled_weights={"a": 0.5, "b": 0.5})
+    stack.measured_error = MeasuredError(base=0.1, per_answer=2.0, rows=100, members=("a", "b"))
+    both = DiagnosisPipeline({"a": FakeEntity("a", 0.7), "b": FakeEntity("b", 0.6)})
+
+    # Execute
+    alone, together = await pipeline.diagnose(diagnosis_request(), stack), await both.diagnose(diagnosis_request(), stack)
+
+    # Assert: the stack answered from a alone (renormalised), a spread nobody measured: no interval
+    assert alone.mastery and alone.intervals == {} and alone.interval_level is None
+    assert set(together.intervals) == set(together.mastery) and together.interval_level == pytest.approx(0.9)

@@ -4,7 +4,10 @@ stores failures; a hit beneath the privacy wrapper is privatized afresh. In memo
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import json
 import time
+from dataclasses import asdict
 
 import pytest
 from prometheus_client import REGISTRY
@@ -22,6 +25,7 @@ from providers import (
     ResponseCached,
     TokenUsage,
 )
+from providers.cache import _PROMPT_TEMPLATES
 from qmatrix import Response, example_qmatrix
 from tests.factories import FakeEntity
 from tests.shared_redis import REDIS_URL
@@ -128,6 +132,19 @@ def test_another_prompt_or_decoding_setting_is_another_key() -> None:
     for change in ({"model": "model-b"}, {"temperature": 0.0}, {"max_tokens": 64}, {"structured_output": "none"}):
         assert _key(**change).for_context(_context()) != base.for_context(_context()), change
     assert _key("other").for_context(_context()) != base.for_context(_context())
+
+
+def test_whether_the_aggregation_reads_uncertainty_keys_only_an_entity_whose_answer_depends_on_it() -> None:
+    # An LLM's answer is the same under a posterior and a stack: one key, and the key an answer cached before the
+    # flag existed was stored under; local-fed sends its uncertainty only when asked: two keys.
+    wants, without = _context(), _context().model_copy(update={"own_uncertainty": False})
+    llm, local = _key(), _key(keys_own_uncertainty=True)
+    assert llm.for_context(wants) == llm.for_context(without)
+    assert local.for_context(wants) != local.for_context(without)
+    digest = hashlib.sha256(json.dumps({k: v for k, v in asdict(llm).items() if k != "keys_own_uncertainty"},
+                                       sort_keys=True).encode())
+    digest.update(b"\x1e" + _PROMPT_TEMPLATES + b"\x1e" + wants.model_dump_json(exclude={"own_uncertainty"}).encode())
+    assert llm.for_context(wants) == f"{llm.entity}:{digest.hexdigest()}"
 
 
 def test_failures_are_never_cached() -> None:
