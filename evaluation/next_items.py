@@ -4,9 +4,10 @@
 responses are cut into a pool and a held-out fifth (:func:`qmatrix.splits.split_holdout`). At every step the next item
 is chosen **among the pool** — items this student actually answered, so the answer is known — by each policy:
 
-* ``adaptive``: :func:`diagnosis.next_items.select` (expected entropy reduction, randomesque off), targeting the
-  concepts the student's responses assess;
+* ``adaptive``: :func:`diagnosis.next_items.select` with the service's default criterion (randomesque off),
+  targeting the concepts the student's responses assess;
 * ``adaptive-r<n>``: the same with the API's default randomesque exposure control (a draw among the n best);
+* ``adaptive-<criterion>``: another criterion of :data:`diagnosis.next_items.CRITERIA` (randomesque off), to compare;
 * ``random``: a seeded random order of the pool;
 * ``fixed``: the bank's order (the Q-matrix's item order).
 
@@ -27,15 +28,23 @@ from typing import Any
 
 import numpy as np
 
-from diagnosis.next_items import Posterior, SelectionRule, concept_states, posterior, predict, select
+from diagnosis.next_items import CRITERIA, Posterior, SelectionRule, concept_states, posterior, predict, select
 from evaluation.metrics import auc
 from providers.item_response import items_to_forecast
 from providers.serving_bank import ServingBank, serving_bank
 from qmatrix import QMatrix, Response, StudentResponses
 
-__all__ = ["NextItemsRun", "StudentCase", "bank_for", "items_to_width", "latency", "simulate", "student_cases"]
+__all__ = ["NextItemsRun", "StudentCase", "bank_for", "bench_policies", "items_to_width", "latency", "simulate",
+           "student_cases"]
 
 POLICIES = ("adaptive", "random", "fixed")
+
+
+def bench_policies(randomesque: int) -> tuple[str, ...]:
+    """What ``fedcd bench next-items`` compares: the default criterion without and with the API's ``randomesque``,
+    every other criterion, random and fixed order."""
+    others = tuple(f"adaptive-{c}" for c in CRITERIA if c != SelectionRule().criterion)
+    return ("adaptive", f"adaptive-r{randomesque}", *others, "random", "fixed")
 
 
 @dataclass(frozen=True)
@@ -95,9 +104,12 @@ def _order(policy: str, case: StudentCase, seed: int) -> list[int] | None:
     return None
 
 
-def _randomesque(policy: str) -> int:
-    """``adaptive-r<n>``: randomesque n; ``adaptive``: 1."""
-    return int(policy.removeprefix("adaptive-r")) if policy.startswith("adaptive-r") else 1
+def _rule(policy: str) -> SelectionRule:
+    """``adaptive``: the default rule; ``adaptive-r<n>``: randomesque n; ``adaptive-<criterion>``: that criterion."""
+    name = policy.removeprefix("adaptive").removeprefix("-")
+    if name in CRITERIA:
+        return SelectionRule(criterion=name)  # type: ignore[arg-type]  (checked: one of CRITERIA)
+    return SelectionRule(randomesque=int(name.removeprefix("r")) if name else 1)
 
 
 def simulate(bank: ServingBank, cases: Sequence[StudentCase], *, k_max: int = 20, seed: int = 0,
@@ -122,7 +134,7 @@ def simulate(bank: ServingBank, cases: Sequence[StudentCase], *, k_max: int = 20
                         current = post or posterior(bank, [], [])
                         left = np.setdiff1d(np.arange(len(case.pool)), asked)
                         chosen = select(bank, current, candidates=case.pool[left], targets=case.concepts, count=1,
-                                        rule=SelectionRule(randomesque=_randomesque(policy)), rng=rng)
+                                        rule=_rule(policy), rng=rng)
                         j = chosen.picks[0].position if chosen.picks else int(case.pool[left[0]])
                         asked.append(int(left[np.flatnonzero(case.pool[left] == j)[0]]))
                     post = posterior(bank, case.pool[asked].tolist(), case.pool_scores[asked].tolist())

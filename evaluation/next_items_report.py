@@ -12,6 +12,7 @@ import matplotlib
 matplotlib.use("Agg")  # files only, no display
 import matplotlib.pyplot as plt  # noqa: E402
 
+from diagnosis.next_items import SelectionRule  # noqa: E402
 from evaluation.next_items import NextItemsRun, items_to_width  # noqa: E402
 
 __all__ = ["targets", "write_next_items_report"]
@@ -73,6 +74,10 @@ def write_next_items_report(run: NextItemsRun, folder: str | Path, *, dataset: s
         f"{facts['rounds']} rounds); bank: {facts['bank_items']} items, {facts['concepts']} concepts. "
         "At each step the next item is chosen among the items the student actually answered (minus a held-out "
         "fifth), so every answer is real; AUC pools every test student's held-out responses.", "",
+        f"Policies: `adaptive` ranks by the service's default criterion (`{SelectionRule().criterion}`), "
+        "randomesque off; `adaptive-r<n>` the same with the API's default randomesque draw among the n best; "
+        "`adaptive-<criterion>` another criterion (docs/next-items.md), randomesque off; `random` a seeded random "
+        "order; `fixed` the bank's order.", "",
         "![AUC and interval width against items asked](next_items.png)", "",
         "| k | " + " | ".join(f"AUC {p}" for p in policies) + " | " + " | ".join(f"width {p}" for p in policies) + " |",
         "|---" * (1 + 2 * len(policies)) + "|",

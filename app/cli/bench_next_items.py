@@ -38,7 +38,7 @@ def bench_next_items(
     selection, random order and the bank's order; write results.json, report.md and next_items.png."""
     import numpy as np
 
-    from evaluation.next_items import bank_for, latency, simulate, student_cases
+    from evaluation.next_items import bank_for, bench_policies, latency, simulate, student_cases
     from evaluation.next_items_report import write_next_items_report
     from evaluation.served import LocalFedTraining, train_local_fed
     from providers.local_fed import untrained_model
@@ -68,8 +68,7 @@ def bench_next_items(
     observed, held = split_holdout(test, seed)
     cases = student_cases(bank, observed, held, test)
     err.print(f"[dim]simulating {len(cases)} test students ...[/]")
-    run = simulate(bank, cases, k_max=k_max, seed=seed,
-                   policies=("adaptive", f"adaptive-r{DEFAULT_RANDOMESQUE}", "random", "fixed"))
+    run = simulate(bank, cases, k_max=k_max, seed=seed, policies=bench_policies(DEFAULT_RANDOMESQUE))
     timed = latency(bank, cases, count=DEFAULT_COUNT, randomesque=DEFAULT_RANDOMESQUE, repeats=latency_calls,
                     seed=seed) if latency_calls else None
     facts = {"test_students": len(cases), "test_split": len(split.test), "train_students": len(split.train),

@@ -85,7 +85,10 @@ class ConceptInformed(BaseModel):
 class NextItem(BaseModel):
     item_id: str
     rank: int
-    expected_gain: float = Field(description="expected entropy reduction summed over the open targeted concepts (nats)")
+    expected_gain: float = Field(description="expected entropy reduction summed over the open targeted concepts (nats; "
+                                 "what min_gain is read against)")
+    expected_narrowing: float = Field(description="expected narrowing of the open targeted concepts' interval widths, "
+                                      "summed (mastery scale): what the items are ranked by")
     p_correct: float = Field(description="the chance this student answers it correctly (posterior predictive)")
     concepts: list[str] = Field(description="the item's Q-row")
     informs: list[ConceptInformed] = Field(description="the targeted concepts it informs most, most first")
@@ -111,8 +114,8 @@ class NextItemsResponse(BaseModel):
     concepts: list[ConceptStatus]
     not_modelled: list[str] = Field(
         default_factory=list, description="Q-matrix concepts the serving model does not know: no interval, no item")
-    criterion: str = ("expected entropy reduction of the open targeted concepts (Laplace posterior, "
-                      "posterior-weighted information)")
+    criterion: str = ("expected narrowing of the open targeted concepts' credible intervals in mastery space "
+                      "(Laplace posterior, posterior-weighted information)")
     epsilon_charged: float = Field(default=0.0, description="always 0: no entity is asked, nothing leaves the gateway")
 
 

@@ -151,7 +151,8 @@ class NextItemsService:
                                   open=s.concept in wanted and (options.target_width is None
                                                                 or s.width > options.target_width))
                     for s in concept_states(bank, post)]
-        items = [NextItem(item_id=bank.item_ids[p.position], rank=n + 1, expected_gain=p.gain, p_correct=p.p_correct,
+        items = [NextItem(item_id=bank.item_ids[p.position], rank=n + 1, expected_gain=p.gain,
+                          expected_narrowing=p.narrowing, p_correct=p.p_correct,
                           concepts=list(bank.item_concepts[p.position]),
                           informs=[ConceptInformed(concept=c, entropy_reduction=e, width_now=w0, width_after=w1)
                                    for c, e, w0, w1 in p.informs])

@@ -76,7 +76,8 @@ def test_ranked_items_with_their_why_and_no_entity_asked_and_nothing_charged(set
     assert [i["rank"] for i in items] == [1, 2, 3]
     assert not {i["item_id"] for i in items} & {a["item_id"] for a in ANSWERED}  # never an answered item
     for item in items:
-        assert item["expected_gain"] > 0 and 0 < item["p_correct"] < 1 and item["informs"]
+        assert item["expected_gain"] > 0 and item["expected_narrowing"] > 0 and 0 < item["p_correct"] < 1
+        assert item["informs"]
         for why in item["informs"]:
             assert why["width_after"] < why["width_now"] and why["entropy_reduction"] > 0
     assert body["stop"] is False and body["stop_reason"] is None
