@@ -201,7 +201,7 @@ class CacheKey:
 
     def for_context(self, context: PromptContext) -> str:
         digest = self._configuration_digest.copy()
-        asked = context.model_dump_json(exclude=None if self.keys_own_uncertainty else {"own_uncertainty"})
+        asked = context.model_dump_json() if self.keys_own_uncertainty else context.question_json()
         digest.update(b"\x1e" + asked.encode())  # pydantic's JSON: fields in declared order
         return f"{self.entity}:{digest.hexdigest()}"
 

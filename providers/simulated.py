@@ -73,7 +73,7 @@ class SimulatedEntity:
     async def respond(self, context: PromptContext) -> EntityPrediction:
         if context.task != "diagnose":
             raise EntityRejected(f"simulated entities only diagnose; they cannot '{context.task}'", entity=self.name)
-        rng = np.random.default_rng(_stable_int(self.name, str(self.seed), context.model_dump_json()))
+        rng = np.random.default_rng(_stable_int(self.name, str(self.seed), context.question_json()))
         mastery: dict[str, float] = {}
         for concept, p in observed_proportions(context).items():
             if self.style == "confident":

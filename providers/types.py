@@ -52,6 +52,12 @@ class PromptContext(BaseModel):
     # it is never served to an aggregation that needs it.
     own_uncertainty: bool = True
 
+    def question_json(self) -> str:
+        """The question as an entity that ignores ``own_uncertainty`` sees it (an LLM's prompt has no such field):
+        what such an entity's answer, its response-cache key and a SIMULATED entity's seed depend on — the same as the
+        whole context's JSON before the flag existed."""
+        return self.model_dump_json(exclude={"own_uncertainty"})
+
 
 class TokenUsage(BaseModel):
     """Tokens a provider reported (billed) for one answer — all its attempts, when retried."""
