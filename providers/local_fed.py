@@ -34,8 +34,7 @@ A request is mapped onto the model's inputs:
 the spread of logit mastery from the full curvature of the model that predicts, as a curve over mastery levels,
 computed without the scores (:meth:`federated.hocdm.HigherOrderCDM.logit_sd_curve`), so it travels next to the
 privatized mastery without spending privacy; ``measured`` is False for the untrained evidence model. The curve costs
-one predictive variance per point (``SPREAD_SHIFTS``: 11 Cholesky solves per student; about a quarter of the fold-in's
-time on FrcSub's Q-matrix), so it is computed and sent only when the request's aggregation reads it
+one predictive variance per point (``SPREAD_SHIFTS``: 11 Cholesky solves per student, beside the fold-in), so it is computed and sent only when the request's aggregation reads it
 (``PromptContext.own_uncertainty``: a posterior, or a selective federation's gauge); a mean or a stack gets the same
 mastery without it.
 
