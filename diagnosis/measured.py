@@ -17,6 +17,10 @@ typical validation student with that much evidence, narrowing as the student ans
 calibration's truth (on real data: the ability the serving model reads from all a student's responses), stated in
 the record. Item forecasts average over it (:mod:`diagnosis.forecast`'s probit approximation).
 
+As answers come, ``sd(n)`` falls only towards ``√base``: :func:`answers_to_narrow` says how many more answers bring
+the served interval to a given width, or that none do (the student report's thin-evidence guide); a diagnosis states
+the spread it served (the response's ``interval_spread``) so that a stored one can be re-read.
+
 Pure post-processing of the released aggregate and the request's answer counts: no ε.
 """
 
@@ -35,7 +39,8 @@ from scipy.stats import norm
 
 from diagnosis.forecast import LOGIT_CLIP
 
-__all__ = ["MEASURED_LEVEL", "MeasuredError", "answer_counts", "fit_measured_error", "measured_intervals"]
+__all__ = ["MEASURED_LEVEL", "MeasuredError", "Narrowing", "answer_counts", "answers_to_narrow", "fit_measured_error",
+           "measured_intervals"]
 
 MEASURED_LEVEL = 0.9
 # A residual's logits are clipped wider than a served value's: a truth of 0 or 1 (rare on real data) would otherwise
@@ -107,11 +112,61 @@ def measured_intervals(mastery: Mapping[str, float], error: MeasuredError, answe
                        ) -> dict[str, tuple[float, float]]:
     """Each concept's interval at credible ``level``: ``σ(logit(mastery) ± z·sd(n))``; with ``contributors``
     (concept -> the entities aggregated), only for the concepts every measured member answered."""
-    z = float(norm.ppf(0.5 + level / 2))
-    out: dict[str, tuple[float, float]] = {}
-    for concept, value in mastery.items():
-        if contributors is not None and not error.covers(contributors.get(concept, ())):
-            continue
-        centre, spread = float(_logit(np.asarray(value))), z * error.sd(answers.get(concept, 0))
-        out[concept] = (float(expit(centre - spread)), float(expit(centre + spread)))
-    return out
+    z = _z(level)
+    return {concept: _interval(value, z * error.sd(answers.get(concept, 0))) for concept, value in mastery.items()
+            if contributors is None or error.covers(contributors.get(concept, ()))}
+
+
+@dataclass(frozen=True)
+class Narrowing:
+    """How many further answers narrow a measured interval to a target width (:func:`answers_to_narrow`).
+    ``more`` None: no number of answers does — the spread's ``base`` alone keeps the interval ``floor`` wide."""
+
+    more: int | None
+    floor: float  # the width the interval tends to with ever more answers (sd = √base)
+
+
+def answers_to_narrow(mastery: float, answers: int, width: float, error: MeasuredError,
+                      level: float = MEASURED_LEVEL) -> Narrowing:
+    """The fewest further answers ``k ≥ 1`` after which the interval :func:`measured_intervals` serves for a concept
+    at ``mastery`` with ``answers`` answers is at most ``width`` wide. A guide: it assumes the estimate stays at
+    ``mastery`` (the next answers are like those so far). The width grows with the sd at a fixed centre and the sd
+    falls towards ``√base`` as answers come, so the floor decides whether any number suffices."""
+    z, have = _z(level), max(answers, 0)
+    floor = _width(mastery, z * math.sqrt(error.base))
+    if error.per_answer == 0:  # nothing thins out: the next answer is as good as any
+        return Narrowing(more=1 if floor <= width else None, floor=floor)
+    if floor >= width:  # the sd only approaches √base: the width stays above the floor
+        return Narrowing(more=None, floor=floor)
+    if _width(mastery, z * error.sd(have + 1)) <= width:
+        return Narrowing(more=1, floor=floor)
+    # the largest sd whose interval fits, by bisection on the monotone width: √base fits, sd(have + 1) does not
+    low, high = math.sqrt(error.base), error.sd(have + 1)
+    for _ in range(80):
+        mid = (low + high) / 2
+        low, high = (mid, high) if _width(mastery, z * mid) <= width else (low, mid)
+    gap = low * low - error.base
+    if gap <= 0:  # a target within float precision of the floor: no count worth stating reaches it
+        return Narrowing(more=None, floor=floor)
+    # sd(n)² ≤ low² ⇔ n + 1 ≥ per_answer / gap; the served width itself decides near the boundary
+    more = max(1, math.ceil(error.per_answer / gap) - 1 - have)
+    while more > 1 and _width(mastery, z * error.sd(have + more - 1)) <= width:
+        more -= 1
+    while _width(mastery, z * error.sd(have + more)) > width:
+        more += 1
+    return Narrowing(more=more, floor=floor)
+
+
+def _z(level: float) -> float:
+    return float(norm.ppf(0.5 + level / 2))
+
+
+def _interval(mastery: float, spread: float) -> tuple[float, float]:
+    """``σ(logit(mastery) ± spread)``: the served interval, and the one the narrowing guide reads."""
+    centre = float(_logit(np.asarray(mastery)))
+    return float(expit(centre - spread)), float(expit(centre + spread))
+
+
+def _width(mastery: float, spread: float) -> float:
+    low, high = _interval(mastery, spread)
+    return high - low

@@ -29,7 +29,7 @@ import numpy as np
 
 from diagnosis.aggregation import Aggregation, Aggregator, ResidualAggregator
 from diagnosis.calibrated import calibration_mismatch
-from diagnosis.measured import MEASURED_LEVEL, answer_counts, measured_intervals
+from diagnosis.measured import MEASURED_LEVEL, MeasuredError, answer_counts, measured_intervals
 from diagnosis.plan import DiagnosisPlan, DiagnosisRequest, UnknownEntities, build_context, request_mechanism
 from diagnosis.posterior import UncertainAnswer
 from diagnosis.results import AllEntitiesFailed, DiagnosisResult, EntityOutcome, NoEntitySelected
@@ -251,12 +251,14 @@ class DiagnosisPipeline:
                 break
         if aggregation is None:
             raise AllEntitiesFailed(outcomes)
+        measured: MeasuredError | None = None
         if not aggregation.intervals and aggregator.measured_error is not None:
             # a calibrated mean's intervals, from its measured error and this student's answers (diagnosis.measured)
             counts = answer_counts(item.concepts for item in context.items)
             intervals = measured_intervals(aggregation.mastery, aggregator.measured_error, counts, MEASURED_LEVEL,
                                            aggregation.contributors)
             aggregation = replace(aggregation, level=MEASURED_LEVEL if intervals else None, intervals=intervals)
+            measured = aggregator.measured_error if intervals else None  # so a stored diagnosis can re-read them
         calibration = aggregator.calibration
         return DiagnosisResult(
             student_id=request.student_id,
@@ -270,6 +272,7 @@ class DiagnosisPipeline:
             latency_ms=(time.perf_counter() - start) * 1000,
             intervals={c: (float(lo), float(hi)) for c, (lo, hi) in aggregation.intervals.items()},
             interval_level=aggregation.level,
+            interval_error=measured,
             aggregation=aggregator.kind,
             calibration_mismatch=calibration_mismatch(calibration.noise, request.noise) if calibration else None,
             federation=report,

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
+from diagnosis.measured import MeasuredError
 from diagnosis.tiers import FederationReport
 from providers import MasteryUncertainty
 
@@ -61,6 +62,8 @@ class DiagnosisResult:
     latency_ms: float
     intervals: dict[str, tuple[float, float]] = field(default_factory=dict)  # Bayes post-processing only
     interval_level: float | None = None
+    # where the intervals are a stack's measured error: that error, so a stored diagnosis can re-read them
+    interval_error: MeasuredError | None = None
     aggregation: str = "mean"  # the aggregator's kind: mean or posterior
     # field -> {"calibrated": ..., "served": ...} where this request's noise differs from the calibration's
     calibration_mismatch: dict[str, dict[str, object]] | None = None

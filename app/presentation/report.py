@@ -10,7 +10,7 @@ from html import escape
 from typing import TYPE_CHECKING
 
 from app.presentation.templates import templates
-from app.services.report import MAX_MORE, THIN, StudentReport
+from app.services.report import MAX_MORE, THIN, ConceptLine, StudentReport
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -36,7 +36,9 @@ _SUGGESTION_ROW = 18
 
 def report_svg(report: StudentReport) -> str:
     """Bars (estimate) with lines across them (credible interval), one row per concept; text in the picture too."""
-    height = _TOP + _ROW * len(report.concepts) + 30 + _SUGGESTION_ROW * len(report.next_items)
+    legend = _legend(report)
+    below = _TOP + _ROW * len(report.concepts) + 30 + _SUGGESTION_ROW * (len(legend) - 1)
+    height = below + _SUGGESTION_ROW * len(report.next_items)
     x0 = _LEFT
     out = [
         f'<svg xmlns="http://www.w3.org/2000/svg" role="img" width="{_WIDTH}" height="{height}" '
@@ -50,7 +52,8 @@ def report_svg(report: StudentReport) -> str:
     ]
     for tick in (0.0, 0.25, 0.5, 0.75, 1.0):
         x = x0 + tick * _TRACK
-        out.append(f'<line x1="{x:.1f}" y1="{_TOP - 8}" x2="{x:.1f}" y2="{height - 28}" stroke="#d0d4da"/>')
+        out.append(f'<line x1="{x:.1f}" y1="{_TOP - 8}" x2="{x:.1f}" y2="{_TOP + _ROW * len(report.concepts) + 2}" '
+                   'stroke="#d0d4da"/>')
         out.append(f'<text x="{x:.1f}" y="{_TOP - 14}" font-size="11" text-anchor="middle" fill="#444">{tick:g}</text>')
     for i, c in enumerate(report.concepts):
         y = _TOP + i * _ROW
@@ -65,19 +68,38 @@ def report_svg(report: StudentReport) -> str:
             for x in (lo, hi):
                 out.append(f'<line x1="{x:.1f}" y1="{y + 8}" x2="{x:.1f}" y2="{y + 20}" stroke="#111" stroke-width="2"/>')
         evidence = f" · {c.evidence} answer{'s' if c.evidence != 1 else ''}" if c.evidence is not None else ""
-        more = c.more_answers
-        thin = "" if more is None else f" · thin: +{more if more <= MAX_MORE else f'{MAX_MORE}+'} answers"
+        thin = _thin_note(c)
         out.append(f'<text x="{x0 + _TRACK + 10}" y="{y + 17}" font-size="12" fill="#111">{c.mastery:.2f}'
                    f"{escape(evidence)}{escape(thin)}</text>")
-    out.append(f'<text x="{x0}" y="{height - 8}" font-size="11" fill="#444">bar: estimated mastery (0 to 1); '
-               f"line: {escape(report.level_percent)} credible interval; thin: wider than {THIN:g}, "
-               "+N: about how many more answers would narrow it</text>")
+    for n, line in enumerate(legend):
+        y = below - 8 - _SUGGESTION_ROW * (len(legend) - 1 - n)
+        out.append(f'<text x="{x0}" y="{y}" font-size="11" fill="#444">{escape(line)}</text>')
     for n, item in enumerate(report.next_items):  # issue 34: what to ask next, under the legend
-        y = _TOP + _ROW * len(report.concepts) + 30 + _SUGGESTION_ROW * n + 12
+        y = below + _SUGGESTION_ROW * n + 12
         out.append(f'<text x="{x0}" y="{y}" font-size="12" fill="#111">ask next: {escape(item.item_id)} (informs '
                    f"{escape(', '.join(item.informs))})</text>")
     out.append("</svg>")
     return "\n".join(out)
+
+
+def _thin_note(c: ConceptLine) -> str:
+    """A chart row's thin-evidence note: how many more answers, or that more answers alone cannot."""
+    if not c.thin:
+        return ""
+    if c.narrowest is not None:
+        return f" · thin: stays ≥ {c.narrowest:.2f} wide"
+    more = c.more_answers or MAX_MORE + 1
+    return f" · thin: +{more if more <= MAX_MORE else f'{MAX_MORE}+'} answers"
+
+
+def _legend(report: StudentReport) -> list[str]:
+    """The chart's legend, a line each; the second only when more answers alone cannot narrow some concept."""
+    lines = [f"bar: estimated mastery (0 to 1); line: {report.level_percent} credible interval; thin: wider than "
+             f"{THIN:g}, +N: about how many more answers would narrow it"]
+    if any(c.narrowest is not None for c in report.concepts):
+        lines.append(f"stays ≥ W wide: more answers alone will not narrow it below ±{THIN / 2:g} (the calibration's "
+                     "own error)")
+    return lines
 
 
 def _png_figure(report: StudentReport) -> Figure:
@@ -102,7 +124,12 @@ def _png_figure(report: StudentReport) -> Figure:
             ax.plot([c.low, c.low], [y - 0.18, y + 0.18], [c.high, c.high], [y - 0.18, y + 0.18], color="#111")
     ax.set_xlim(0, 1)
     ax.set_xticks([0, 0.25, 0.5, 0.75, 1], ["0", "0.25", "0.5", "0.75", "1"], parse_math=False)  # the SVG's ticks
-    ax.set_xlabel(f"estimated mastery; line: {report.level_percent} credible interval", parse_math=False)
+    label = f"estimated mastery; line: {report.level_percent} credible interval"
+    bound = [c.concept for c in report.concepts if c.narrowest is not None]
+    if bound:  # the thin concepts more answers cannot narrow enough, said under the chart (the SVG says it per row)
+        named = ", ".join(bound) if len(bound) <= 3 else f"{len(bound)} of the concepts"  # one line under the chart
+        label += f"\nmore answers alone will not narrow {named} below ±{THIN / 2:g}: the calibration's own error"
+    ax.set_xlabel(label, parse_math=False)
     fig.tight_layout()
     return fig
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, FailFast, Field, model_validator
 
@@ -11,6 +11,9 @@ from app.schemas.qmatrices import QMatrixCreate
 from app.schemas.usage import EntityUsage, Usage
 from privacy import DELTA_MAX, DELTA_MIN, EPSILON_MAX, EPSILON_MIN, PAPER_MECHANISM, MechanismName
 from qmatrix import Response
+
+if TYPE_CHECKING:
+    from diagnosis import MeasuredError
 
 __all__ = [
     "BatchDiagnoseRequest",
@@ -25,6 +28,7 @@ __all__ = [
     "FederationBlock",
     "FederationStage",
     "ForecastBasis",
+    "IntervalSpread",
     "ItemForecast",
     "PrivacyBlock",
     "SkippedEntity",
@@ -257,6 +261,24 @@ class ForecastBasis(BaseModel):
     summary: str
 
 
+class IntervalSpread(BaseModel):
+    """What a diagnosis's intervals are, where they are a stacking calibration's measured error: the logit-scale
+    spread ``sd(n)² = base + per_answer / (n + 1)`` for a concept with ``n`` of the student's answers (``evidence``),
+    each interval ``σ(logit(mastery) ± z·sd(n))`` at ``interval_level``. Released calibration parameters (the same
+    for every student of the calibration), not student data: reading them costs no ε."""
+
+    kind: Literal["measured"] = Field(description="measured: the stack's error measured on held-out validation "
+                                                  "students (docs/calibration.md, \"A stack's intervals\")")
+    base: float = Field(ge=0.0, description="the part of the logit variance no number of answers removes: the "
+                                            "intervals never get narrower than this gives, however much a student "
+                                            "answers")
+    per_answer: float = Field(ge=0.0, description="the part that thins out with evidence, divided by answers + 1")
+
+    @classmethod
+    def of(cls, error: MeasuredError | None) -> IntervalSpread | None:
+        return None if error is None else cls(kind="measured", base=error.base, per_answer=error.per_answer)
+
+
 class DiagnoseResponse(BaseModel):
     student_id: str
     qmatrix_id: str | None = Field(default=None, description="the Q-matrix the diagnosis was made on")
@@ -286,6 +308,11 @@ class DiagnoseResponse(BaseModel):
         "student's answers on the concept; null for an uncalibrated mean"
     )
     interval_level: float | None = None
+    interval_spread: IntervalSpread | None = Field(
+        default=None, description="set only when mastery_interval is a stacking calibration's measured error: its "
+        "spread, so the intervals can be re-read — e.g. how many more answers would narrow one, or that none would "
+        "(the student report's thin-evidence guide); null for a posterior's or no interval"
+    )
     aggregation: str = Field(default="mean", description="how the entities' answers were combined")
     basis: DiagnosisBasis | None = Field(default=None, description="what this diagnosis rests on")
     calibration_id: str | None

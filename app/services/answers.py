@@ -13,6 +13,7 @@ from app.schemas import (
     EntityReport,
     FederationBlock,
     FederationStage,
+    IntervalSpread,
     PrivacyBlock,
     PrivacyPolicy,
     SkippedEntity,
@@ -49,6 +50,7 @@ def diagnosis_response(result: DiagnosisResult, planned: StudentPlan, options: D
         privacy=PrivacyBlock(**result.privacy, sensitivity_mode=plan.request.sensitivity),  # type: ignore[arg-type]
         mastery_interval=result.intervals or None,
         interval_level=result.interval_level,
+        interval_spread=IntervalSpread.of(result.interval_error),
         aggregation=result.aggregation,
         basis=diagnosis_basis(result.entities, plan.aggregator.calibration, result.aggregation),
         calibration_id=result.calibration_id,

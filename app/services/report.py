@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from app.schemas.students import StoredDiagnosis
+from diagnosis.measured import MeasuredError, Narrowing, answers_to_narrow
 from diagnosis.posterior import beta_floor_width
 from qmatrix import QMatrix
 
@@ -23,8 +24,10 @@ __all__ = ["MAX_MORE", "THIN", "ConceptLine", "StudentReport", "SuggestedItem", 
 WIDE = 0.5  # an interval wider than this says the answers so far cannot tell (the reading says so)
 # An interval wider than this is marked as resting on thin evidence: about ±0.15 is the most a mastery estimate can
 # be off and still be read in the right band ("partly" spans 0.4–0.7). The number of further answers that would
-# narrow it that far is read from a Beta-Bernoulli interval at the estimate (docs/uncertainty.md): a guide, assuming
-# the next answers are like those so far.
+# narrow it that far is read from the interval the diagnosis served — a stacking calibration's measured error, whose
+# base part no number of answers removes (diagnosis.measured.answers_to_narrow) — or, for any other interval, from a
+# Beta-Bernoulli interval at the estimate (docs/uncertainty.md): a guide either way, assuming the estimate stays
+# where it is (the next answers are like those so far).
 THIN = 0.3
 MAX_MORE = 200  # beyond this the report says "many"
 
@@ -39,6 +42,8 @@ class ConceptLine:
     high: float | None
     evidence: int | None  # the student's answers assessing it (None: not recorded with this diagnosis)
     level: float = 0.9  # the credible level of the interval
+    # the measured spread the diagnosis served the interval with (None: not a measured interval: the Beta guide)
+    spread: MeasuredError | None = None
 
     @property
     def thin(self) -> bool:
@@ -48,11 +53,28 @@ class ConceptLine:
         return self.evidence is not None and self.evidence < 5
 
     @property
+    def _narrowing(self) -> Narrowing | None:
+        """The served measured interval's narrowing to :data:`THIN` (None: not thin, or not a measured interval)."""
+        if not self.thin or self.spread is None or self.low is None:
+            return None
+        return answers_to_narrow(self.mastery, self.evidence or 0, THIN, self.spread, self.level)
+
+    @property
+    def narrowest(self) -> float | None:
+        """The width the interval keeps however many answers come, when that is wider than :data:`THIN` (the
+        measured spread's base); None when more answers can narrow it (or the evidence is not thin)."""
+        narrowing = self._narrowing
+        return narrowing.floor if narrowing is not None and narrowing.more is None else None
+
+    @property
     def more_answers(self) -> int | None:
-        """About how many more answers on the concept would narrow its interval below :data:`THIN` (None: not thin;
-        ``MAX_MORE + 1``: more than that)."""
+        """About how many more answers on the concept would narrow its interval below :data:`THIN` (None: not thin,
+        or no number would — :attr:`narrowest`; ``MAX_MORE + 1``: more than that)."""
         if not self.thin:
             return None
+        narrowing = self._narrowing
+        if narrowing is not None:
+            return None if narrowing.more is None else min(narrowing.more, MAX_MORE + 1)
         have = self.evidence or 0
         for more in range(1, MAX_MORE + 1):
             if beta_floor_width(have + more, self.level, self.mastery) <= THIN:
@@ -62,6 +84,12 @@ class ConceptLine:
     @property
     def more_text(self) -> str:
         """The thin-evidence note in words ("" when the evidence is not thin)."""
+        if not self.thin:
+            return ""
+        floor = self.narrowest
+        if floor is not None:
+            return (f"thin evidence: more answers alone will not narrow this below ±{THIN / 2:g}: the calibration's "
+                    f"own error keeps it at least {floor:.2f} wide")
         more = self.more_answers
         if more is None:
             return ""
@@ -117,13 +145,15 @@ def build_report(stored: StoredDiagnosis, q: QMatrix | None) -> StudentReport:
     mastery: dict[str, float] = d.get("mastery") or {}
     intervals: dict[str, list[float]] = d.get("mastery_interval") or {}
     evidence: dict[str, int] = d.get("evidence") or {}
+    spread = _measured_spread(d.get("interval_spread"))
     order = [c for c in q.concepts if c in mastery] if q is not None else []
     order += sorted(c for c in mastery if c not in order)
     lines = [ConceptLine(concept=c, mastery=float(mastery[c]),
                          low=float(intervals[c][0]) if c in intervals else None,
                          high=float(intervals[c][1]) if c in intervals else None,
                          evidence=evidence.get(c) if evidence else None,
-                         level=float(d.get("interval_level") or 0.9)) for c in order]
+                         level=float(d.get("interval_level") or 0.9),
+                         spread=spread if c in intervals else None) for c in order]
     basis = d.get("basis") or {}
     reports = d.get("entities") or []
     answered = [r["name"] for r in reports if r.get("mastery")] if reports else []
@@ -144,3 +174,12 @@ def build_report(stored: StoredDiagnosis, q: QMatrix | None) -> StudentReport:
                  else "answers not privatized"),
         not_answered=list(d.get("missing_concepts") or []),
     )
+
+
+def _measured_spread(data: dict[str, Any] | None) -> MeasuredError | None:
+    """The measured spread a stored diagnosis served its intervals with (its ``interval_spread``); None for any
+    other interval, or a diagnosis stored before the field existed (the Beta guide stands in)."""
+    if not data or data.get("kind") != "measured":
+        return None
+    # how many validation pairs measured it is not served (nor needed: the guide reads the spread alone)
+    return MeasuredError(base=float(data["base"]), per_answer=float(data["per_answer"]), rows=1)
