@@ -56,7 +56,8 @@ def coordinate_median(updates: Sequence[Update]) -> list[np.ndarray]:
 def warm_start(model: ItemBank, clients: Sequence[ResponseTensors], *, table: np.ndarray) -> None:
     """Round 0 without DP: every client sends its per-item (sum of scores, responses), the server pools
     them and starts each item's intercept there (``ItemBank.warm_start``). Under DP these sums
-    would be an unprivatised release, so DP runs start from the feature fallback instead."""
+    would be an unprivatised release, so DP runs start from the feature fallback instead. The Flower engines make
+    the same start from the same sums where they trust client-claimed counts (:mod:`federated.flower.warm_start`)."""
     sums = [model.item_sums(c.features, c.item_index, c.observed, c.scores) for c in clients]
     model.warm_start(table, sum(s[0] for s in sums), sum(s[1] for s in sums))
 

@@ -83,7 +83,8 @@ class TrainingConfig:
     round (kept to measure what the choice of round buys, docs/results/local-fed-kinds).
     ``item_release_share``: under student-level DP, the share of ``epsilon`` spent once on releasing per-item and
     per-item-group sums that start the item parameters (``federated.item_release``); the rounds get the rest, with
-    the per-item parameters held fixed. 0: DP-SGD over every parameter, no release.
+    the per-item parameters held fixed. 0: DP-SGD over every parameter, no release. ``rounds=0`` (the untrained
+    model) makes no release either.
     ``dp``: the DP mode (:mod:`federated.modes`; a name, ``"none"``, ``"student"`` or ``"client"``, is looked up).
     """
 
@@ -116,8 +117,10 @@ class TrainingConfig:
     @property
     def releases_item_sums(self) -> bool:
         """Student-level DP spends ``item_release_share`` of ε on releasing per-item sums (federated.item_release)
-        and trains the rest with the per-item parameters held fixed; 0 trains everything by DP-SGD alone."""
-        return self.dp.releases_item_sums and self.item_release_share > 0
+        and trains the rest with the per-item parameters held fixed; 0 trains everything by DP-SGD alone. A run of
+        ``rounds=0`` is the untrained model: it never starts from the release, so none is made and no ε is spent (as
+        on Flower: ``federated.flower.config.releases_item_sums``)."""
+        return self.dp.releases_item_sums and self.item_release_share > 0 and self.rounds > 0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "dp", dp_mode(self.dp))
@@ -145,7 +148,7 @@ class TrainingConfig:
 def item_release(c: TrainingConfig, kind: str, dataset: Dataset, shards: list[ResponseTensors], *, table: np.ndarray,
                  rng: np.random.Generator) -> ItemRelease | None:
     """The run's release of per-item sums under student-level DP (``federated.item_release``), or None: no DP, a
-    share of 0, or a kind without an item bank (the evidence encoder)."""
+    share of 0, no rounds (the untrained model), or a kind without an item bank (the evidence encoder)."""
     if not c.releases_item_sums:
         return None
     model = new_model(kind, dataset.qmatrix, seed=c.seed)

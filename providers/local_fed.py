@@ -40,7 +40,7 @@ mastery without it.
 
 Inference runs in a worker thread (``asyncio.to_thread``), never on the event loop.
 Concurrent ``respond`` calls arriving within ``batch_window_s`` (5 ms) are answered by one
-batched forward pass (:class:`MicroBatcher`); ``forward_passes`` counts the passes.
+batched forward pass (:class:`providers.foldin_batcher.FoldInBatcher`); ``forward_passes`` counts the passes.
 """
 
 from __future__ import annotations
@@ -50,7 +50,6 @@ import math
 import threading
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -62,21 +61,18 @@ from federated.active import NO_POINTER
 from federated.hocdm import HigherOrderCDM
 from federated.itembank import ItemBank, inv_softplus
 from federated.registry import TENANT_PREFIX, LoadedModel, ModelNotFound, ModelRegistry, RegistryError, model_key
-from providers.batching import MicroBatcher
 from providers.errors import EntityRejected, EntitySkipped
+from providers.foldin_batcher import SPREAD_SHIFTS, FoldInBatcher, FoldInRequest, uncertainty_curve
 from providers.item_response import ItemResponseFunction, ItemToForecast, item_response_function, trained_row
 from providers.types import EntityPrediction, MasteryUncertainty, PromptContext, Repair
 from providers.wrappers import timed
 
-__all__ = ["SPREAD_SHIFTS", "UNTRAINED_VERSION", "LocalFedEntity", "MicroBatcher", "uncertainty_curve", "untrained_model"]
+__all__ = ["SPREAD_SHIFTS", "UNTRAINED_VERSION", "LocalFedEntity", "uncertainty_curve", "untrained_model"]
 
 UNTRAINED_VERSION = "untrained"
 _UNTRAINED_CACHE_MAX = 256
 _UNTRAINED_LOADING = 1e-3  # λ of the untrained prior: (almost) no link between concepts
 _UNTRAINED_VARIANCE = math.pi**2 / 3  # ψ of the untrained prior: the variance of logit(U), U uniform
-# θ − μ at which an answer's uncertainty curve is evaluated (MasteryUncertainty: score-free); the aggregator
-# interpolates between them in logit space, so they reach as far as a mastery of about 0.02 or 0.98 from the mean.
-SPREAD_SHIFTS = (-4.0, -3.0, -2.0, -1.0, -0.5, 0.0, 0.5, 1.0, 2.0, 3.0, 4.0)
 
 
 def untrained_model(concepts: tuple[str, ...]) -> LoadedModel:
@@ -95,41 +91,8 @@ def untrained_model(concepts: tuple[str, ...]) -> LoadedModel:
     return LoadedModel(version=UNTRAINED_VERSION, model=model,
                        manifest={"untrained": True, "items": {}}, signature_verified=False)
 
-@dataclass
-class _Request:
-    loaded: LoadedModel
-    features: np.ndarray  # (L, F)
-    scores: np.ndarray  # (L,)
-    answer: list[str]  # concepts to report
-    missing: list[str]
-    repairs: list[Repair] = field(default_factory=list)
-    counts: dict[str, int] = field(default_factory=dict)  # concept -> the answers used on it
-    own_uncertainty: bool = True  # whether the answer carries the model's uncertainty curve (module docstring)
 
-
-@dataclass(frozen=True)
-class _Spread:
-    """One student's uncertainty curve from the model: mastery points and the sd of θ there, each (S, K)."""
-
-    at: np.ndarray
-    logit_sd: np.ndarray
-
-    def for_concept(self, k: int, answers: int, measured: bool) -> MasteryUncertainty:
-        return uncertainty_curve(self.at[:, k], self.logit_sd[:, k], answers=answers, measured=measured)
-
-
-def uncertainty_curve(at: np.ndarray, logit_sd: np.ndarray, *, answers: int, measured: bool) -> MasteryUncertainty:
-    """One concept's :class:`MasteryUncertainty` from a model's curve (points ``at``, sd ``logit_sd``)."""
-    # float32 rounding can make two points equal near 0/1; keep strictly increasing ones (the first of a tie)
-    points, sd = np.asarray(at, dtype=float), np.asarray(logit_sd, dtype=float)
-    keep = np.concatenate([[True], np.diff(points) > 0]) & (points > 0) & (points < 1)
-    return MasteryUncertainty(at=tuple(points[keep]), logit_sd=tuple(sd[keep]), answers=answers, measured=measured)
-
-
-_Answer = tuple[np.ndarray, _Spread | None]  # mastery (K,) and the model's uncertainty curve, if it has one
-
-
-def _encode(context: PromptContext, loaded: LoadedModel) -> _Request:
+def _encode(context: PromptContext, loaded: LoadedModel) -> FoldInRequest:
     model = loaded.model
     column = {c: k for k, c in enumerate(model.concepts)}
     repairs: list[Repair] = []
@@ -163,7 +126,7 @@ def _encode(context: PromptContext, loaded: LoadedModel) -> _Request:
     repairs += [Repair(rule="no_evidence", concept=c, detail="no usable item assesses this concept")
                 for c in no_evidence]
     width = model.item_row("", ()).shape[0]
-    return _Request(loaded=loaded, features=np.stack(rows) if rows else np.zeros((0, width), np.float32),
+    return FoldInRequest(loaded=loaded, features=np.stack(rows) if rows else np.zeros((0, width), np.float32),
                     scores=np.asarray(scores, dtype=np.float32),
                     answer=[c for c in context.concepts if c in counts],
                     missing=[c for c in context.concepts if c not in counts], repairs=repairs,
@@ -190,10 +153,8 @@ class LocalFedEntity:
         self.name, self.registry = name, registry
         # Q-matrix id -> (pointer stamp when read, the verified model, or the error loading it raised)
         self._models: dict[str, tuple[object, LoadedModel | RegistryError]] = {}
-        self._load_lock, self._forward_lock = threading.Lock(), threading.Lock()
-        self._batcher: MicroBatcher[_Request, _Answer] = MicroBatcher(
-            self._forward, window_s=batch_window_s, max_batch=max_batch)
-        self.forward_passes = 0
+        self._load_lock = threading.Lock()
+        self._fold_in = FoldInBatcher(window_s=batch_window_s, max_batch=max_batch)
         self._untrained: dict[tuple[str, ...], LoadedModel] = {}  # by the request's concepts
 
     def _untrained_for(self, concepts: tuple[str, ...]) -> LoadedModel:
@@ -203,6 +164,11 @@ class LocalFedEntity:
                 self._untrained.clear()
             loaded = self._untrained[concepts] = untrained_model(concepts)
         return loaded
+
+    @property
+    def forward_passes(self) -> int:
+        """The batched forward passes run so far (one per model per batch: module docstring)."""
+        return self._fold_in.forward_passes
 
     @property
     def loaded(self) -> bool:
@@ -341,35 +307,6 @@ class LocalFedEntity:
             "scale_pinned": isinstance(loaded.model, ItemBank) and loaded.model.scale_pinned,
         }
 
-    def _forward(self, batch: list[_Request]) -> list[_Answer]:
-        out: list[_Answer | None] = [None] * len(batch)
-        groups: dict[int, list[int]] = {}
-        for i, request in enumerate(batch):  # a reload mid-batch leaves two models: one pass each
-            groups.setdefault(id(request.loaded), []).append(i)
-        for indices in groups.values():
-            model = batch[indices[0]].loaded.model
-            width = max(len(batch[i].scores) for i in indices)
-            feats = torch.zeros((len(indices), width, batch[indices[0]].features.shape[1]))
-            scores = torch.zeros((len(indices), width))
-            observed = torch.zeros((len(indices), width), dtype=torch.bool)
-            for row, i in enumerate(indices):
-                n = len(batch[i].scores)
-                feats[row, :n], scores[row, :n], observed[row, :n] = (
-                    torch.from_numpy(batch[i].features), torch.from_numpy(batch[i].scores), True)
-            with self._forward_lock, torch.no_grad():
-                self.forward_passes += 1
-                mastery = model.mastery(feats, scores, observed).numpy()
-                # the model's own uncertainty where it has one (v2), for the requests that want it; computed without
-                # the scores (see _Spread)
-                wanted = [row for row, i in enumerate(indices) if batch[i].own_uncertainty] \
-                    if isinstance(model, HigherOrderCDM) else []
-                curve = model.logit_sd_curve(feats[wanted], observed[wanted], SPREAD_SHIFTS) if wanted else None
-            spreads: dict[int, _Spread] = {} if curve is None else {
-                row: _Spread(curve[0][:, n].numpy(), curve[1][:, n].numpy()) for n, row in enumerate(wanted)}
-            for row, i in enumerate(indices):
-                out[i] = (mastery[row], spreads.get(row))
-        return out  # type: ignore[return-value]
-
     async def respond(self, context: PromptContext) -> EntityPrediction:
         elapsed = timed()
         if context.task != "diagnose":
@@ -397,7 +334,7 @@ class LocalFedEntity:
         mastery: dict[str, float] = {}
         uncertainty: dict[str, MasteryUncertainty] = {}
         if request.answer:
-            values, spread = await self._batcher.submit(request)
+            values, spread = await self._fold_in.submit(request)
             column = {c: k for k, c in enumerate(loaded.model.concepts)}
             mastery = {c: float(np.clip(values[column[c]], 0.0, 1.0)) for c in request.answer}
             if spread is not None:

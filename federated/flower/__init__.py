@@ -14,6 +14,8 @@
   held-out evaluation, ``history.json``).
 * :mod:`~federated.flower.release`: under student-level DP, the one DP release of per-item sums before the
   rounds (each client noises its own at the full σ; the server pools them and warm-starts the bank), as in process.
+* :mod:`~federated.flower.warm_start`: without DP (no SecAgg+, plain averaging), the in-process trainer's plain
+  warm start from the clients' pooled per-item sums, before round 1.
 * Two engines running the same apps: :mod:`~federated.flower.engine` (in process, an
   in-memory ``Grid``; no Ray, no network) and :mod:`~federated.flower.deployment`
   (``flower-superlink`` + ``flower-supernode`` processes; :mod:`~federated.flower.processes`

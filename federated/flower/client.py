@@ -37,6 +37,7 @@ from federated.dp import clip_update, l2_norm
 from federated.flower.config import FlowerConfig
 from federated.flower.files import RunSettings, client_settings, load_partition, load_settings
 from federated.flower.release import ItemReleaseMod, ReleaseInputs
+from federated.flower.warm_start import ItemSumsMod, SumsInputs
 from federated.local import LocalResult, get_parameters, set_parameters, train_local
 from federated.model import CDModel
 from federated.models import build_model
@@ -121,6 +122,11 @@ def _release_inputs(context: Context) -> ReleaseInputs:
     return ReleaseInputs(build_model(settings.model), data, settings.config.item_release_noise, _seeded_generator)
 
 
+def _sums_inputs(context: Context) -> SumsInputs:
+    settings, _, data = _partition(context)
+    return SumsInputs(settings.config.warm_starts, build_model(settings.model), data)
+
+
 def _client_fn(context: Context) -> Client:
     return _cd_client(context).to_client()
 
@@ -138,5 +144,7 @@ def secagg_if_configured(msg: Message, context: Context, call_next: ClientAppCal
 
 def make_client_app(mods: tuple[Mod, ...] | list[Mod] = ()) -> ClientApp:
     """The ClientApp; ``mods`` run inside secure aggregation (they see the plain reply). The DP item release's
-    request is answered before secure aggregation, which handles training messages only."""
-    return ClientApp(client_fn=_client_fn, mods=[ItemReleaseMod(_release_inputs), secagg_if_configured, *mods])
+    request and the non-DP warm start's (:mod:`federated.flower.warm_start`) are answered before secure aggregation,
+    which handles training messages only."""
+    return ClientApp(client_fn=_client_fn, mods=[ItemReleaseMod(_release_inputs), ItemSumsMod(_sums_inputs),
+                                                 secagg_if_configured, *mods])

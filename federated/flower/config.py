@@ -119,6 +119,14 @@ class FlowerConfig:
         return not self.fed.dp.reveals_counts or self.secagg or self.aggregation in ROBUST
 
     @property
+    def warm_starts(self) -> bool:
+        """Whether the run starts the bank from the clients' plain per-item sums (the in-process trainer's non-DP
+        warm start, ``federated.flower.warm_start``): only where client-claimed counts are revealed and trusted
+        (not :attr:`equal_weights`: no DP, no SecAgg+, plain averaging) and rounds are to run (``rounds=0`` is the
+        untrained model)."""
+        return not self.equal_weights and self.fed.rounds > 0
+
+    @property
     def releases_item_sums(self) -> bool:
         """Whether the run starts with the DP item release (:func:`releases_item_sums`)."""
         return releases_item_sums(self.fed, self.item_release_share)

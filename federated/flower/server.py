@@ -17,7 +17,9 @@ round). One round:
 
 Under student-level DP with an item release, before round 1 every node releases its noisy per-item sums once
 (:mod:`federated.flower.release`): the bank starts from them, that start competes as round 0, and the accountant
-holds the release before the rounds (``history.json``: ``start_auc`` and ``item_release``).
+holds the release before the rounds (``history.json``: ``start_auc`` and ``item_release``). Without DP (no SecAgg+,
+plain averaging), every node sends its plain per-item sums instead and the bank starts from them as the in-process
+trainer's does (:mod:`federated.flower.warm_start`; not a round-0 candidate, as in process).
 
 Both engines run this same function: the in-process driver (:mod:`federated.flower.engine`)
 calls it with an in-memory grid; in the deployment engine the ServerApp in
@@ -54,6 +56,7 @@ from federated.flower.files import load_partition, load_settings
 from federated.candidates import release_start
 from federated.flower.release import server_release
 from federated.flower.strategy import build_strategy
+from federated.flower.warm_start import server_warm_start
 from federated.inprocess import FedResult, RoundRecord, evaluation_mask
 from federated.local import get_parameters, set_parameters
 from federated.metrics import evaluate_masked
@@ -136,6 +139,7 @@ def serve(grid: Grid, context: Context, *,
     release = server_release(grid, node_ids, settings, model=model, table=evaluation.features.numpy(),
                              out_dir=out_dir, rng=rng)
     competing = release_start(model, release, evaluation, hidden, keep=config.keep)  # as the in-process trainer
+    server_warm_start(grid, node_ids, settings, model=model, table=evaluation.features.numpy())  # no DP: as in process
     start_auc = competing.auc if competing is not None else None
     start = {"start_auc": start_auc, "item_release": release.describe()} if release is not None else None
     legacy = LegacyContext(context, config=ServerConfig(num_rounds=fed.rounds), strategy=strategy,

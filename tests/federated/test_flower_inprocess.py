@@ -126,6 +126,7 @@ def test_flower_averages_v2_item_parameters_over_the_clients_that_saw_them(sim: 
     # Prepare: local-fed v2 on students who each answered a random ~half of the bank, so a client's
     # responses per item are not proportional to its size and per-item weighting changes the average
     from federated import encode_dataset, iid_partition
+    from federated.candidates import warm_start
     from federated.flower import write_run
     from federated.models import new_model as build_v2
     from qmatrix import Dataset, StudentResponses
@@ -145,8 +146,10 @@ def test_flower_averages_v2_item_parameters_over_the_clients_that_saw_them(sim: 
 
     # Execute
     flower = run_inprocess(tmp_path / "data", tmp_path / "out")
-    reference = run_fedavg(build_v2("higher-order-irt", q, seed=0), clients, test, config=fed,
-                           rng=np.random.default_rng(2))
+    reference_model = build_v2("higher-order-irt", q, seed=0)
+    # run_fedavg is the bare round loop: the warm start both trainers make first (no DP) is applied here
+    warm_start(reference_model, clients, table=data.features.numpy())
+    reference = run_fedavg(reference_model, clients, test, config=fed, rng=np.random.default_rng(2))
 
     # Assert: the same per-item averages as the in-process engine
     for got, want in zip(get_parameters(flower.model), get_parameters(reference.model), strict=True):

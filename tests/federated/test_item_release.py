@@ -168,3 +168,27 @@ def test_the_release_start_competes_as_round_zero(small: Dataset, tmp_path: Path
     assert start is not None and served in (0, *rounds)
     assert candidate["heldout_auc"] == pytest.approx(max(start, *rounds.values()))
     assert (served == 0) == (start >= max(rounds.values()))
+
+
+def test_a_run_of_no_rounds_is_the_untrained_model_and_releases_nothing(small: Dataset, tmp_path: Path) -> None:
+    # Prepare: rounds=0 is how the evaluation builds the untrained model; under student DP it must not spend ε on a
+    # release it never starts from (Flower makes none at rounds=0 either: federated.flower.config.releases_item_sums)
+    from federated.publish import PublishOptions
+
+    private = TrainingConfig(rounds=0, dp="student", epsilon=3.0, seed=2, model_kind="higher-order-irt")
+    plain = TrainingConfig(rounds=0, seed=2, model_kind="higher-order-irt")
+
+    # Execute
+    dp_run = train_federated(dataset=small, registry=tmp_path / "dp", config=private,
+                             publish=PublishOptions(force=True))
+    untrained = train_federated(dataset=small, registry=tmp_path / "plain", config=plain,
+                                publish=PublishOptions(force=True))
+
+    # Assert: nothing released, nothing charged, and the weights are the seeded start's, as without DP
+    assert dp_run.manifest["config"]["training"]["item_release"] is None
+    assert dp_run.manifest["privacy_accounting"]["events"] == [] and dp_run.manifest["epsilon"] is None
+    assert dp_run.epsilon is None and dp_run.history == []
+    start = ModelRegistry(tmp_path / "plain").load().model.state_dict()
+    for name, value in ModelRegistry(tmp_path / "dp").load().model.state_dict().items():
+        assert torch.equal(value, start[name]) if isinstance(value, torch.Tensor) else value == start[name], name
+    assert untrained.history == [] and not private.releases_item_sums

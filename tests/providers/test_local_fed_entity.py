@@ -12,8 +12,9 @@ import torch
 from federated.registry import ModelRegistry
 from federated.publish import PublishOptions
 from federated.train import TrainingConfig, default_model_if_missing, train_federated
+from providers.batching import MicroBatcher
 from providers.errors import EntityRejected
-from providers.local_fed import SPREAD_SHIFTS, LocalFedEntity, MicroBatcher
+from providers.local_fed import SPREAD_SHIFTS, LocalFedEntity
 from providers.types import Entity, PromptContext, PromptItem
 from qmatrix import example_qmatrix, simulate_dina
 
