@@ -143,8 +143,11 @@ class WithDeadline:
         bounded_by_enclosing = enclosing is not None and enclosing - _INNER_MARGIN_S < own
         until = enclosing - _INNER_MARGIN_S if bounded_by_enclosing else own  # type: ignore[operator]
         try:
+            # asyncio.timeout, not wait_for: on Python 3.11 wait_for runs the call in a task of its own, one more
+            # task per entity call for the same cancellation at the same instant.
             with deadline_scope(until):
-                return await asyncio.wait_for(self.inner.respond(context), timeout=max(0.0, until - now))
+                async with asyncio.timeout_at(until):
+                    return await self.inner.respond(context)
         except TimeoutError:
             which = "the request's" if bounded_by_enclosing else f"the {self.deadline_s:g} s"
             raise EntityTimeout(f"no answer within {which} deadline", entity=self.name) from None
