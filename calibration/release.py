@@ -11,7 +11,8 @@ budget is split evenly over them by basic composition):
   (the Beta prior is refitted from the noisy moments): sensitivity 1 / n_k each;
 * ``stacking`` — the sufficient statistics of the least-squares fit (per concept the sums
   Σx, Σy, Σxxᵀ, Σxy of values in [0, 1]; sensitivity 1 per entry), from which the
-  non-negative weights are re-solved ("sufficient-statistics perturbation").
+  non-negative weights are re-solved ("sufficient-statistics perturbation"). A stacking calibration gives
+  these (1 − ERROR_SHARE)·ε and its error's statistics the rest (:mod:`calibration.release_error`).
 
 The entity error sd τ of a posterior calibration is a root-mean-square over n students of
 values in [−1, 1]: its square gets sensitivity 4 / n.

@@ -10,6 +10,10 @@ entity's answers are first mapped through a monotone curve fitted per concept.
 With ``select`` (the default) the fitted stack must earn its place: by cross-validation over the validation
 students it is compared with each member fitted alone, and kept only if it beats the best of them by more than
 one standard error; otherwise that member is served alone (:mod:`calibration.selection`).
+
+The served candidate's error is measured on the same held-out predictions (:mod:`calibration.measured`): the
+intervals its diagnoses serve. A DP release (``release_epsilon``) releases that error with DP too, from a share of ε
+(:mod:`calibration.release_error`).
 """
 
 from __future__ import annotations
@@ -22,9 +26,10 @@ import numpy as np
 from scipy.optimize import isotonic_regression, nnls
 
 from calibration.calibrators import DEFAULT_FOLDS, Calibrator, FittedCalibration
+from calibration.measured import measured_error
 from calibration.params import CalibrationParams, StackingParams
 from calibration.release import noisy_stacking
-from calibration.measured import measured_error
+from calibration.release_error import ERROR_SHARE, release_measured_error, split_epsilon
 from calibration.selection import STACK, Selection, choose, cross_validated_losses, held_out_predictions
 from calibration.validation import Predictions, Truth, ValidationSet, stacking_rows
 from diagnosis import Aggregator
@@ -56,7 +61,8 @@ class StackingCalibrator(Calibrator):
 
     def fit(self, data: ValidationSet, *, release_epsilon: float | None = None, **options: Any) -> FittedCalibration:
         """As :meth:`Calibrator.fit`; a DP release re-derives the full stack from noisy statistics, so no selection
-        is made then (its cross-validated scores are statistics of the students that are not privatized)."""
+        is made then (its cross-validated scores are statistics of the students that are not privatized), and its
+        error is released with DP too (:mod:`calibration.release_error`: ε split between the two)."""
         if release_epsilon is not None and self.select:
             plain = StackingCalibrator(ridge=self.ridge, min_students=self.min_students, isotonic=self.isotonic,
                                        select=False, folds=self.folds)
@@ -68,25 +74,46 @@ class StackingCalibrator(Calibrator):
             fitted.metrics[f"selection_cv_mse:{name}"] = score
         if selection:
             fitted.metrics["selection_stack_kept"] = float(selection["chosen"] == STACK)
-        if release_epsilon is not None:  # the residuals are statistics of the students, not privatized: not measured
+        kept = data.without(fitted.params.excluded)
+        if release_epsilon is not None:
+            rng = options.get("rng")
+            rng = rng if rng is not None else np.random.default_rng()  # as Calibrator.fit, for the stack's release
+            return self._released_error(fitted, kept, release_epsilon, rng)
+        if selection:  # measured in _fit, on the held-out predictions the choice was made on
             return fitted
-        return self._measured(fitted, data.without(fitted.params.excluded))
+        return self._measured(fitted, kept)
 
     def _measured(self, fitted: FittedCalibration, kept: ValidationSet) -> FittedCalibration:
-        """``fitted`` with the served candidate's error measured on held-out validation students (the intervals its
-        diagnoses serve: :mod:`calibration.measured`), and a note saying what was measured."""
+        """``fitted`` (a stack served without a selection) with its error measured on held-out validation students
+        (the intervals its diagnoses serve: :mod:`calibration.measured`), and a note saying what was measured."""
         params = fitted.params
         if not isinstance(params, StackingParams) or len(kept) < 2:
             return fitted
-        served = params.selection.get("chosen", STACK)
-        member = [served.removeprefix(SINGLE)] if served != STACK else []
-        entities = sorted({e for preds in kept.answers for e, values in preds.items() if values})
-        fit = self._candidates(member, entities)
-        weighed = member or sorted({e for w in [*params.weights.values(), params.pooled_weights] for e, v in w.items()
-                                    if v >= NEGLIGIBLE_WEIGHT})
-        error, note = measured_error(held_out_predictions(fit, kept, self.folds)[served], kept, self.folds, weighed)
-        return replace(fitted, params=replace(params, measured_error=error.to_json() if error else {}),
-                       notes=[*fitted.notes, note])
+        predicted = held_out_predictions(self._candidates([], []), kept, self.folds)[STACK]
+        params, notes = self._with_error(params, predicted, kept, fitted.notes)
+        return replace(fitted, params=params, notes=notes)
+
+    def _with_error(self, params: StackingParams, predicted: Sequence[dict[str, float]], data: ValidationSet,
+                    notes: list[str]) -> tuple[StackingParams, list[str]]:
+        """``params`` with the served candidate's error measured from its held-out ``predicted``, and the note."""
+        error, note = measured_error(predicted, data, self.folds, _weighed(params))
+        return replace(params, measured_error=error.to_json() if error else {}), [*notes, note]
+
+    def _released_error(self, fitted: FittedCalibration, kept: ValidationSet, epsilon: float,
+                        rng: np.random.Generator) -> FittedCalibration:
+        """``fitted`` (a DP-released stack, fitted with the stack's share of ``epsilon``) with its error released with
+        the rest (:mod:`calibration.release_error`); the record states both parts."""
+        params = fitted.params
+        if not isinstance(params, StackingParams):
+            return fitted
+        stack_epsilon, error_epsilon = split_epsilon(epsilon)
+        released = release_measured_error(params.aggregator(), kept, _weighed(params), epsilon=error_epsilon, rng=rng)
+        split = (f"ε = {epsilon:g} per validation student, split by basic composition: {stack_epsilon:g} on the "
+                 f"stack's sufficient statistics, {error_epsilon:g} on its error's (share {ERROR_SHARE:g})")
+        metrics = {**fitted.metrics, "release_epsilon_stack": stack_epsilon,
+                   "release_epsilon_measured_error": error_epsilon}
+        return replace(fitted, params=replace(params, measured_error=released.to_json()), metrics=metrics,
+                       notes=[*fitted.notes, split, released.note])
 
     def _nnls(self, x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, float]:
         x_mean, y_mean = x.mean(axis=0), y.mean()
@@ -126,8 +153,11 @@ class StackingCalibrator(Calibrator):
         selection = choose(*cross_validated_losses(predicted, data), min(self.folds, len(data)))
         notes.append(selection.note())
         if selection.chosen == STACK:
-            return replace(stack, selection=selection.to_json()), notes
-        return self._single(selection.chosen.removeprefix(SINGLE), entities, stack.isotonic, data, selection), notes
+            chosen = replace(stack, selection=selection.to_json())
+        else:
+            chosen = self._single(selection.chosen.removeprefix(SINGLE), entities, stack.isotonic, data, selection)
+        # the served candidate's error, measured on the held-out predictions the choice was just made on
+        return self._with_error(chosen, predicted[selection.chosen], data, notes)
 
     def _candidates(self, alone: Sequence[str], entities: Sequence[str]) -> Callable[[ValidationSet], dict[str, Aggregator]]:
         """The full stack and each member of ``alone`` on its own (among ``entities``), fitted on a part of the
@@ -198,6 +228,15 @@ class StackingCalibrator(Calibrator):
         if self.isotonic:
             raise ValueError("isotonic maps have no DP release here: calibrate with release_epsilon \"none\" "
                              "(e.g. on simulated or public validation students) or without isotonic")
-        weights, intercepts, pooled, pooled_intercept = noisy_stacking(
-            data.answers, data.truths, epsilon=epsilon, rng=rng, min_students=self.min_students)
+        weights, intercepts, pooled, pooled_intercept = noisy_stacking(  # the rest of ε: the error's (fit)
+            data.answers, data.truths, epsilon=split_epsilon(epsilon)[0], rng=rng, min_students=self.min_students)
         return StackingParams(weights=weights, intercepts=intercepts, pooled_weights=pooled, pooled_intercept=pooled_intercept)
+
+
+def _weighed(params: StackingParams) -> list[str]:
+    """The entities the served candidate weighs: the member served alone, or every entity with a weight."""
+    served = params.selection.get("chosen", STACK)
+    if served != STACK:
+        return [served.removeprefix(SINGLE)]
+    return sorted({e for w in [*params.weights.values(), params.pooled_weights] for e, v in w.items()
+                   if v >= NEGLIGIBLE_WEIGHT})

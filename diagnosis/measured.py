@@ -39,13 +39,13 @@ from scipy.stats import norm
 
 from diagnosis.forecast import LOGIT_CLIP
 
-__all__ = ["MEASURED_LEVEL", "MeasuredError", "Narrowing", "answer_counts", "answers_to_narrow", "fit_measured_error",
+__all__ = ["MEASURED_LEVEL", "RESIDUAL_CLIP", "MeasuredError", "Narrowing", "answer_counts", "answers_to_narrow", "fit_measured_error",
            "measured_intervals"]
 
 MEASURED_LEVEL = 0.9
 # A residual's logits are clipped wider than a served value's: a truth of 0 or 1 (rare on real data) would otherwise
 # dominate the fitted spread.
-_RESIDUAL_CLIP = 1e-3
+RESIDUAL_CLIP = 1e-3
 _MIN_ROWS = 20  # fewer held-out (student, concept) pairs measure no spread worth serving
 
 
@@ -92,7 +92,7 @@ def fit_measured_error(predicted: Sequence[float], truth: Sequence[float], answe
     ``with_answers`` False: the counts are unknown, so one spread (``base``) is fitted for every student."""
     if len(predicted) < _MIN_ROWS:
         return None
-    r2 = (_logit(np.asarray(predicted, float), _RESIDUAL_CLIP) - _logit(np.asarray(truth, float), _RESIDUAL_CLIP)) ** 2
+    r2 = (_logit(np.asarray(predicted, float), RESIDUAL_CLIP) - _logit(np.asarray(truth, float), RESIDUAL_CLIP)) ** 2
     if not with_answers:
         return MeasuredError(base=float(r2.mean()), per_answer=0.0, rows=int(r2.size)) if r2.mean() > 0 else None
     design = np.column_stack([np.ones(r2.size), 1.0 / (np.asarray(answers, float) + 1.0)])

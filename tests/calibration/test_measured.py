@@ -58,14 +58,17 @@ def test_the_stack_measures_its_error_and_its_intervals_cover_new_students_thin_
     assert any("held-out (student, concept) pairs" in note for note in fitted.notes)
 
 
-def test_binary_truths_and_dp_releases_measure_no_error() -> None:
+def test_binary_truths_measure_no_error_released_or_not() -> None:
     binary = StackingCalibrator().fit(_students(200, seed=3, binary=True))
-    released = StackingCalibrator().fit(_students(200, seed=3), release_epsilon=4.0, rng=np.random.default_rng(0))
+    released = StackingCalibrator().fit(_students(400, seed=3, binary=True), release_epsilon=4.0,
+                                        rng=np.random.default_rng(0))
     assert binary.params.measured_error == {} and any("binary" in n for n in binary.notes)  # type: ignore[attr-defined]
+    assert binary.params.aggregator().measured_error is None
+    # a DP release drops binary truths per student (calibration.release_error): the noisy count stays below the floor
     assert released.params.measured_error == {}  # type: ignore[attr-defined]
+    assert any(n.startswith("no interval") and "noisy count" in n for n in released.notes)
     # nothing of the un-noised residuals is published with a DP release, not even in a note
     assert not any("held-out" in note for note in released.notes)
-    assert binary.params.aggregator().measured_error is None
 
 
 async def test_a_calibrated_mean_serves_intervals_that_narrow_with_the_students_answers() -> None:

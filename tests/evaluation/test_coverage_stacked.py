@@ -6,7 +6,7 @@ import numpy as np
 import torch
 
 from evaluation.coverage_sim import coverage, generator_model, simulate_model
-from evaluation.coverage_stacked import fit_stacked, stacked_intervals
+from evaluation.coverage_stacked import DP_RELEASED, STACKED, fit_stacked, fit_stacks, stacked_intervals, stacked_rows
 from qmatrix.datasets import load_frcsub
 
 
@@ -26,3 +26,20 @@ def test_a_stacks_measured_intervals_cover_85_to_95_percent_of_simulated_student
         overall, _ = coverage(students.truth, lower, upper, students.answered)
         assert 0.85 <= overall <= 0.95, (n, overall)
         assert np.isnan(lower[~students.answered]).all()  # no interval where the student gave no answer
+
+
+def test_a_dp_released_stack_too_noisy_for_its_cohort_serves_no_interval_rather_than_a_wrong_one() -> None:
+    # Prepare: the same 300 SIMULATED validation students released as a real cohort is by default (ε = 4 per student):
+    # on FrcSub's 8 concepts the stack's share of the noise swamps its weights, its errors reach beyond the clip
+    torch.set_num_threads(1)
+    q = load_frcsub().qmatrix
+    model = generator_model(q, seed=0)
+    stacks = fit_stacks(q, model, students=300, counts=(5, 50), seed=500)
+    students = simulate_model(q, model, n_students=100, n_responses=5, seed=5)
+
+    # Execute
+    rows = {r["config"]: r for r in stacked_rows(stacks, model, students, responses=5, seed=5)}
+
+    # Assert: the report's DP row says so (NaN), the noiseless one is measured as before
+    assert stacks[DP_RELEASED].measured_error is None and np.isnan(rows[DP_RELEASED]["coverage"])
+    assert 0.85 <= rows[STACKED]["coverage"] <= 0.95 and rows[STACKED]["width"] > 0
