@@ -23,6 +23,9 @@ __all__ = ["BodyLimit", "ObservedRequests"]
 
 access_log = logging.getLogger("fedcd.access")
 _MAX_CACHED_LABELS = 1024
+# The method label takes these values and "other": any token is a valid HTTP method, so a client (no key needed)
+# inventing one per request would otherwise add a metric series per request, without limit.
+_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "TRACE", "CONNECT"})
 
 
 class BodyLimit:
@@ -75,7 +78,7 @@ class ObservedRequests:
         self.app = app
         # The histogram's child per (method, route, status): ``labels()`` checks, stringifies and locks on every
         # call; the child it returns for a label set never changes, so it is looked up once. Bounded like the
-        # labels themselves, and capped in case a client invents methods.
+        # labels themselves (an invented method is "other"), and capped all the same.
         self._latency: dict[tuple[str, str, int], Histogram] = {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -97,6 +100,7 @@ class ObservedRequests:
                                 seconds * 1000, *who)
 
     def _observe(self, method: str, route: str, status_code: int, seconds: float) -> None:
+        method = method if method in _METHODS else "other"
         key = (method, route, status_code)
         child = self._latency.get(key)
         if child is None:

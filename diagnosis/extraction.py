@@ -5,13 +5,19 @@ The LLM tagger asks each entity, per item, how likely the item requires each con
 tags a concept when the answer is ≥ 0.5. With several entities their answers are
 averaged first. Agreement between two taggings is reported as percent agreement and
 Cohen's κ over all (item, concept) cells, and per concept.
+
+The LLM tagger's contexts carry the caller's ``cache_scope`` (the tenant), as a diagnosis's do: a response cache in
+front of an entity keys on it, so one tenant's tagging never hits — nor reveals — another's. Keyword tagging and
+the agreement are per-cell Python work: past ``_INLINE_CELLS`` cells they run in a worker thread, not on the
+event loop.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import numpy as np
 
@@ -20,6 +26,13 @@ from qmatrix import Item, QMatrix
 from qmatrix.extract import keyword_tags
 
 __all__ = ["Agreement", "Extraction", "agreement", "build_qmatrix", "extract_qmatrix", "llm_tags"]
+
+# (item, concept) cells tagged or compared on the event loop; more run in a worker thread. Keyword tagging runs regex
+# searches per cell, so a large request held the loop (other requests, /healthz) for seconds (a security review timed
+# 100 items x 20,000 concepts, a request now refused for its concepts' count).
+_INLINE_CELLS = 1_000
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -57,16 +70,23 @@ def agreement(first: Mapping[str, Sequence[str]], second: Mapping[str, Sequence[
     return Agreement(percent=float(np.mean(a == b)) if items else None, kappa=_kappa(a.ravel(), b.ravel()) if items else None, per_concept=per)
 
 
+async def _off_loop_if_large(cells: int, work: Callable[[], T]) -> T:
+    return work() if cells <= _INLINE_CELLS else await asyncio.to_thread(work)
+
+
 async def llm_tags(
-    entities: Mapping[str, Entity], items: Sequence[tuple[str, str]], concepts: Sequence[str], *, concurrency: int = 4
+    entities: Mapping[str, Entity], items: Sequence[tuple[str, str]], concepts: Sequence[str], *, concurrency: int = 4,
+    cache_scope: str | None = None,
 ) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
-    """(item id -> tagged concepts, entity -> item ids it failed on). Items no entity answered are left out."""
+    """(item id -> tagged concepts, entity -> item ids it failed on). Items no entity answered are left out.
+    ``cache_scope``: who may share cached answers (the tenant; :class:`providers.PromptContext`)."""
     gate = asyncio.Semaphore(concurrency)
     failures: dict[str, list[str]] = {}
 
     async def one(item_id: str, text: str) -> tuple[str, list[str] | None]:
         context = PromptContext(
-            task="tag", concepts=tuple(concepts), items=(PromptItem(item_id=item_id, text=text, concepts=tuple(concepts), score=0.0),)
+            task="tag", concepts=tuple(concepts), cache_scope=cache_scope,
+            items=(PromptItem(item_id=item_id, text=text, concepts=tuple(concepts), score=0.0),),
         )
         answers = []
         async with gate:
@@ -86,15 +106,19 @@ async def llm_tags(
 
 def build_qmatrix(qid: str, items: Sequence[tuple[str, str]], tags: Mapping[str, Sequence[str]], concepts: Sequence[str]) -> Extraction:
     """A valid Q-matrix from taggings: untagged items and unused concepts are left out and listed."""
-    tagged = [(i, t) for i, t in items if tags.get(i)]
-    used = [c for c in concepts if any(c in tags[i] for i, _ in tagged)]
-    untagged = [i for i, _ in items if not tags.get(i)]
+    sets = {i: set(tags.get(i, ())) for i, _ in items}  # membership by set: a list made this cubic at 500 x 500
+    tagged = [(i, t) for i, t in items if sets[i]]
+    in_use = set().union(*(sets[i] for i, _ in tagged))
+    used = [c for c in concepts if c in in_use]
+    untagged = [i for i, _ in items if not sets[i]]
     q = (
-        QMatrix(id=qid, concepts=tuple(used), items=tuple(Item(id=i, text=t, concepts=tuple(c for c in used if c in tags[i])) for i, t in tagged))
+        QMatrix(id=qid, concepts=tuple(used),
+                items=tuple(Item(id=i, text=t, concepts=tuple(c for c in used if c in sets[i])) for i, t in tagged))
         if tagged
         else None
     )
-    return Extraction(qmatrix=q, tags={i: list(tags.get(i, [])) for i, _ in items}, untagged_items=untagged, unused_concepts=[c for c in concepts if c not in used])
+    return Extraction(qmatrix=q, tags={i: list(tags.get(i, [])) for i, _ in items}, untagged_items=untagged,
+                      unused_concepts=[c for c in concepts if c not in in_use])
 
 
 async def extract_qmatrix(
@@ -104,17 +128,28 @@ async def extract_qmatrix(
     *,
     method: str = "keyword",
     entities: Mapping[str, Entity] | None = None,
+    cache_scope: str | None = None,
 ) -> tuple[Extraction, Agreement | None]:
     """Extract with ``keyword``, ``llm`` or ``both`` (the Q-matrix then comes from the LLM tags,
-    and the agreement between the two taggings is returned)."""
+    and the agreement between the two taggings is returned). ``cache_scope``: the tenant asking (:func:`llm_tags`)."""
     if method not in ("keyword", "llm", "both"):
         raise ValueError(f"unknown method {method!r} (use keyword, llm or both)")
-    keyword = {i: keyword_tags(t, concepts) for i, t in items}
-    if method == "keyword":
-        return build_qmatrix(qid, items, keyword, concepts), None
-    if not entities:
+    if method != "keyword" and not entities:
         raise ValueError("LLM tagging needs at least one entity")
-    llm, failures = await llm_tags(entities, items, concepts)
-    extraction = build_qmatrix(qid, items, llm, concepts)
-    extraction.failures = failures
-    return extraction, (agreement(keyword, llm, concepts) if method == "both" else None)
+    cells = len(items) * len(concepts)
+    if method == "keyword":
+        built = await _off_loop_if_large(cells, lambda: build_qmatrix(qid, items, _keyword(items, concepts), concepts))
+        return built, None
+    assert entities is not None
+    llm, failures = await llm_tags(entities, items, concepts, cache_scope=cache_scope)
+
+    def finish() -> tuple[Extraction, Agreement | None]:
+        extraction = build_qmatrix(qid, items, llm, concepts)
+        extraction.failures = failures
+        return extraction, (agreement(_keyword(items, concepts), llm, concepts) if method == "both" else None)
+
+    return await _off_loop_if_large(cells, finish)
+
+
+def _keyword(items: Sequence[tuple[str, str]], concepts: Sequence[str]) -> dict[str, list[str]]:
+    return {i: keyword_tags(t, concepts) for i, t in items}

@@ -192,9 +192,19 @@ def _cursor(text: str | None) -> tuple[str, str] | None:
         created, job_id = json.loads(base64.urlsafe_b64decode(text.encode() + b"=" * (-len(text) % 4)))
     except (ValueError, TypeError):
         raise ConsolePage(422, "Invalid page cursor", ["Follow the console's own 'older jobs' link."]) from None
-    if not isinstance(created, str) or not isinstance(job_id, str):
+    if not isinstance(created, str) or not isinstance(job_id, str) or not _storable(created + job_id):
         raise ConsolePage(422, "Invalid page cursor", ["Follow the console's own 'older jobs' link."])
     return created, job_id
+
+
+def _storable(text: str) -> bool:
+    """No stored key holds a NUL or a lone surrogate (JSON can spell both), and PostgreSQL refuses them as a
+    parameter (a 500): a cursor with one is not the console's own."""
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return "\x00" not in text
 
 
 @router.get("/jobs")

@@ -12,6 +12,7 @@ from app.errors import InputError
 from app.pagination import Page, page_of, pages
 from app.routes.responses import ADMIN_ERRORS
 from app.schemas import KeyCreate, KeyCreated, KeyList, KeyPublic
+from app.schemas.common import Identifier
 
 router = APIRouter(prefix="/v1/admin/keys", tags=["admin"])
 
@@ -39,7 +40,7 @@ async def read_keys(keys: KeyStoreDep, principal: AdminDep, page: Annotated[Page
 @router.delete("/{key_id}", status_code=status.HTTP_204_NO_CONTENT, responses={
     **ADMIN_ERRORS, 404: {"description": "no such key in the tenant"},
 })
-async def delete_key(key_id: str, keys: KeyStoreDep, principal: AdminDep) -> Response:
+async def delete_key(key_id: Identifier, keys: KeyStoreDep, principal: AdminDep) -> Response:
     """Revoke a key; it fails from the next request on."""
     if not await asyncio.to_thread(keys.revoke, key_id, tenant=principal.tenant):
         raise InputError(("path", "key_id"), [f"unknown key id '{key_id}'"], status_code=404)

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, status
+from fastapi import APIRouter, Depends, Query, status
 
 from app.deps import AdminDep, CalibrationServiceDep, PrincipalDep
 from app.pagination import Page, pages
 from app.routes.responses import ADMIN_ERRORS, AUTH_ERRORS
 from app.schemas import CalibrateJob, CalibrateRequest, CalibrationList, CalibrationPublic, JobAccepted
+from app.schemas.common import Identifier
 
 router = APIRouter(tags=["calibration"])
 
@@ -29,13 +30,16 @@ async def create_calibration_job(body: CalibrateRequest, service: CalibrationSer
 @router.get("/v1/calibrate/{job_id}", response_model=CalibrateJob, responses={
     **ADMIN_ERRORS, 404: {"description": "unknown job (another tenant's is unknown too)"},
 })
-async def read_calibration_job(job_id: str, service: CalibrationServiceDep, principal: AdminDep) -> CalibrateJob:
+async def read_calibration_job(
+    job_id: Identifier, service: CalibrationServiceDep, principal: AdminDep
+) -> CalibrateJob:
     return await service.job(job_id, principal.tenant)
 
 
 @router.get("/v1/calibrations", response_model=CalibrationList, responses=AUTH_ERRORS)
 async def read_calibrations(
-    service: CalibrationServiceDep, principal: PrincipalDep, page: Annotated[Page, Depends(pages("calibrations", str, int, str))], qmatrix_id: str | None = None
+    service: CalibrationServiceDep, principal: PrincipalDep, page: Annotated[Page, Depends(pages("calibrations", str, int, str))],
+    qmatrix_id: Annotated[Identifier | None, Query(description="only the records of this Q-matrix")] = None,
 ) -> CalibrationList:
     """The tenant's calibration records and the shared ones, by Q-matrix id and version."""
     return await service.records(principal.tenant, qmatrix_id, page)
@@ -44,5 +48,7 @@ async def read_calibrations(
 @router.get("/v1/calibrations/{calibration_id}", response_model=CalibrationPublic, responses={
     **AUTH_ERRORS, 404: {"description": "unknown id (another tenant's is unknown too)"},
 })
-async def read_calibration(calibration_id: str, service: CalibrationServiceDep, principal: PrincipalDep) -> CalibrationPublic:
+async def read_calibration(
+    calibration_id: Identifier, service: CalibrationServiceDep, principal: PrincipalDep
+) -> CalibrationPublic:
     return await service.record(principal.tenant, calibration_id)

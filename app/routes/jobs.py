@@ -12,6 +12,7 @@ from app.deps import AdminDep, JobQueriesDep
 from app.pagination import Page, pages
 from app.routes.responses import ADMIN_ERRORS
 from app.schemas import JobList, JobPublic
+from app.schemas.common import Identifier
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 
@@ -35,7 +36,7 @@ async def read_jobs(
 @router.get("/{job_id}", response_model=JobPublic, responses={
     **ADMIN_ERRORS, 404: {"description": "unknown job (another tenant's is unknown too)"},
 })
-async def read_job(job_id: str, jobs: JobQueriesDep, principal: AdminDep) -> JobPublic:
+async def read_job(job_id: Identifier, jobs: JobQueriesDep, principal: AdminDep) -> JobPublic:
     return await jobs.get(job_id, principal.tenant)
 
 
@@ -43,7 +44,7 @@ async def read_job(job_id: str, jobs: JobQueriesDep, principal: AdminDep) -> Job
     **ADMIN_ERRORS, 404: {"description": "unknown job (another tenant's is unknown too)"},
     409: {"description": "the job has already finished"},
 })
-async def cancel_job(job_id: str, jobs: JobQueriesDep, principal: AdminDep) -> JobPublic:
+async def cancel_job(job_id: Identifier, jobs: JobQueriesDep, principal: AdminDep) -> JobPublic:
     """Cancel a job: a queued one at once (``cancelled``); a running one is ``cancelling`` until the worker running it
     stops it (within a heartbeat; its partial result is dropped, its pending privacy charges refunded, an upload
     deleted), then ``cancelled``. A finished job is a 409."""

@@ -20,6 +20,7 @@ from app.pagination import Page, page_of, pages
 from app.limits import qmatrix_from_csv_checked, qmatrix_from_json_checked
 from app.routes.responses import ADMIN_ERRORS, AUTH_ERRORS
 from app.schemas import ExtractRequest, ExtractResponse, QMatrixList, QMatrixPublic, QMatrixSummary, qmatrix_create_model
+from app.schemas.common import Identifier
 from app.settings import Settings
 from app.storage import StoredQMatrix
 from app.storage.qmatrices import MAX_VERSION
@@ -126,7 +127,7 @@ async def create_qmatrix(
     422: {"description": "invalid Q-matrix; every problem is listed"},
 })
 async def update_qmatrix(
-    qmatrix_id: str, request: Request, service: QMatrixServiceDep, settings: SettingsDep, principal: AdminDep
+    qmatrix_id: Identifier, request: Request, service: QMatrixServiceDep, settings: SettingsDep, principal: AdminDep
 ) -> QMatrixSummary:
     """Replace the rows: a new version. Calibrations fitted on the old version no longer apply to it."""
     service.check_writable(qmatrix_id)  # before the body is read
@@ -138,7 +139,7 @@ async def update_qmatrix(
     **ADMIN_ERRORS, 404: {"description": "the tenant has no Q-matrix with this id"},
     409: {"description": "a built-in Q-matrix"},
 })
-async def delete_qmatrix(qmatrix_id: str, service: QMatrixServiceDep, principal: AdminDep) -> Response:
+async def delete_qmatrix(qmatrix_id: Identifier, service: QMatrixServiceDep, principal: AdminDep) -> Response:
     """Delete every version (its calibrations stay readable; new diagnoses cannot name it)."""
     await service.delete(principal.tenant, qmatrix_id)
     return Response(status_code=status.HTTP_204_NO_CONTENT)
@@ -156,7 +157,7 @@ async def read_qmatrices(service: QMatrixServiceDep, principal: PrincipalDep, pa
     **AUTH_ERRORS, 404: {"description": "unknown id (another tenant's is unknown too)"},
 })
 async def read_qmatrix(
-    qmatrix_id: str, service: QMatrixServiceDep, principal: PrincipalDep,
+    qmatrix_id: Identifier, service: QMatrixServiceDep, principal: PrincipalDep,
     version: Annotated[int | None, Query(ge=1, le=MAX_VERSION, description="default: the current version")] = None,
 ) -> Response:
     """The current version (or ``?version=N``)."""
@@ -167,7 +168,7 @@ async def read_qmatrix(
     **ADMIN_ERRORS, 409: {"description": "save: the id is taken or built in"},
 })
 async def create_qmatrix_extraction(
-    body: ExtractRequest, service: QMatrixServiceDep, principal: AdminDep
+    body: ExtractRequest, service: QMatrixServiceDep, settings: SettingsDep, principal: AdminDep
 ) -> ExtractResponse:
     """Tag items with concepts (keyword rules, LLM entities, or both with their agreement)."""
-    return await service.extract(principal.tenant, body)
+    return await service.extract(principal.tenant, body, settings)

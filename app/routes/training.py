@@ -11,6 +11,7 @@ from app.deps import AdminDep, TrainingServiceDep
 from app.errors import InputError
 from app.routes.responses import ADMIN_ERRORS
 from app.schemas import JobAccepted
+from app.schemas.common import Identifier
 
 router = APIRouter(prefix="/v1/qmatrices", tags=["qmatrices"])
 
@@ -25,7 +26,9 @@ _BODY = {"requestBody": {"required": True, "content": {"multipart/form-data": {"
              openapi_extra=_BODY, responses={
                  **ADMIN_ERRORS, 404: {"description": "unknown Q-matrix"}, 413: {"description": "upload too large"},
                  422: {"description": "unreadable CSV, items not in the Q-matrix, or too few students"}})
-async def train_qmatrix(qmatrix_id: str, request: Request, service: TrainingServiceDep, principal: AdminDep) -> JobAccepted:
+async def train_qmatrix(
+    qmatrix_id: Identifier, request: Request, service: TrainingServiceDep, principal: AdminDep
+) -> JobAccepted:
     """Train the tenant's own local-fed model of this Q-matrix from its response history, gate it on held-out
     students of the upload, publish it, then calibrate on a validation part (docs/local-fed.md, "Upload and train")."""
     if request.headers.get("content-type", "").split(";")[0].strip().lower() != "multipart/form-data":

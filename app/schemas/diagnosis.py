@@ -70,7 +70,10 @@ class DiagnoseOptions(BaseModel):
     )
     estimate: Literal["mean", "median"] = Field(default="mean", description="posterior mean or median")
     entities: list[Name] | None = Field(default=None, min_length=1, description="entity names; omitted: all")
-    calibration_id: str | None = None
+    calibration_id: Identifier | None = Field(
+        default=None, description="a calibration record of the tenant (or a shared one); omitted: the newest for the "
+        "Q-matrix's current rows"
+    )
     include_entities: bool = False
     forecast_items: Annotated[list[Identifier], Field(min_length=1, max_length=MAX_FORECAST_ITEMS)] | Literal[
         "all"] | None = Field(

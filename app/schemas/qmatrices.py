@@ -23,12 +23,14 @@ __all__ = [
     "qmatrix_create_model",
 ]
 
+MAX_ITEM_TEXT = 20000  # characters of an item's text, in a Q-matrix and in an extraction request alike
+
 
 class QMatrixItem(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)  # a request: no type coercion
 
     id: Identifier
-    text: str | None = Field(default=None, max_length=20000)
+    text: str | None = Field(default=None, max_length=MAX_ITEM_TEXT)
     concepts: QMatrixNames = Field(max_length=500)
 
 
@@ -81,8 +83,9 @@ class QMatrixList(Paginated[str]):
 class ExtractItem(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)  # a request: no type coercion
 
-    id: str = Field(min_length=1)
-    text: str = Field(min_length=1)
+    # The rules of a Q-matrix item's id and text: the extracted Q-matrix is answered (and saved) with them.
+    id: Identifier
+    text: str = Field(min_length=1, max_length=MAX_ITEM_TEXT)
 
 
 class ExtractRequest(BaseModel):
@@ -90,7 +93,10 @@ class ExtractRequest(BaseModel):
 
     id: str = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.-]+$")
     items: list[ExtractItem] = Field(min_length=1, max_length=500)
-    concepts: list[Name] | None = Field(default=None, min_length=1, description="default: fedcd's GSM8K concept set")
+    concepts: list[Name] | None = Field(
+        default=None, min_length=1,
+        description="default: fedcd's GSM8K concept set; at most the server's max_qmatrix_concepts (a 422 past it)",
+    )
     method: Literal["keyword", "llm", "both"] = "keyword"
     entities: list[Name] | None = Field(default=None, min_length=1, description="LLM taggers; default: all configured")
     save: bool = Field(default=False, description="also register the extracted Q-matrix under 'id'")

@@ -9,8 +9,12 @@ import asyncio
 from collections.abc import Sequence
 from dataclasses import asdict
 
+from pydantic import ValidationError
+
 from app.domain_errors import Conflict, InvalidInput, NotFound
-from app.schemas import AgreementPublic, ExtractRequest, ExtractResponse, QMatrixCreate
+from app.limits import qmatrix_from_json_checked
+from app.schemas import AgreementPublic, ExtractRequest, ExtractResponse, QMatrixCreate, qmatrix_create_model
+from app.settings import Settings
 from app.storage import QMatrixExists, QMatrixStore, StoredQMatrix
 from diagnosis import DiagnosisPipeline, UnknownEntities
 from diagnosis.extraction import extract_qmatrix
@@ -78,9 +82,14 @@ class QMatrixService:
             raise _unknown(qmatrix_id)
         return stored
 
-    async def extract(self, tenant: str, body: ExtractRequest) -> ExtractResponse:
-        """Tag the items with concepts; with ``save``, register the result as the tenant's (``Conflict`` when taken)."""
+    async def extract(self, tenant: str, body: ExtractRequest, settings: Settings) -> ExtractResponse:
+        """Tag the items with concepts; with ``save``, register the result as the tenant's (``Conflict`` when taken).
+        The request is held to the settings' Q-matrix limits, and the result is checked as a registered one is."""
         concepts: Sequence[str] = body.concepts or list(GSM8K_CONCEPTS)
+        for field, count, most in (("concepts", len(concepts), settings.max_qmatrix_concepts),
+                                   ("items", len(body.items), settings.max_qmatrix_items)):
+            if count > most:
+                raise InvalidInput((field,), [f"{count} {field}; a Q-matrix has at most {most} on this server"])
         if len(set(concepts)) != len(concepts):
             raise InvalidInput(("concepts",), ["concept names must be unique"])
         if len({i.id for i in body.items}) != len(body.items):
@@ -92,17 +101,20 @@ class QMatrixService:
             except UnknownEntities as exc:
                 raise InvalidInput(("entities",), [str(exc)]) from exc
         extraction, agreement = await extract_qmatrix(
-            body.id, [(i.id, i.text) for i in body.items], list(concepts), method=body.method, entities=entities
+            body.id, [(i.id, i.text) for i in body.items], list(concepts), method=body.method, entities=entities,
+            cache_scope=tenant,
         )
+        checked = None if extraction.qmatrix is None else await asyncio.to_thread(
+            _checked, extraction.qmatrix, settings)
         registered = False
-        if body.save and extraction.qmatrix is not None:
+        if body.save and checked is not None:
             try:
-                await asyncio.to_thread(self.store.create, tenant, extraction.qmatrix)
+                await asyncio.to_thread(self.store.create, tenant, checked[1])
             except QMatrixExists as exc:
                 raise Conflict(("id",), [str(exc)]) from exc
             registered = True
         return ExtractResponse(
-            qmatrix=QMatrixCreate(**qmatrix_to_json(extraction.qmatrix)) if extraction.qmatrix else None,
+            qmatrix=None if checked is None else checked[0],
             method=body.method,
             tags=extraction.tags,
             untagged_items=extraction.untagged_items,
@@ -111,3 +123,18 @@ class QMatrixService:
             failures=extraction.failures,
             registered=registered,
         )
+
+
+def _checked(q: QMatrix, settings: Settings) -> tuple[QMatrixCreate, QMatrix]:
+    """An extracted Q-matrix through what a registered JSON one passes (the body model with the server's limits, then
+    ``qmatrix_from_json_checked``): one it would refuse is a 422 here, never saved to fail on every later read (a
+    500). Problems name the request field behind them: ``concepts`` (an item tagged with too many), else ``items``."""
+    data = qmatrix_to_json(q)
+    try:
+        body = qmatrix_create_model(settings.max_qmatrix_items, settings.max_qmatrix_concepts).model_validate(data)
+    except ValidationError as exc:
+        errors = exc.errors()
+        field = "concepts" if "concepts" in errors[0]["loc"] else "items"
+        raise InvalidInput((field,), [
+            f"the extracted Q-matrix, {'.'.join(map(str, e['loc']))}: {e['msg']}" for e in errors]) from exc
+    return body, qmatrix_from_json_checked(body.model_dump(), settings, ("items",))

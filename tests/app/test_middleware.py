@@ -74,6 +74,20 @@ def test_an_unmatched_path_is_counted_under_its_placeholder(caplog: pytest.LogCa
     assert [line.split(" ")[:3] for line in _lines(caplog)] == [["GET", "<unmatched>", "404"]]
 
 
+def test_invented_methods_share_one_metric_series(caplog: pytest.LogCaptureFixture) -> None:
+    """Any token is a valid HTTP method: one per request must not add a series each (no key needed to send one)."""
+    route = "/speed-test/items/{item_id}"
+    before, patched = _count("other", route, "405"), _count("PATCH", route, "405")
+    with caplog.at_level(logging.INFO, logger="fedcd.access"), TestClient(_app()) as client:
+        for method in ("FOO", "BAR1", "X-Y"):
+            assert client.request(method, "/speed-test/items/a").status_code == 405
+        assert client.request("PATCH", "/speed-test/items/a").status_code == 405  # a standard one keeps its name
+    assert _count("other", route, "405") == before + 3
+    assert all(_count(method, route, "405") == 0 for method in ("FOO", "BAR1", "X-Y"))
+    assert _count("PATCH", route, "405") == patched + 1
+    assert [line.split(" ")[0] for line in _lines(caplog)] == ["FOO", "BAR1", "X-Y", "PATCH"]  # the log says which
+
+
 def test_a_diagnosis_through_the_gateway_is_logged_with_its_tenant_and_counted_once(
     tmp_path: Path, caplog: pytest.LogCaptureFixture,
 ) -> None:

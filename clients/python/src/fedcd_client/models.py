@@ -18,12 +18,12 @@ __all__ = [
     'BatchDiagnoseRequest', 'BatchDiagnoseResponse', 'BatchError', 'BudgetBlock', 'CalibrateJob',
     'CalibrateRequest', 'CalibrationList', 'CalibrationPublic', 'CalibrationRecordIn', 'ChargeRecord',
     'DatasetRef', 'DayPeriod', 'DiagnoseRequest', 'DiagnoseResponse', 'DiagnosisBasis', 'EntityReport',
-    'EntityUsage', 'ErasureKept', 'FederationBlock', 'FederationStage', 'ForecastBasis', 'Health', 'ItemForecast',
-    'JobAccepted', 'JobEvent', 'JobList', 'JobProgress', 'JobPublic', 'JobRecord', 'LifetimePeriod',
-    'PrivacyBlock', 'PrivacyPolicyPublic', 'QMatrixCreate', 'QMatrixItem', 'QMatrixList', 'QMatrixPublic',
-    'QMatrixSummary', 'Response', 'RetentionPolicyPublic', 'RollingPeriod', 'SkippedEntity', 'StoredDiagnosis',
-    'StudentBudget', 'StudentErasure', 'StudentExport', 'StudentIn', 'StudentLookup', 'TermDates', 'TermPeriod',
-    'UploadRecord', 'Usage', 'UsageReport', 'WeekPeriod',
+    'EntityUsage', 'ErasureKept', 'FederationBlock', 'FederationStage', 'ForecastBasis', 'Health',
+    'IntervalSpread', 'ItemForecast', 'JobAccepted', 'JobEvent', 'JobList', 'JobProgress', 'JobPublic',
+    'JobRecord', 'LifetimePeriod', 'PrivacyBlock', 'PrivacyPolicyPublic', 'QMatrixCreate', 'QMatrixItem',
+    'QMatrixList', 'QMatrixPublic', 'QMatrixSummary', 'Response', 'RetentionPolicyPublic', 'RollingPeriod',
+    'SkippedEntity', 'StoredDiagnosis', 'StudentBudget', 'StudentErasure', 'StudentExport', 'StudentIn',
+    'StudentLookup', 'TermDates', 'TermPeriod', 'UploadRecord', 'Usage', 'UsageReport', 'WeekPeriod',
 ]
 
 
@@ -192,6 +192,7 @@ class DiagnoseResponse(ResponseModel):
     privacy: PrivacyBlock
     mastery_interval: dict[str, tuple[float, float]] | None = None
     interval_level: float | None = None
+    interval_spread: IntervalSpread | None = None
     aggregation: str = 'mean'
     basis: DiagnosisBasis | None = None
     calibration_id: str | None
@@ -267,6 +268,12 @@ class Health(ResponseModel):
     status: Literal['ok']
     entities: int
     version: str
+
+
+class IntervalSpread(ResponseModel):
+    kind: Literal['measured']
+    base: float
+    per_answer: float
 
 
 class ItemForecast(ResponseModel):
@@ -515,10 +522,10 @@ for _model in (
     BatchDiagnoseRequest, BatchDiagnoseResponse, BatchError, BudgetBlock, CalibrateJob, CalibrateRequest,
     CalibrationList, CalibrationPublic, CalibrationRecordIn, ChargeRecord, DatasetRef, DayPeriod, DiagnoseRequest,
     DiagnoseResponse, DiagnosisBasis, EntityReport, EntityUsage, ErasureKept, FederationBlock, FederationStage,
-    ForecastBasis, Health, ItemForecast, JobAccepted, JobEvent, JobList, JobProgress, JobPublic, JobRecord,
-    LifetimePeriod, PrivacyBlock, PrivacyPolicyPublic, QMatrixCreate, QMatrixItem, QMatrixList, QMatrixPublic,
-    QMatrixSummary, Response, RetentionPolicyPublic, RollingPeriod, SkippedEntity, StoredDiagnosis, StudentBudget,
-    StudentErasure, StudentExport, StudentIn, StudentLookup, TermDates, TermPeriod, UploadRecord, Usage,
-    UsageReport, WeekPeriod,
+    ForecastBasis, Health, IntervalSpread, ItemForecast, JobAccepted, JobEvent, JobList, JobProgress, JobPublic,
+    JobRecord, LifetimePeriod, PrivacyBlock, PrivacyPolicyPublic, QMatrixCreate, QMatrixItem, QMatrixList,
+    QMatrixPublic, QMatrixSummary, Response, RetentionPolicyPublic, RollingPeriod, SkippedEntity, StoredDiagnosis,
+    StudentBudget, StudentErasure, StudentExport, StudentIn, StudentLookup, TermDates, TermPeriod, UploadRecord,
+    Usage, UsageReport, WeekPeriod,
 ):
     _model.model_rebuild()
