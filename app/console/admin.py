@@ -14,7 +14,7 @@ from markupsafe import Markup
 
 from app.presentation.charts import timeline_chart
 from app.console.forms import FieldErrors, number, policy_from_form, student_id_from_form
-from app.console.web import ConsolePage, ConsoleRoute, User, UserDep, base, data_of, page, posted
+from app.console.web import ConsolePage, ConsoleRoute, User, UserDep, base, data_of, page, posted, storable
 from app.domain_errors import Conflict, InvalidInput
 from app.schemas.students import StudentExport
 from privacy import MECHANISM_NAMES
@@ -125,7 +125,7 @@ async def create_key(request: Request, user: UserDep) -> Response:
 @router.post("/keys/{key_id}/revoke")
 async def revoke_key(request: Request, user: UserDep, key_id: str) -> Response:
     await posted(request, user)
-    if not await asyncio.to_thread(data_of(request).revoke_key, user.tenant, key_id):
+    if not storable(key_id) or not await asyncio.to_thread(data_of(request).revoke_key, user.tenant, key_id):
         raise ConsolePage(404, "No such key", [f"Tenant '{user.tenant}' has no key '{key_id}'."])
     return RedirectResponse(f"{base(request)}/keys", status_code=303)
 

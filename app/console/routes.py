@@ -34,6 +34,7 @@ from app.console.web import (
     same_origin,
     secure_cookies,
     session_secret,
+    storable,
 )
 from app.deps import gateway_of
 
@@ -192,19 +193,11 @@ def _cursor(text: str | None) -> tuple[str, str] | None:
         created, job_id = json.loads(base64.urlsafe_b64decode(text.encode() + b"=" * (-len(text) % 4)))
     except (ValueError, TypeError):
         raise ConsolePage(422, "Invalid page cursor", ["Follow the console's own 'older jobs' link."]) from None
-    if not isinstance(created, str) or not isinstance(job_id, str) or not _storable(created + job_id):
+    if not isinstance(created, str) or not isinstance(job_id, str) or not storable(created + job_id):
         raise ConsolePage(422, "Invalid page cursor", ["Follow the console's own 'older jobs' link."])
     return created, job_id
 
 
-def _storable(text: str) -> bool:
-    """No stored key holds a NUL or a lone surrogate (JSON can spell both), and PostgreSQL refuses them as a
-    parameter (a 500): a cursor with one is not the console's own."""
-    try:
-        text.encode()
-    except UnicodeEncodeError:
-        return False
-    return "\x00" not in text
 
 
 @router.get("/jobs")
@@ -217,7 +210,7 @@ async def jobs(request: Request, user: UserDep, cursor: str | None = None) -> Re
 
 
 async def _job(request: Request, user: UserDep, job_id: str):  # type: ignore[no-untyped-def]
-    view = await data_of(request).job(user.tenant, job_id)
+    view = await data_of(request).job(user.tenant, job_id) if storable(job_id) else None
     if view is None:
         raise ConsolePage(404, "No such job", [f"Tenant '{user.tenant}' has no job '{job_id}'."])
     return view
@@ -238,5 +231,7 @@ async def job(request: Request, user: UserDep, job_id: str) -> Response:
 @router.post("/jobs/{job_id}/cancel")
 async def cancel_job(request: Request, user: UserDep, job_id: str) -> Response:
     await posted(request, user)
+    if not storable(job_id):
+        raise ConsolePage(404, "No such job", [f"Tenant '{user.tenant}' has no job '{job_id}'."])
     await data_of(request).cancel(user.tenant, job_id, user.key_id)  # NotFound / Conflict render as pages (web.py)
     return RedirectResponse(f"{base(request)}/jobs/{job_id}", status_code=303)

@@ -32,7 +32,7 @@ from app.presentation.templates import templates
 from app.ratelimit import RateLimited
 
 __all__ = ["ConsolePage", "ConsoleRoute", "SignIn", "User", "UserDep", "base", "data_of", "page", "posted",
-           "secure_cookies", "session_secret"]
+           "secure_cookies", "session_secret", "storable"]
 
 HEADERS = {
     "Content-Security-Policy": "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
@@ -206,3 +206,13 @@ class ConsoleRoute(APIRoute):
             return response
 
         return run
+
+
+def storable(text: str) -> bool:
+    """No stored key holds a NUL or a lone surrogate (JSON can spell both), and PostgreSQL refuses them as a
+    parameter (a 500): an id or cursor with one names nothing here."""
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return "\x00" not in text

@@ -36,6 +36,7 @@ from sqlalchemy.orm import sessionmaker
 
 from app.db import JobEventRow, JobItemRow, JobRow
 from app.jobs.context import JobAbandoned, JobContext, JobHandler
+from app.jobs.failures import failure_trace, stored_error
 from app.settings import Settings
 from providers.scheduling import background_priority
 
@@ -371,8 +372,8 @@ class JobRunner:
                                                    message="released at shutdown"))
             raise
         except Exception as exc:
-            log.exception("job %s failed", job_id)
-            error = f"{type(exc).__name__}: {exc}"
+            error = stored_error(exc)  # never the exception's own text, which may quote the input (app.jobs.failures)
+            log.error("job %s failed: %s\n%s", job_id, error, failure_trace(exc))
             if await asyncio.to_thread(self._finish, job_id, "failed", error=error, message=f"{type(exc).__name__}"):
                 self._finished(job_id, kind, tenant, "failed", error=error)
         else:

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from app.domain_errors import NotFound
 from app.jobs.context import JobContext
 from app.schemas import CalibrateRequest
 from app.services.calibration import CalibrationService
@@ -74,11 +75,17 @@ class TrainingJobHandler:
         settings, tenant = self.settings, job.tenant
         stored = self.qmatrices.get(tenant, request["qmatrix_id"], request["qmatrix_version"])
         if stored is None:
-            raise RuntimeError(f"Q-matrix '{request['qmatrix_id']}' version {request['qmatrix_version']} was deleted")
+            raise NotFound(("qmatrix_id",), [f"Q-matrix '{request['qmatrix_id']}' version "
+                                             f"{request['qmatrix_version']} was deleted"])
         q = stored.qmatrix
         students = await asyncio.to_thread(read_responses_csv, path)
-        validation, training = _split(students, settings.train_calibration_fraction, settings.train_calibration_students,
-                                      seed=settings.train_seed)
+        # The calibration this job submits refuses more records, or longer ones, than a /v1/calibrate request may
+        # hold: found only after training, that would fail a job whose model was trained and published.
+        validation, training = _split(
+            students, settings.train_calibration_fraction,
+            min(settings.train_calibration_students, settings.max_calibration_records), seed=settings.train_seed,
+            longest=settings.max_responses_per_student,
+        )
         rounds = settings.train_rounds
         job.set_total(rounds + 2)
         await asyncio.to_thread(job.step, 0, f"training on {len(training)} students ({len(validation)} kept for the "
@@ -116,9 +123,12 @@ class TrainingJobHandler:
         return {"metrics": metrics, "notes": notes}
 
 
-def _split(students: list[StudentResponses], fraction: float, most: int, *, seed: int
+def _split(students: list[StudentResponses], fraction: float, most: int, *, seed: int, longest: int | None = None
            ) -> tuple[list[StudentResponses], list[StudentResponses]]:
-    """(validation, training): a seeded draw of ``fraction`` of the students, at most ``most``, for the calibration."""
-    order = np.random.default_rng(seed).permutation(len(students))
+    """(validation, training): a seeded draw of ``fraction`` of the students, at most ``most``, for the calibration.
+    A student with more than ``longest`` responses is never drawn for it (trained on instead)."""
+    order = [int(i) for i in np.random.default_rng(seed).permutation(len(students))]
     n = min(most, int(round(fraction * len(students))))
-    return [students[i] for i in order[:n]], [students[i] for i in order[n:]]
+    drawn = [i for i in order if longest is None or len(students[i].responses) <= longest][:n]
+    chosen = set(drawn)
+    return [students[i] for i in drawn], [students[i] for i in order if i not in chosen]

@@ -72,6 +72,14 @@ class CalibrationService:
             return
         if len(body.records) > self.settings.max_calibration_records:
             raise InvalidInput(("records",), [f"at most {self.settings.max_calibration_records} records"])
+        first: dict[str, int] = {}  # student id -> the record that names it first
+        for n, record in enumerate(body.records):
+            # The release charges each student once and sets its noise for one record per student: a student in k
+            # records would weigh k times what the noise hides, for one charge (cohort reports refuse repeats too).
+            seen = first.setdefault(record.student_id, n)
+            if seen != n:
+                raise InvalidInput(("records", n, "student_id"), [
+                    f"record {n} names the student of record {seen} again: each student may appear once"])
         stored = self.qmatrices.get(tenant, body.qmatrix_id or "")
         if stored is None:
             raise NotFound(("qmatrix_id",), [f"unknown Q-matrix id '{body.qmatrix_id}'"])

@@ -24,7 +24,9 @@ from qmatrix import QMatrix, qmatrix_from_json, qmatrix_to_json
 
 __all__ = ["MAX_VERSION", "QMatrixExists", "QMatrixStore", "StoredQMatrix"]
 
-_SAFE_ID = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
+# 1-128 of these, not dots alone: '.' and '..' name the folder and its parent wherever an id becomes a path part.
+_SAFE_ID = re.compile(r"^[A-Za-z0-9_.-]*[A-Za-z0-9_-][A-Za-z0-9_.-]*$")
+_MAX_ID = 128
 MAX_VERSION = 2**31 - 1  # versions are 32-bit INTEGER columns (PostgreSQL)
 
 
@@ -61,7 +63,7 @@ class QMatrixStore:
 
     @staticmethod
     def valid_id(qid: str) -> bool:
-        return bool(_SAFE_ID.match(qid))
+        return len(qid) <= _MAX_ID and bool(_SAFE_ID.match(qid))
 
     def register_builtin(self, q: QMatrix) -> None:
         self._builtin[q.id] = StoredQMatrix(q, 1, SHARED_TENANT)
@@ -77,13 +79,15 @@ class QMatrixStore:
         if not self.valid_id(qid) or (version is not None and not 1 <= version <= MAX_VERSION):
             return None  # a version past the column's range matches nothing (and would make the driver raise)
         with self.sessions() as session:
+            # The current version, or the named one while it is not deleted (a deleted Q-matrix is gone, every
+            # version of it; the cache below does not know about deletions, so this is read each time).
+            version = session.scalar(
+                select(func.max(QMatrixRow.version))
+                .where(QMatrixRow.tenant == tenant, QMatrixRow.id == qid, QMatrixRow.deleted_at.is_(None),
+                       *([QMatrixRow.version == version] if version is not None else []))
+            )
             if version is None:
-                version = session.scalar(
-                    select(func.max(QMatrixRow.version))
-                    .where(QMatrixRow.tenant == tenant, QMatrixRow.id == qid, QMatrixRow.deleted_at.is_(None))
-                )
-                if version is None:
-                    return None
+                return None
             cached = self._cached((tenant, qid, version))
             if cached is not None:
                 return cached
@@ -186,7 +190,7 @@ class QMatrixStore:
     # -- internals ---------------------------------------------------------------------------
     def _check_writable(self, q: QMatrix) -> None:
         if not self.valid_id(q.id):
-            raise ValueError(f"id {q.id!r}: use 1-128 letters, digits, '.', '_' or '-'")
+            raise ValueError(f"id {q.id!r}: use 1-128 letters, digits, '.', '_' or '-', not dots alone")
         if q.id in self._builtin:
             raise QMatrixExists(f"id {q.id!r} is a built-in Q-matrix and cannot be replaced")
 

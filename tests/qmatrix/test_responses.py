@@ -194,3 +194,71 @@ def test_written_responses_read_back_unchanged(tmp_path):
                 StudentResponses(student_id="s2", responses=(Response(item_id="i1", correct=False),))]
     write_responses_csv(tmp_path / "out.csv", students)
     assert load_responses_csv(tmp_path / "out.csv") == students
+
+
+def test_a_byte_order_mark_does_not_rename_the_student_id_column(tmp_path):
+    # Prepare: a spreadsheet's UTF-8 export, BOM first
+    path = tmp_path / "resp.csv"
+    path.write_bytes("\ufeffstudent_id,item_id,correct\ns1,i1,1\ns2,i1,0\n".encode())
+    wide = tmp_path / "wide.csv"
+    wide.write_bytes("\ufeffstudent_id,i1,i2\ns1,1,0\ns2,0,\n".encode())
+
+    # Execute / Assert: two students each, not one named after the file
+    assert [s.student_id for s in read_responses_csv(path)] == ["s1", "s2"]
+    assert [s.student_id for s in read_responses_csv(wide)] == ["s1", "s2"]
+
+
+def test_an_empty_student_id_in_a_student_id_column_is_refused(tmp_path):
+    path = tmp_path / "resp.csv"
+    path.write_text("student_id,item_id,correct\ns1,i1,1\n ,i2,0\n")
+    with pytest.raises(ValueError, match="resp.csv, line 3, column 'student_id': not a valid student id"):
+        read_responses_csv(path)
+
+
+@pytest.mark.parametrize("bad", ["s" * 257, "vic\u200btim"])
+@pytest.mark.parametrize("form", ["long", "wide"])
+def test_a_student_id_that_is_no_identifier_is_refused_without_quoting_it(tmp_path, bad, form):
+    # Prepare: ids are personal data, and a refusal may be kept (a job's error, a log line)
+    path = tmp_path / "resp.csv"
+    path.write_text(f"student_id,item_id,correct\ns1,i1,1\n{bad},i1,0\n" if form == "long"
+                    else f"student_id,i1\ns1,1\n{bad},0\n", encoding="utf-8")
+
+    # Execute
+    with pytest.raises(ValueError) as err:
+        read_responses_csv(path)
+
+    # Assert: the line is named, the id is not
+    assert "line 3, column 'student_id': not a valid student id" in str(err.value)
+    assert bad not in str(err.value) and "sss" not in str(err.value)
+
+
+def test_a_wide_csv_refuses_a_student_on_a_second_row(tmp_path):
+    # Prepare: the wide form is one row per student; a repeat would count one student as two
+    path = tmp_path / "wide.csv"
+    path.write_text("student_id,i1,i2\ns1,1,0\ns2,0,1\ns1,1,1\n")
+
+    # Execute / Assert
+    with pytest.raises(ValueError, match=r"wide.csv, line 4: the student of line 2 again; a wide CSV has one row per "
+                                         r"student"):
+        load_responses_wide_csv(path)
+
+
+def test_a_long_csv_merges_a_student_spread_over_rows(tmp_path):
+    path = tmp_path / "resp.csv"
+    path.write_text("student_id,item_id,correct\ns1,i1,1\ns2,i1,0\ns1,i2,1\n")
+    assert [(s.student_id, s.item_ids()) for s in read_responses_csv(path)] == [("s1", ["i1", "i2"]), ("s2", ["i1"])]
+
+
+@pytest.mark.parametrize("where", ["header", "row"])
+@pytest.mark.parametrize("form", ["long", "wide"])
+def test_a_field_past_the_csv_modules_limit_is_a_value_error(tmp_path, where, form):
+    # Prepare: one cell over csv.field_size_limit() (131,072 characters): csv.Error, not a ValueError, before
+    huge = "x" * 131_073
+    header = "student_id,item_id,correct" if form == "long" else "student_id,i1"
+    row = "s1,i1,1" if form == "long" else "s1,1"
+    path = tmp_path / "resp.csv"
+    path.write_text(f"{header},{huge}\n{row}\n" if where == "header" else f"{header}\n{row}{huge}\n")
+
+    # Execute / Assert
+    with pytest.raises(ValueError, match="resp.csv: not a readable CSV: field larger than field limit"):
+        read_responses_csv(path)

@@ -314,3 +314,25 @@ def test_an_entity_left_out_by_the_calibration_is_not_charged(tmp_path: Path) ->
         everyone = client.post("/v1/diagnose", json={**diagnose, "student_id": "b", "federation": "all"}).json()
     assert default["budget"]["charged_epsilon"] == pytest.approx(2.0)  # good only
     assert everyone["budget"]["charged_epsilon"] == pytest.approx(4.0) and everyone["left_out_entities"] == []
+
+
+def test_a_student_named_by_two_records_is_refused_before_any_job_or_charge(tmp_path: Path) -> None:
+    # Prepare: the reviewer's case: "victim" written as 10 identical records among 10 other students. The release
+    # charges each student once but its noise hides one record per student: victim would weigh ten times over.
+    entities = {"over": FakeEntity("over", biased(0.2))}
+    victim = {**_records(1)[0], "student_id": "victim"}
+    body = {"qmatrix_id": Q_ID, "records": [victim] * 10 + _records(10), "epsilon": "none", "method": "bias",
+            "release_epsilon": 1.0}
+    with make_client(tmp_path, entities, privacy_cap_epsilon=10.0) as client:
+        # Execute
+        r = client.post("/v1/calibrate", json=body)
+
+        # Assert: a 422 at the first repeat, no job, nobody charged
+        assert r.status_code == 422, r.text
+        [error] = r.json()["detail"]
+        assert error["loc"] == ["body", "records", 1, "student_id"]
+        assert "record 1 names the student of record 0 again: each student may appear once" in error["msg"]
+        assert client.get("/v1/jobs").json()["count"] == 0
+        assert client.get("/v1/privacy/students/victim").json()["spent_epsilon"] == 0.0
+        # the same records, each student once, are a job as before
+        assert client.post("/v1/calibrate", json={**body, "records": [victim, *_records(10)]}).status_code == 202

@@ -27,6 +27,9 @@ BANK = {
 }
 
 
+LONG_ID = "student-" + "x" * 300  # past an Identifier's 256 characters
+
+
 def _csv(q: QMatrix, n: int, tmp_path: Path) -> bytes:
     path = tmp_path / f"history-{n}.csv"
     write_responses_csv(path, simulate_dina(q, n_students=n, seed=5).students)  # SIMULATED students
@@ -102,6 +105,13 @@ def test_register_diagnose_upload_train_then_its_own_model_answers(app_and_admin
     ("wrong columns", 422, "starts with 'student_id'"),
     ("too few students", 422, "training needs at least 30"),
     ("not a csv", 422, "cannot be read"),
+    # Each was accepted once: a raw id the job's calibration request refused after training (and stored in the job's
+    # error), one student written as 60 wide rows counted as 60, a field past csv's limit (500), a spreadsheet's BOM
+    # (every row one student named after the upload).
+    ("student id too long", 422, "column 'student_id': not a valid student id"),
+    ("wide repeated student", 422, "line 3: the student of line 2 again; a wide CSV has one row per student"),
+    ("field too large", 422, "not a readable CSV: field larger than field limit"),
+    ("byte-order mark", 422, "10 students; training needs at least 30"),
 ])
 def test_a_bad_upload_is_a_422_naming_the_problem_and_starts_no_job(
     app_and_admin, tmp_path: Path, case: str, status: int, needle: str  # type: ignore[no-untyped-def]
@@ -114,10 +124,16 @@ def test_a_bad_upload_is_a_422_naming_the_problem_and_starts_no_job(
         "wrong columns": "student,item,score\ns1,g0,1\n",
         "too few students": _csv(qmatrix_from_json(BANK), 10, tmp_path).decode(),
         "not a csv": "\x00\x01\x02",
+        "student id too long": good + f"{LONG_ID},g0,1\n",
+        "wide repeated student": "student_id," + ",".join(f"g{k}" for k in range(10)) + "\n"
+                                 + "s1,1,0,1,0,1,0,1,0,1,0\n" * 60,
+        "field too large": good + "s1,g0," + "1" * 131_073 + "\n",
+        "byte-order mark": "\ufeff" + _csv(qmatrix_from_json(BANK), 10, tmp_path).decode(),
     }[case]
     r = client.post("/v1/qmatrices/geometry/train", headers=admin, files={"responses": ("h.csv", data.encode(), "text/csv")})
     assert r.status_code == status, r.text
     assert r.json()["detail"][0]["loc"] == ["body", "responses"] and needle in r.text
+    assert LONG_ID[:64] not in r.text  # a refused id is not quoted back
     assert client.get("/v1/jobs", headers=admin).json()["count"] == 0
     assert list(tmp_path.joinpath("state", "uploads").iterdir()) == []
 
@@ -153,3 +169,23 @@ def test_the_cli_uploads_follows_the_job_and_lists_jobs(app_and_admin, tmp_path:
     with pytest.raises(typer.Exit):
         upload_and_train(client, "geometry", bad)
     assert "items not in Q-matrix 'geometry': nope" in capsys.readouterr().err
+
+
+def test_the_validation_draw_holds_only_students_the_calibration_accepts() -> None:
+    # A validation student past the per-student limit made the calibration request refuse it after the model was
+    # trained and published (the job failed anyway); such students are trained on instead.
+    from app.jobs.training import _split
+    from qmatrix import Response, StudentResponses
+
+    def student(n: int, answers: int) -> StudentResponses:
+        return StudentResponses(student_id=f"s{n}", responses=tuple(
+            Response(item_id=f"g{k % 10}", correct=bool(k % 2)) for k in range(answers)))
+
+    students = [student(n, 12 if n % 3 == 0 else 5) for n in range(60)]
+    plain_validation, plain_training = _split(students, 0.2, 50, seed=0)
+    validation, training = _split(students, 0.2, 50, seed=0, longest=10)
+    assert len(validation) == len(plain_validation) == 12 and len(training) == 48
+    assert all(len(s.responses) <= 10 for s in validation)
+    assert any(len(s.responses) > 10 for s in plain_validation)  # the seed's plain draw holds some: the case is real
+    assert {s.student_id for s in validation} | {s.student_id for s in training} == {s.student_id for s in students}
+    assert _split(students, 0.2, 50, seed=0, longest=12) == (plain_validation, plain_training)  # none too long

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from tests.app.console.test_console import sign_in
+from tests.app.console.test_console import csrf, sign_in
 from tests.conftest import make_client
 from tests.factories import FakeEntity
 
@@ -95,3 +95,15 @@ def test_a_console_jobs_cursor_with_a_nul_is_a_422_page(client: TestClient) -> N
         r = client.get(f"/console/jobs?cursor={cursor}")
         assert r.status_code == 422, r.text
     assert client.get("/console/jobs").status_code == 200
+
+
+def test_console_pages_that_take_an_id_answer_a_nul_with_the_404_page(client: TestClient) -> None:
+    # Prepare: signed in to the console (a NUL id reached PostgreSQL from these pages: a 500)
+    client.headers.pop("Authorization")
+    sign_in(client)
+
+    # Execute / Assert: a job page, its progress, its cancel and a key's revoke name nothing
+    assert client.get(f"/console/jobs/{BAD}").status_code == 404
+    assert client.get(f"/console/jobs/{BAD}/progress.json").status_code == 404
+    assert client.post(f"/console/jobs/{BAD}/cancel", data={"csrf": csrf(client)}).status_code == 404
+    assert client.post(f"/console/keys/{BAD}/revoke", data={"csrf": csrf(client)}).status_code == 404
