@@ -25,6 +25,7 @@ from app.pseudonyms import cache_tag
 from app.schemas import CalibrateRequest, PrivacyPolicy
 from app.services.forecasts import ForecastService
 from app.jobs.context import JobContext
+from app.jobs.failures import JobFailed
 from app.services.usage import account_usage
 from app.services.validation import ValidationCohort, ValidationLoader
 from app.settings import Settings
@@ -161,7 +162,7 @@ class CalibrationJobHandler:
                 [ValidationAnswer.from_json(finished[i]) for i in sorted(finished)], keep_clean=calibrator.fits_clean_answers
             )
         except ValueError as exc:
-            raise RuntimeError(f"{exc} (failures: {failures})") from exc
+            raise JobFailed(f"{exc} (failures: {failures})") from exc  # counts and entity names: kept
         release = self._release_epsilon(request, cohort.simulated)
         paid = None
         if release is not None and request.records is not None and self.ledger is not None:

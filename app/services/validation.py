@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from app.domain_errors import InvalidInput, NotFound
 from app.schemas import CalibrateRequest
 from app.settings import Settings
 from app.storage import QMatrixStore, StoredQMatrix
@@ -44,7 +45,7 @@ class ValidationLoader:
         if request.records is not None:
             stored = self.qmatrices.get(tenant, request.qmatrix_id or "")
             if stored is None:
-                raise ValueError(f"unknown Q-matrix id '{request.qmatrix_id}'")
+                raise NotFound(("qmatrix_id",), [f"unknown Q-matrix id '{request.qmatrix_id}'"])
             q = stored.qmatrix
             # A record without truth is scored by the paper's rule (proportion correct per concept).
             students = [
@@ -61,7 +62,8 @@ class ValidationLoader:
             return self._simulated(request, tenant)
         dataset = load_dataset(ref.name, data_dir=self.settings.data_dir, max_students=ref.max_students, seed=ref.seed)
         if request.qmatrix_id is not None and request.qmatrix_id != dataset.qmatrix.id:
-            raise ValueError(f"dataset '{ref.name}' uses Q-matrix '{dataset.qmatrix.id}', not '{request.qmatrix_id}'")
+            raise InvalidInput(("dataset",), [f"dataset '{ref.name}' uses Q-matrix '{dataset.qmatrix.id}', not "
+                                              f"'{request.qmatrix_id}'"])
         if self.qmatrices.is_builtin(dataset.qmatrix.id):
             stored = self.qmatrices.get(tenant, dataset.qmatrix.id)
             assert stored is not None
@@ -87,7 +89,7 @@ class ValidationLoader:
         ref = request.dataset
         stored = self.qmatrices.get(tenant, request.qmatrix_id or EXAMPLE_QMATRIX_ID)
         if stored is None:
-            raise ValueError(f"unknown Q-matrix id '{request.qmatrix_id}'")
+            raise NotFound(("qmatrix_id",), [f"unknown Q-matrix id '{request.qmatrix_id}'"])
         q = stored.qmatrix
         # A simulated student answers no more items than a diagnosis accepts, drawn at random from a large bank.
         per_student = min(len(q.items), self.settings.max_responses_per_student)

@@ -173,3 +173,36 @@ def test_the_cli_never_invents_a_secret_to_convert_stored_ids(tmp_path: Path, mo
                                 {"s": RAW_ID}).scalar() == 1
     finally:
         engine.dispose()
+
+
+@pytest.mark.usefixtures("no_secure_delete")
+def test_migration_0005_drops_failed_jobs_error_text_that_may_quote_the_input(tmp_path: Path) -> None:
+    # Prepare: a database at 0004 with failed jobs as the runner stored them before (type: message)
+    url = f"sqlite:///{tmp_path / 'jobs.db'}"
+    engine = create_engine(url)
+    try:
+        upgrade(engine, "0004_student_data", server_secret=SECRET)
+        errors = {
+            "raw": f"ValidationError: 1 validation error for CalibrateRequest input_value='{RAW_ID}'",
+            "budget": "BudgetExceeded: the privacy budget of 1 student is spent",
+            "own": "JobFailed: no validation student got an answer from any entity (failures: {'a': 3})",
+        }
+        with engine.begin() as conn:
+            for job_id, error in errors.items():
+                conn.execute(text("INSERT INTO jobs (id, tenant, kind, status, request_json, total, done, "
+                                  "failed_entities_json, metrics_json, notes_json, error, resumed, created_at, "
+                                  "updated_at) VALUES (:id, 't', 'train', 'failed', '{}', 1, 0, '{}', '{}', '[]', :e, "
+                                  "0, '', '')"), {"id": job_id, "e": error})
+
+        # Execute
+        upgrade(engine, server_secret=SECRET)
+
+        # Assert: the quoting one keeps its type only; the code's own texts are kept; no byte of the id is left
+        with engine.connect() as conn:
+            stored = dict(conn.execute(text("SELECT id, error FROM jobs")).all())
+        assert stored["raw"].startswith("ValidationError (its message is not kept") and RAW_ID not in stored["raw"]
+        assert stored["budget"] == errors["budget"] and stored["own"] == errors["own"]
+        holding = [p.name for p in tmp_path.iterdir() if p.is_file() and RAW_ID.encode() in p.read_bytes()]
+        assert holding == [], f"the raw id is left in {holding}"
+    finally:
+        engine.dispose()
