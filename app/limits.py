@@ -14,6 +14,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from app.domain_errors import InvalidInput
+from app.schemas.qmatrices import MAX_ITEM_CONCEPTS
 from app.settings import Settings
 from qmatrix import QMatrix, QMatrixError, Response, qmatrix_from_json
 from qmatrix.io import check_size, qmatrix_from_csv_lines
@@ -60,10 +61,16 @@ def qmatrix_from_csv_checked(
         if isinstance(data, bytes) else data
     )
     try:
-        return qmatrix_from_csv_lines(lines, id=qid, max_items=settings.max_qmatrix_items,
-                                      max_concepts=settings.max_qmatrix_concepts)
+        q = qmatrix_from_csv_lines(lines, id=qid, max_items=settings.max_qmatrix_items,
+                                   max_concepts=settings.max_qmatrix_concepts)
     except QMatrixError as exc:
         raise InvalidInput(field, exc.problems) from exc
+    crowded = [item.id for item in q.items if len(item.concepts) > MAX_ITEM_CONCEPTS]
+    if crowded:  # the JSON form refuses these in its model; a stored one could not be shown again (a 500)
+        raise InvalidInput(field, [f"items assessing more than {MAX_ITEM_CONCEPTS} concepts: "
+                                   f"{', '.join(crowded[:MAX_LISTED])}"
+                                   + (f" … and {len(crowded) - MAX_LISTED} more" if len(crowded) > MAX_LISTED else "")])
+    return q
 
 
 def check_responses(q: QMatrix, responses: Sequence[Response], settings: Settings, field: Sequence[str | int]) -> None:

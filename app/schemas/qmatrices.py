@@ -24,6 +24,9 @@ __all__ = [
 ]
 
 MAX_ITEM_TEXT = 20000  # characters of an item's text, in a Q-matrix and in an extraction request alike
+# concepts one item may assess, whatever the server's max_qmatrix_concepts: every form of a Q-matrix is checked
+# against it (app.limits), as the JSON form is by this model, so a stored one can always be shown again
+MAX_ITEM_CONCEPTS = 500
 
 
 class QMatrixItem(BaseModel):
@@ -31,7 +34,7 @@ class QMatrixItem(BaseModel):
 
     id: Identifier
     text: str | None = Field(default=None, max_length=MAX_ITEM_TEXT)
-    concepts: QMatrixNames = Field(max_length=500)
+    concepts: QMatrixNames = Field(max_length=MAX_ITEM_CONCEPTS)
 
 
 class QMatrixCreate(BaseModel):

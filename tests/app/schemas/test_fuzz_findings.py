@@ -358,3 +358,17 @@ def test_a_dataset_seed_outside_numpys_range_is_a_422(client: TestClient, seed: 
                                            "dataset": {"name": "synthetic", "seed": seed}})
     assert r.status_code == 422, r.text
     assert r.json()["detail"][0]["loc"][-1] == "seed"
+
+
+def test_a_csv_item_assessing_more_concepts_than_one_item_may_is_refused_not_stored(tmp_path: Path) -> None:
+    # Prepare: a server allowing 600 concepts; one item tagged with 501 of them (a stored one could not be shown
+    # again: the Q-matrix's JSON form allows 500 per item, so every GET of it was a 500)
+    header = "item_id,text," + ",".join(f"c{k}" for k in range(501))
+    text = header + "\ni0,," + ",".join(["1"] * 501) + "\ni1,," + ",".join(["1"] + ["0"] * 500) + "\n"
+    with make_client(tmp_path, {"alpha": FakeEntity("alpha", 0.4)}, max_qmatrix_concepts=600) as client:
+        # Execute
+        r = _csv_post(client, text, qid="crowded")
+
+        # Assert
+        assert r.status_code == 422 and "more than 500 concepts: i0" in r.text, r.text
+        assert client.get("/v1/qmatrices/crowded").status_code == 404
