@@ -178,7 +178,7 @@ class Gateway:
             planner=planner, local_fed=forecasts.local_fed if hasattr(forecasts.local_fed, "serving_model") else None,
             settings=settings,
         )
-        self.qmatrix_service = QMatrixService(store=self.qmatrices, pipeline=self.federation.pipeline)
+        self.qmatrix_service = QMatrixService(store=self.qmatrices, pipeline=self.federation.pipeline, usage=self.usage)
         if settings.preload_models:
             await self.federation.preload()
         if settings.default_calibration:

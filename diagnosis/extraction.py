@@ -15,13 +15,14 @@ event loop.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
 import numpy as np
 
-from providers import Entity, EntityError, PromptContext, PromptItem
+from diagnosis.results import EntityOutcome
+from providers import Entity, PromptContext, PromptItem
 from qmatrix import Item, QMatrix
 from qmatrix.extract import keyword_tags
 
@@ -49,6 +50,7 @@ class Extraction:
     untagged_items: list[str]
     unused_concepts: list[str]
     failures: dict[str, list[str]] = field(default_factory=dict)  # entity -> item ids it failed on
+    outcomes: list[EntityOutcome] = field(default_factory=list)  # every tag question's call: usage and cost
 
 
 def _kappa(a: np.ndarray, b: np.ndarray) -> float | None:
@@ -74,14 +76,20 @@ async def _off_loop_if_large(cells: int, work: Callable[[], T]) -> T:
     return work() if cells <= _INLINE_CELLS else await asyncio.to_thread(work)
 
 
+# One entity asked one question, as an outcome (``DiagnosisPipeline.ask``: priced, failures returned).
+Ask = Callable[[Entity, PromptContext], Awaitable[EntityOutcome]]
+
+
 async def llm_tags(
-    entities: Mapping[str, Entity], items: Sequence[tuple[str, str]], concepts: Sequence[str], *, concurrency: int = 4,
-    cache_scope: str | None = None,
-) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
-    """(item id -> tagged concepts, entity -> item ids it failed on). Items no entity answered are left out.
-    ``cache_scope``: who may share cached answers (the tenant; :class:`providers.PromptContext`)."""
+    entities: Mapping[str, Entity], items: Sequence[tuple[str, str]], concepts: Sequence[str], *, ask: Ask,
+    concurrency: int = 4, cache_scope: str | None = None,
+) -> tuple[dict[str, list[str]], dict[str, list[str]], list[EntityOutcome]]:
+    """(item id -> tagged concepts, entity -> item ids it failed on, every call's outcome: what the tagging cost).
+    Items no entity answered are left out. ``cache_scope``: who may share cached answers (the tenant;
+    :class:`providers.PromptContext`)."""
     gate = asyncio.Semaphore(concurrency)
     failures: dict[str, list[str]] = {}
+    outcomes: list[EntityOutcome] = []
 
     async def one(item_id: str, text: str) -> tuple[str, list[str] | None]:
         context = PromptContext(
@@ -91,17 +99,19 @@ async def llm_tags(
         answers = []
         async with gate:
             for name, entity in entities.items():
-                try:
-                    answers.append((await entity.respond(context)).mastery)
-                except EntityError:
+                outcome = await ask(entity, context)
+                outcomes.append(outcome)
+                if outcome.mastery is None:  # failed or skipped
                     failures.setdefault(name, []).append(item_id)
+                else:
+                    answers.append(outcome.mastery)
         if not answers:
             return item_id, None
         means = {c: float(np.mean([a[c] for a in answers if c in a])) for c in concepts if any(c in a for a in answers)}
         return item_id, [c for c in concepts if means.get(c, 0.0) >= 0.5]
 
     results = await asyncio.gather(*(one(i, t) for i, t in items))
-    return {i: tags for i, tags in results if tags is not None}, failures
+    return {i: tags for i, tags in results if tags is not None}, failures, outcomes
 
 
 def build_qmatrix(qid: str, items: Sequence[tuple[str, str]], tags: Mapping[str, Sequence[str]], concepts: Sequence[str]) -> Extraction:
@@ -128,24 +138,25 @@ async def extract_qmatrix(
     *,
     method: str = "keyword",
     entities: Mapping[str, Entity] | None = None,
+    ask: Ask | None = None,
     cache_scope: str | None = None,
 ) -> tuple[Extraction, Agreement | None]:
     """Extract with ``keyword``, ``llm`` or ``both`` (the Q-matrix then comes from the LLM tags,
     and the agreement between the two taggings is returned). ``cache_scope``: the tenant asking (:func:`llm_tags`)."""
     if method not in ("keyword", "llm", "both"):
         raise ValueError(f"unknown method {method!r} (use keyword, llm or both)")
-    if method != "keyword" and not entities:
-        raise ValueError("LLM tagging needs at least one entity")
+    if method != "keyword" and (not entities or ask is None):
+        raise ValueError("LLM tagging needs at least one entity and a way to ask it (DiagnosisPipeline.ask)")
     cells = len(items) * len(concepts)
     if method == "keyword":
         built = await _off_loop_if_large(cells, lambda: build_qmatrix(qid, items, _keyword(items, concepts), concepts))
         return built, None
-    assert entities is not None
-    llm, failures = await llm_tags(entities, items, concepts, cache_scope=cache_scope)
+    assert entities is not None and ask is not None
+    llm, failures, outcomes = await llm_tags(entities, items, concepts, ask=ask, cache_scope=cache_scope)
 
     def finish() -> tuple[Extraction, Agreement | None]:
         extraction = build_qmatrix(qid, items, llm, concepts)
-        extraction.failures = failures
+        extraction.failures, extraction.outcomes = failures, outcomes
         return extraction, (agreement(_keyword(items, concepts), llm, concepts) if method == "both" else None)
 
     return await _off_loop_if_large(cells, finish)

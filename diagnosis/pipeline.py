@@ -137,7 +137,9 @@ class DiagnosisPipeline:
             raise UnknownEntities(unknown, list(self.entities))
         return {n: self.entities[n] for n in dict.fromkeys(names)}
 
-    async def _ask(self, entity: Entity, context: PromptContext) -> EntityOutcome:
+    async def ask(self, entity: Entity, context: PromptContext) -> EntityOutcome:
+        """``entity``'s answer to ``context`` as an outcome, its usage priced; an entity's failure is an outcome too
+        (never raised). The one way an entity is asked, so every call is priced and counted alike."""
         start = time.perf_counter()
         try:
             prediction = await entity.respond(context)
@@ -285,7 +287,7 @@ class DiagnosisPipeline:
             rng = self._rng if self._noise is None else self._noise(plan.request, name)
             return Privatized(entity, plan.mechanism, rng)
 
-        return list(await asyncio.gather(*(self._ask(guarded(name), plan.context) for name in stage.entities)))
+        return list(await asyncio.gather(*(self.ask(guarded(name), plan.context) for name in stage.entities)))
 
     async def aclose(self) -> None:
         await asyncio.gather(*(e.aclose() for e in self.entities.values()), return_exceptions=True)

@@ -299,7 +299,8 @@ def _evaluate_extraction(entities: str, n_problems: int, data_dir: Path | None, 
         federation = Federation(specs)
         try:
             with console.status(f"tagging {len(items)} GSM8K problems with {', '.join(s.name for s in specs)}"):
-                return await extract_qmatrix("gsm8k", items, GSM8K_CONCEPTS, method="both", entities=federation.pipeline.entities)
+                return await extract_qmatrix("gsm8k", items, GSM8K_CONCEPTS, method="both", entities=federation.pipeline.entities,
+                                            ask=federation.pipeline.ask)
         finally:
             await federation.aclose()
 

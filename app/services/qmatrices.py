@@ -15,7 +15,8 @@ from app.domain_errors import Conflict, InvalidInput, NotFound
 from app.limits import qmatrix_from_json_checked
 from app.schemas import AgreementPublic, ExtractRequest, ExtractResponse, QMatrixCreate, qmatrix_create_model
 from app.settings import Settings
-from app.storage import QMatrixExists, QMatrixStore, StoredQMatrix
+from app.services.usage import account_usage
+from app.storage import QMatrixExists, QMatrixStore, StoredQMatrix, UsageStore
 from diagnosis import DiagnosisPipeline, UnknownEntities
 from diagnosis.extraction import extract_qmatrix
 from qmatrix import QMatrix, qmatrix_to_json
@@ -31,8 +32,8 @@ def _unknown(qmatrix_id: str) -> NotFound:
 class QMatrixService:
     """Over the tenant-scoped store; ``pipeline``: the federation whose entities LLM extraction asks."""
 
-    def __init__(self, *, store: QMatrixStore, pipeline: DiagnosisPipeline) -> None:
-        self.store, self.pipeline = store, pipeline
+    def __init__(self, *, store: QMatrixStore, pipeline: DiagnosisPipeline, usage: UsageStore) -> None:
+        self.store, self.pipeline, self.usage = store, pipeline, usage
 
     def check(self, q: QMatrix, *, path_id: str | None = None) -> None:
         """``InvalidInput`` for an id the store refuses, or one that is not the path's."""
@@ -102,8 +103,10 @@ class QMatrixService:
                 raise InvalidInput(("entities",), [str(exc)]) from exc
         extraction, agreement = await extract_qmatrix(
             body.id, [(i.id, i.text) for i in body.items], list(concepts), method=body.method, entities=entities,
-            cache_scope=tenant,
+            ask=self.pipeline.ask, cache_scope=tenant,
         )
+        if extraction.outcomes:  # the tag questions' calls, in the tenant's usage as a diagnosis's are
+            await account_usage(self.usage, tenant, "extraction", extraction.outcomes)
         checked = None if extraction.qmatrix is None else await asyncio.to_thread(
             _checked, extraction.qmatrix, settings)
         registered = False

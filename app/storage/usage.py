@@ -29,7 +29,7 @@ from diagnosis import EntityOutcome
 
 __all__ = ["UsageSource", "UsageStore", "entity_usage", "usage_total"]
 
-UsageSource = Literal["diagnosis", "cohort", "calibration"]
+UsageSource = Literal["diagnosis", "cohort", "calibration", "extraction"]
 
 
 def _asked(outcomes: Sequence[EntityOutcome]) -> list[EntityOutcome]:

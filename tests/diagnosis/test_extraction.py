@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from fastapi.testclient import TestClient
 
+from diagnosis import DiagnosisPipeline
 from diagnosis.extraction import agreement, build_qmatrix, extract_qmatrix
 from providers import PromptContext
 from qmatrix.extract import GSM8K_CONCEPTS, keyword_tags
@@ -46,7 +47,8 @@ def _tagger(context: PromptContext) -> dict[str, float]:
 
 
 async def test_llm_tagging_and_agreement_with_keywords() -> None:
-    extraction, agree = await extract_qmatrix("g", PROBLEMS, GSM8K_CONCEPTS, method="both", entities={"t": FakeEntity("t", _tagger)})
+    extraction, agree = await extract_qmatrix("g", PROBLEMS, GSM8K_CONCEPTS, method="both", entities={"t": FakeEntity("t", _tagger)},
+                                            ask=DiagnosisPipeline({}).ask)
     assert extraction.tags["p1"] == ["Money"] and extraction.untagged_items == ["p2", "p3"]
     assert extraction.qmatrix is not None and extraction.qmatrix.concepts == ("Money",)
     assert agree is not None and agree.per_concept["Money"]["percent"] == 1.0 and agree.percent < 1.0

@@ -10,11 +10,14 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
+from diagnosis import DiagnosisPipeline
 from diagnosis import extraction as extraction_module
 from diagnosis.extraction import extract_qmatrix
 from providers import PromptContext
 from tests.conftest import bearer, make_client
 from tests.factories import FakeEntity
+
+ASK = DiagnosisPipeline({}).ask  # asks whichever entity it is given
 
 ITEMS = [{"id": f"i{k}", "text": "Find the total after addition."} for k in range(3)]
 
@@ -91,13 +94,14 @@ async def test_large_keyword_tagging_runs_off_the_event_loop(
     items = [(f"i{k}", "Find the total after addition.") for k in range(n_items)]
     for method, entities in (("keyword", None), ("both", {"t": FakeEntity("t", 0.9)})):
         threads.clear()
-        found, _ = await extract_qmatrix("q", items, _shared(20), method=method, entities=entities)
+        found, _ = await extract_qmatrix("q", items, _shared(20), method=method, entities=entities, ask=ASK)
         assert found.qmatrix is not None and len(found.qmatrix.items) == n_items
         assert threads == {not off_loop}, method  # 2 x 20 cells inline; 60 x 20 past _INLINE_CELLS
 
 
 async def test_extract_qmatrix_passes_the_cache_scope_to_every_tag_question() -> None:
     tagger = FakeEntity("t", lambda context: {c: 1.0 for c in context.concepts})
-    await extract_qmatrix("q", [("a", "x"), ("b", "y")], ["c1"], method="llm", entities={"t": tagger}, cache_scope="t1")
+    await extract_qmatrix("q", [("a", "x"), ("b", "y")], ["c1"], method="llm", entities={"t": tagger}, ask=ASK,
+                         cache_scope="t1")
     assert [c.cache_scope for c in tagger.contexts] == ["t1", "t1"]
     assert all(isinstance(c, PromptContext) for c in tagger.contexts)

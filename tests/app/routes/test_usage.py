@@ -253,3 +253,19 @@ def test_usage_rows_are_written_in_batches_and_never_lost_on_a_failed_write(tmp_
     assert store.flush() == 5  # the failed batch was kept and written with the new rows
     since = datetime.fromtimestamp(0, UTC)
     assert store.report("t1", since).total.calls == 5 and store.report("t2", since).total.calls == 0
+
+
+def test_llm_tagging_of_a_qmatrix_extraction_is_in_the_tenants_usage(tmp_path: Path) -> None:
+    # Prepare: the priced SIMULATED entities (they refuse a tag question: a failed call is still a call)
+    with gateway(tmp_path) as client:
+        body = {"id": "tagged", "items": [{"id": "i1", "text": "Add $3 and $4."}, {"id": "i2", "text": "Halve 10."}],
+                "concepts": ["Money", "Division"], "method": "llm"}
+
+        # Execute
+        r = client.post("/v1/qmatrix-extractions", json=body)
+
+        # Assert: every tag question (2 items x 2 entities) is recorded for the tenant, as a diagnosis's calls are
+        assert r.status_code in (200, 422), r.text
+        report = client.get("/v1/usage").json()
+        assert report["total"]["calls"] == 4, report
+        assert set(report["entities"]) == set(PRICES)
