@@ -15,7 +15,11 @@ seen them); ``validation_mae_uncalibrated`` is the plain mean of the same answer
 What a calibration releases about the validation students: residuals are per-(entity, concept)
 means over n students, stacking weights are least-squares fits on them, posterior priors and τ
 are moments and root-mean-square errors, and the metrics are averages. Without ``release_epsilon``
-these are released without noise; the record's ``notes`` say so.
+these are released without noise; the record's ``notes`` say so. With ``release_epsilon`` every released value is a
+noisy one: the three MAEs above are statistics of the students outside the release's accounting, so they are not
+computed nor published; only what the release itself published noisily is (a method's ``_release`` may return such
+metrics: stacking's DP guard, :mod:`calibration.release_guard`), beside the counts replace-one DP treats as public
+(``n_students``, ``cv_folds``, ``entities_excluded``).
 
 **Entities with too few answers.** ``fit`` first leaves out every entity with fewer than ``min_answers``
 successful validation answers (:mod:`calibration.exclusion`): the method is fitted (and released) on the other
@@ -53,6 +57,7 @@ __all__ = [
     "FittedCalibration",
     "PaperCalibrator",
     "PosteriorCalibrator",
+    "Released",
     "validation_mae",
 ]
 
@@ -62,6 +67,19 @@ RELEASE_NOTE = (
     "Released without noise: per-(entity, concept) means and fitted weights over the validation students' "
     "privatized entity answers and their truth, and the validation MAE."
 )
+WITHHELD_NOTE = (
+    "no validation MAE is published: computed from the validation students without noise, it would be a release "
+    "outside the ε accounted for (the metrics hold only counts and what the release published with noise)"
+)
+
+
+@dataclass
+class Released:
+    """A DP release: the re-derived parameters, notes on how, and metrics it published with noise (nothing else)."""
+
+    params: CalibrationParams
+    notes: list[str] = field(default_factory=list)
+    metrics: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -121,7 +139,7 @@ class Calibrator(ABC):
         min_answers: int = DEFAULT_MIN_ANSWERS,
     ) -> FittedCalibration:
         """Fit on the validation students; with ``release_epsilon`` the released parameters are
-        differentially private (``calibration.release``) and the in-sample metric describes them.
+        differentially private (``calibration.release``) and no un-noised metric is published (module docstring).
         Entities with fewer than ``min_answers`` successful answers are left out (module docstring)."""
         if not len(data):
             raise ValueError("calibration needs at least one validation student")
@@ -136,24 +154,26 @@ class Calibrator(ABC):
         params, notes = self._fit(kept)
         if excluded:
             notes.append(exclusion_note(excluded, required_answers(data, min_answers)))
+        metrics = {"cv_folds": float(min(folds, len(data))), "n_students": float(len(data)),
+                   "entities_excluded": float(len(excluded))}
         if release_epsilon is not None:
             if not release_epsilon > 0:
                 raise ValueError(f"release_epsilon must be > 0, got {release_epsilon}")
-            params = self._release(params, kept, release_epsilon, rng if rng is not None else np.random.default_rng())
+            released = self._release(params, kept, release_epsilon, rng if rng is not None else np.random.default_rng())
             notes.append(
                 f"released with differential privacy: ε = {release_epsilon:g} over the validation students (Laplace "
                 "noise on the released statistics, sensitivity per student; see calibration/release.py)"
             )
-        else:
-            notes.append(RELEASE_NOTE)
+            notes.extend([*released.notes, WITHHELD_NOTE])
+            return FittedCalibration(params=released.params.with_excluded(excluded),
+                                     metrics={**metrics, **released.metrics}, notes=notes)
+        notes.append(RELEASE_NOTE)
         params = params.with_excluded(excluded)
         metrics = {
             "validation_mae_uncalibrated": validation_mae(BiasParams(alpha=0.0), data),
             "validation_mae": _cross_validated_mae(fit_kept, data, folds),
             "validation_mae_in_sample": validation_mae(params, data),
-            "cv_folds": float(min(folds, len(data))),
-            "n_students": float(len(data)),
-            "entities_excluded": float(len(excluded)),
+            **metrics,
         }
         return FittedCalibration(params=params, metrics=metrics, notes=notes)
 
@@ -164,7 +184,7 @@ class Calibrator(ABC):
     @abstractmethod
     def _release(
         self, params: CalibrationParams, data: ValidationSet, epsilon: float, rng: np.random.Generator
-    ) -> CalibrationParams:
+    ) -> Released:
         """The parameters re-derived from statistics released with ε-DP over the validation students."""
 
 
@@ -196,8 +216,13 @@ class PaperCalibrator(Calibrator):
 
     def _release(
         self, params: CalibrationParams, data: ValidationSet, epsilon: float, rng: np.random.Generator
-    ) -> CalibrationParams:
-        return params  # the paper's residuals use no truth: nothing about the truth is released
+    ) -> Released:
+        # The residuals use no truth, but α was chosen by the validation MAE, a statistic of the students' truths:
+        # released, α is the paper's own (a no-op either way when every entity answered: the residuals sum to zero).
+        assert isinstance(params, PaperParams)
+        return Released(PaperParams(alpha=DEFAULT_ALPHA, residuals=params.residuals),
+                        notes=[f"released with the paper's α = {DEFAULT_ALPHA:g}: a grid choice by the validation "
+                               "MAE would be a release outside the ε accounted for"])
 
 
 class BiasCalibrator(Calibrator):
@@ -220,9 +245,14 @@ class BiasCalibrator(Calibrator):
 
     def _release(
         self, params: CalibrationParams, data: ValidationSet, epsilon: float, rng: np.random.Generator
-    ) -> CalibrationParams:
+    ) -> Released:
         assert isinstance(params, BiasParams)
-        return BiasParams(alpha=params.alpha, residuals=noisy_residuals(data.answers, data.truths, epsilon=epsilon, rng=rng))
+        residuals = noisy_residuals(data.answers, data.truths, epsilon=epsilon, rng=rng)
+        # α = 1 (the residuals applied whole), not the grid's choice: that choice reads the un-noised validation
+        # MAE, a statistic of the students outside the ε accounted for.
+        return Released(BiasParams(alpha=1.0, residuals=residuals),
+                        notes=["released with α = 1: a grid choice by the validation MAE would be a release outside "
+                               "the ε accounted for"])
 
 
 class PosteriorCalibrator(Calibrator):
@@ -257,6 +287,6 @@ class PosteriorCalibrator(Calibrator):
 
     def _release(
         self, params: CalibrationParams, data: ValidationSet, epsilon: float, rng: np.random.Generator
-    ) -> CalibrationParams:
+    ) -> Released:
         priors, tau = noisy_posterior(data.clean_answers(), data.truths, epsilon=epsilon, rng=rng)
-        return PosteriorParams(priors=priors, entity_error_sd=tau)
+        return Released(PosteriorParams(priors=priors, entity_error_sd=tau))

@@ -105,7 +105,11 @@ class StackingParams(CalibrationParams):
     full stack and each member alone (:mod:`calibration.selection`): every candidate's score and the one served.
     When a single member was chosen, ``weights``/``pooled_weights`` give every other entity 0 and ``fallback`` holds
     that member's name and the stack of the other members ({member, weights, intercepts, pooled_weights,
-    pooled_intercept}), which answers a concept the member did not."""
+    pooled_intercept}), which answers a concept the member did not.
+
+    A DP release (``release`` non-empty) holds one stack pooled over all concepts (``weights`` empty), or — when the
+    DP guard served the plain mean — no weights at all: the aggregator then takes the plain mean, as an
+    uncalibrated diagnosis does."""
 
     method: ClassVar[str] = "stacking"
     weights: dict[str, dict[str, float]] = field(default_factory=dict)  # concept -> entity -> w ≥ 0
@@ -118,6 +122,9 @@ class StackingParams(CalibrationParams):
     # The served candidate's error on held-out validation students (diagnosis.MeasuredError as JSON; empty in records
     # written before it existed, in DP-released ones and on binary truths): the intervals its diagnoses serve.
     measured_error: dict[str, Any] = field(default_factory=dict)
+    # How a DP release was made (calibration.release_stack, calibration.release_guard; empty without release_epsilon
+    # and in records written before it existed): each part's ε and mechanism, the released stack, the guard's choice.
+    release: dict[str, Any] = field(default_factory=dict)
 
     def _stacking(self, fitted: Mapping[str, Any]) -> StackingAggregator:
         return StackingAggregator(weights=fitted.get("weights", {}), intercepts=fitted.get("intercepts", {}),

@@ -1,15 +1,16 @@
 """Releasing a DP stack's error with differential privacy, so the default real-data calibration serves intervals.
 
-A stacking calibration released with ``release_epsilon`` = ε (:mod:`calibration.release`) spends, by basic
-composition, ``(1 − ERROR_SHARE)·ε`` on the stack's sufficient statistics and ``ERROR_SHARE·ε`` on its error's; each
-validation student is charged ε in all, as before.
+A stacking calibration released with ``release_epsilon`` = ε (:mod:`calibration.release_stack`) spends, by basic
+composition, ``(1 − ERROR_SHARE − GUARD_SHARE)·ε`` on the stack's sufficient statistics, ``GUARD_SHARE·ε`` on the DP
+guard that serves it or the plain mean (:mod:`calibration.release_guard`) and ``ERROR_SHARE·ε`` on the served
+candidate's error; each validation student is charged ε in all, as before.
 
-**The residuals.** The stack is released first; its aggregate is public. Each validation student's residuals
-``r = logit(released aggregate) − logit(truth)`` are then a function of that public output and the student's own data
-(on the pairs :func:`calibration.measured.measured_pairs` measures: every weighed member answered). Unlike the
-non-DP path, which cross-fits (each student predicted by a stack fitted on the other folds), these residuals are
-in-sample: the noisy stack was fitted on the same students. A stack has a few weights per concept against hundreds
-of students (and a DP stack's noise dwarfs what it learns of any one), so the optimism is small; the coverage tests
+**The residuals.** The stack (or the plain mean the guard chose) is released first; its aggregate is public. Each
+validation student's residuals ``r = logit(released aggregate) − logit(truth)`` are then a function of that public
+output and the student's own data (on the pairs :func:`calibration.measured.measured_pairs` measures: every weighed
+member answered). Unlike the non-DP path, which cross-fits (each student predicted by a stack fitted on the other
+folds), these residuals are in-sample: the noisy stack was fitted on the same students. A stack has a few weights
+against hundreds of students (and a DP stack's noise dwarfs what it learns of any one), so the optimism is small; the coverage tests
 (``tests/calibration/test_release_error.py``) and the report's ``stacked, served, DP-released`` rows measure the consequence. A truth of exactly 0 or 1 has no logit:
 its pairs are not measured (the non-DP path instead measures nothing when *every* truth is binary — a decision on all
 students at once that is itself a statistic of them; dropped per student, a cohort of binary truths simply leaves a
@@ -37,12 +38,13 @@ values: the error's base and per_answer, the noisy count (as ``rows``: students,
 * ``RESIDUAL_BOUND`` 3 logits: a stack's residual sd is about 1.4 logits with no answers on a concept and shrinks
   with evidence; at sd 1.4 the clip removes ~6 % of E[r²] (it bites beyond ~2 sd), while R = 4 would raise Δ₁
   from 21 to 35, two thirds more noise on every statistic.
-* ``ERROR_SHARE`` 0.2: the stack's statistics number 17 per concept for three entities (count, Σx, Σy, Σxxᵀ, Σxy),
-  each of sensitivity 1, so each gets a scale of about 17·K/((1 − s)·ε) for K concepts; the error's five share one
-  scale, 21/(s·ε), whatever K. At s = 0.2 the two meet near K = 5 and the error's is the smaller on any larger
-  Q-matrix, while the stack's noise grows by only a quarter (1/(1 − s)). More would be paid on every diagnosis's
-  point (the stack's weights); less, where the error is thinnest: its per-answer part rests on Σw·u², a small
-  statistic (u = 1/(n + 1)), so the split between thin and thick evidence is the first thing the noise blurs.
+* ``ERROR_SHARE`` 0.2, kept from when the stack's noise grew with the number of concepts: now the stack's 14
+  statistics (three entities, :mod:`calibration.release_stack`) share one scale, 7/((1 − s − g)·ε), and the error's
+  five one scale, 21/(s·ε), neither growing with K. The stack's point reaches every diagnosis while its error only
+  sets the interval's width, so most of ε stays with the stack (and 0.1 with the guard that checks it,
+  :mod:`calibration.release_guard`). Less would blur the error where it is thinnest: its per-answer part rests on
+  Σw·u², a small statistic (u = 1/(n + 1)), so the split between thin and thick evidence is the first thing the
+  noise blurs.
 * the floor: the noisy count must reach ``MIN_STUDENTS`` (20, as the non-DP fit's fewest pairs) and
   ``NOISE_FLOOR`` = 4 noise scales (Δ₁/(s·ε): 105 students at ε = 4). A cohort with nothing to measure (binary
   truths, no pair every member answered) then passes by noise with probability e^−4/2 < 1 %, and at the floor the
@@ -63,6 +65,7 @@ import numpy as np
 from scipy.special import logit
 
 from calibration.measured import Pair, measured_pairs
+from calibration.release_guard import GUARD_SHARE
 from calibration.validation import ValidationSet
 from diagnosis import Aggregator, MeasuredError
 from diagnosis.measured import RESIDUAL_CLIP  # the non-DP fit's clip of a truth's logit, shared
@@ -78,9 +81,9 @@ NOISE_FLOOR = 4.0  # and at least this many noise scales: an empty cohort passes
 REACH = RESIDUAL_BOUND**2 / 4  # the largest mean clipped r² the clip measures honestly (module docstring)
 
 
-def split_epsilon(epsilon: float) -> tuple[float, float]:
-    """(the stack's ε, the error's ε): basic composition, the two sum to ``epsilon``."""
-    return epsilon * (1.0 - ERROR_SHARE), epsilon * ERROR_SHARE
+def split_epsilon(epsilon: float) -> tuple[float, float, float]:
+    """(the stack's ε, the DP guard's ε, the error's ε): basic composition, the three sum to ``epsilon``."""
+    return epsilon * (1.0 - ERROR_SHARE - GUARD_SHARE), epsilon * GUARD_SHARE, epsilon * ERROR_SHARE
 
 
 def _residuals(pairs: Sequence[Pair]) -> tuple[np.ndarray, np.ndarray]:

@@ -12,8 +12,13 @@ students it is compared with each member fitted alone, and kept only if it beats
 one standard error; otherwise that member is served alone (:mod:`calibration.selection`).
 
 The served candidate's error is measured on the same held-out predictions (:mod:`calibration.measured`): the
-intervals its diagnoses serve. A DP release (``release_epsilon``) releases that error with DP too, from a share of ε
-(:mod:`calibration.release_error`).
+intervals its diagnoses serve.
+
+A DP release (``release_epsilon`` = ε) is made in three parts, by basic composition (:func:`split_epsilon
+<calibration.release_error.split_epsilon>`): one stack pooled over all concepts from per-student sufficient
+statistics (:mod:`calibration.release_stack`), a DP guard that serves it only where it beats the plain mean
+(:mod:`calibration.release_guard`), and the served candidate's error (:mod:`calibration.release_error`). The record
+states each part's ε (``params.release``, metrics ``release_epsilon_*``, a note).
 """
 
 from __future__ import annotations
@@ -25,11 +30,12 @@ from typing import Any
 import numpy as np
 from scipy.optimize import isotonic_regression, nnls
 
-from calibration.calibrators import DEFAULT_FOLDS, Calibrator, FittedCalibration
+from calibration.calibrators import DEFAULT_FOLDS, Calibrator, FittedCalibration, Released
 from calibration.measured import measured_error
 from calibration.params import CalibrationParams, StackingParams
-from calibration.release import noisy_stacking
-from calibration.release_error import ERROR_SHARE, release_measured_error, split_epsilon
+from calibration.release_error import release_measured_error, split_epsilon
+from calibration.release_guard import guard
+from calibration.release_stack import release_stack
 from calibration.selection import STACK, Selection, choose, cross_validated_losses, held_out_predictions
 from calibration.validation import Predictions, Truth, ValidationSet, stacking_rows
 from diagnosis import Aggregator
@@ -60,9 +66,10 @@ class StackingCalibrator(Calibrator):
         self.select, self.folds = select, folds
 
     def fit(self, data: ValidationSet, *, release_epsilon: float | None = None, **options: Any) -> FittedCalibration:
-        """As :meth:`Calibrator.fit`; a DP release re-derives the full stack from noisy statistics, so no selection
-        is made then (its cross-validated scores are statistics of the students that are not privatized), and its
-        error is released with DP too (:mod:`calibration.release_error`: ε split between the two)."""
+        """As :meth:`Calibrator.fit`; a DP release re-derives one pooled stack from noisy statistics and serves it
+        only where a DP guard finds it beats the plain mean, so no selection is made then (its cross-validated scores
+        are statistics of the students that are not privatized), and the served candidate's error is released with
+        DP too (module docstring: ε split between the three)."""
         if release_epsilon is not None and self.select:
             plain = StackingCalibrator(ridge=self.ridge, min_students=self.min_students, isotonic=self.isotonic,
                                        select=False, folds=self.folds)
@@ -101,19 +108,20 @@ class StackingCalibrator(Calibrator):
 
     def _released_error(self, fitted: FittedCalibration, kept: ValidationSet, epsilon: float,
                         rng: np.random.Generator) -> FittedCalibration:
-        """``fitted`` (a DP-released stack, fitted with the stack's share of ``epsilon``) with its error released with
-        the rest (:mod:`calibration.release_error`); the record states both parts."""
+        """``fitted`` (a DP-released stack or plain mean, from the stack's and the guard's shares of ``epsilon``) with
+        its error released with the rest (:mod:`calibration.release_error`); the record states every part."""
         params = fitted.params
         if not isinstance(params, StackingParams):
             return fitted
-        stack_epsilon, error_epsilon = split_epsilon(epsilon)
+        stack_epsilon, guard_epsilon, error_epsilon = split_epsilon(epsilon)
         released = release_measured_error(params.aggregator(), kept, _weighed(params), epsilon=error_epsilon, rng=rng)
         split = (f"ε = {epsilon:g} per validation student, split by basic composition: {stack_epsilon:g} on the "
-                 f"stack's sufficient statistics, {error_epsilon:g} on its error's (share {ERROR_SHARE:g})")
-        metrics = {**fitted.metrics, "release_epsilon_stack": stack_epsilon,
+                 f"stack's sufficient statistics, {guard_epsilon:g} on the DP guard, {error_epsilon:g} on its error's")
+        metrics = {**fitted.metrics, "release_epsilon_stack": stack_epsilon, "release_epsilon_guard": guard_epsilon,
                    "release_epsilon_measured_error": error_epsilon}
-        return replace(fitted, params=replace(params, measured_error=released.to_json()), metrics=metrics,
-                       notes=[*fitted.notes, split, released.note])
+        release = {**params.release, "measured_error": {"epsilon": error_epsilon}}
+        return replace(fitted, params=replace(params, measured_error=released.to_json(), release=release),
+                       metrics=metrics, notes=[*fitted.notes, split, released.note])
 
     def _nnls(self, x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, float]:
         x_mean, y_mean = x.mean(axis=0), y.mean()
@@ -224,13 +232,24 @@ class StackingCalibrator(Calibrator):
 
     def _release(
         self, params: CalibrationParams, data: ValidationSet, epsilon: float, rng: np.random.Generator
-    ) -> CalibrationParams:
+    ) -> Released:
+        """One pooled stack released with the stack's share of ε, then the DP guard's choice between it and the plain
+        mean with the guard's (the error's share is spent in :meth:`_released_error`)."""
         if self.isotonic:
             raise ValueError("isotonic maps have no DP release here: calibrate with release_epsilon \"none\" "
                              "(e.g. on simulated or public validation students) or without isotonic")
-        weights, intercepts, pooled, pooled_intercept = noisy_stacking(  # the rest of ε: the error's (fit)
-            data.answers, data.truths, epsilon=split_epsilon(epsilon)[0], rng=rng, min_students=self.min_students)
-        return StackingParams(weights=weights, intercepts=intercepts, pooled_weights=pooled, pooled_intercept=pooled_intercept)
+        stack_epsilon, guard_epsilon, _ = split_epsilon(epsilon)
+        released = release_stack(data.answers, data.truths, epsilon=stack_epsilon, rng=rng)
+        stack = StackingParams(pooled_weights=released.weights, pooled_intercept=released.intercept)
+        plain = StackingParams()  # no weights: the plain mean, as an uncalibrated diagnosis aggregates
+        decision = guard(stack.aggregator(), plain.aggregator(), data, epsilon=guard_epsilon, rng=rng)
+        release = {"stack": {**released.to_json(), "weights": released.weights, "intercept": released.intercept},
+                   "guard": decision.to_json()}
+        served = replace(stack if decision.stack_served else plain, release=release)
+        # the guard's noisy gain is the one validation metric published (Calibrator.fit withholds the rest)
+        return Released(served, notes=[released.note(), decision.note()],
+                        metrics={"release_guard_noisy_mae_change": decision.noisy_change,
+                                 "release_stack_served": float(decision.stack_served)})
 
 
 def _weighed(params: StackingParams) -> list[str]:

@@ -125,7 +125,7 @@ def _markdown(results: dict[str, list[dict]], command: str) -> str:
            "stacking calibration (the default method), a stack of local-fed and those two fitted on twice as many SIMULATED validation "
            "students with mixed response counts, its intervals from its measured error and each student's answer "
            "counts; `stacked, served, DP-released`: the same validation students released as a real cohort is by "
-           "default, with differential privacy at ε 4 per student, the stack and its error each getting a share). "
+           "default, with differential privacy at ε 4 per student, the stack, a DP guard (which may serve the plain mean) and its error each getting a share). "
            "Target: 85–95 %.", ""]
     for name, rows in results.items():
         out += [f"## {name}", "", "| generator | configuration | responses | coverage | worst concept | mean width |"

@@ -10,7 +10,7 @@ mastery. The same calibration then diagnoses the report's students at each respo
 
 ``stacked, served`` is that calibration released without noise (as the server releases one fitted on SIMULATED
 students); ``stacked, served, DP-released`` the same validation students released as a real cohort is by default:
-with differential privacy at ε = ``RELEASE_EPSILON`` per student, the stack and its error each getting a share
+with differential privacy at ε = ``RELEASE_EPSILON`` per student, the stack, a DP guard (which may serve the plain mean) and its error each getting a share
 (:mod:`calibration.release_error`; its residuals in-sample under the released stack).
 """
 

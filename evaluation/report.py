@@ -139,6 +139,7 @@ def _served_section(result: EvaluationResult) -> list[str]:
             label = f"[{generator}] " if generator else ""
             out.append(f"- {label}calibration at {fit['noise']}: aggregator `{fit['aggregation']}`, metrics "
                        f"{ {k: round(v, 4) for k, v in fit['metrics'].items()} }, params {json.dumps(_rounded(fit['params']))}")
+            out += [f"  - note: {note}" for note in fit.get("notes", [])]  # older results.json files have none
     ncdm = result.baselines.get("ncdm")
     if ncdm:
         out.append(f"- ncdm training settings: {json.dumps(ncdm)}")

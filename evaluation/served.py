@@ -217,7 +217,8 @@ async def served_estimates(
             forecast_averages=aggregator.kind == "posterior",  # as the API forecasts (diagnosis.forecast)
         ))
         run.calibrations.append({"noise": level.fields(), "method": record.method, "aggregation": aggregator.kind,
-                                 "metrics": record.metrics, "params": _summary(record.params.to_json())})
+                                 "metrics": record.metrics, "params": _summary(record.params.to_json()),
+                                 "notes": record.notes})
     return run
 
 

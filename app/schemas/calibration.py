@@ -129,7 +129,7 @@ class CalibrationPublic(BaseModel):
         description="what the method fitted: paper/bias {alpha, residuals}; stacking {weights, intercepts, isotonic, "
         "pooled_weights, pooled_intercept, selection: the cross-validated choice between the stack and each member "
         "alone (every candidate's score, the margin, the rule), fallback: the other members' stack where the chosen "
-        "member did not answer}; posterior {priors: concept -> Beta(a, b), entity_error_sd: entity -> τ}; "
+        "member did not answer, measured_error: the stack's error its intervals come from, release: under release_epsilon each DP part's ε, the released stack and the DP guard's choice (a stack, or the plain mean)}; posterior {priors: concept -> Beta(a, b), entity_error_sd: entity -> τ}; "
         "every method: excluded {entity: {answers, students}}, the entities left out for too few successful "
         "validation answers (FEDCD_CALIBRATION_MIN_ANSWERS): no weight, their answers are not aggregated"
     )
@@ -142,7 +142,9 @@ class CalibrationPublic(BaseModel):
     n_students: int
     metrics: dict[str, float] = Field(
         description="validation_mae is k-fold cross-validated over the validation students; validation_mae_in_sample "
-        "scores the released parameters on the students they were fitted on"
+        "scores the released parameters on the students they were fitted on. Under release_epsilon neither is "
+        "computed nor published (they would be releases outside the ε accounted for): only counts and what the "
+        "release published with noise (e.g. release_epsilon_* and the DP guard's noisy MAE change)"
     )
     notes: list[str]
     created_at: str

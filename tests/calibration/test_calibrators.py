@@ -14,6 +14,7 @@ from calibration import (
     ValidationSet,
     aggregator_for,
     make_calibrator,
+    validation_mae,
 )
 from diagnosis import NO_NOISE
 
@@ -96,7 +97,8 @@ def test_dp_release_adds_noise_that_shrinks_with_epsilon(method: str) -> None:
     for eps in (0.5, 50.0):
         fitted = make_calibrator(method).fit(data, release_epsilon=eps, rng=np.random.default_rng(3))
         assert any("differential privacy" in n for n in fitted.notes)
-        errors[eps] = fitted.metrics["validation_mae_in_sample"] - clean.metrics["validation_mae_in_sample"]
+        # measured here: a DP release publishes no un-noised MAE of its students (test_release_stack.py)
+        errors[eps] = validation_mae(fitted.params, data) - clean.metrics["validation_mae_in_sample"]
     assert errors[50.0] < 0.03  # plenty of budget: close to the clean fit
     assert errors[0.5] >= errors[50.0] - 1e-9
 
@@ -115,3 +117,20 @@ def test_isotonic_stacking_straightens_a_monotone_but_miscalibrated_entity() -> 
     assert value == pytest.approx(0.5, abs=0.06)  # 0.125 = 0.5³
     with pytest.raises(ValueError, match="isotonic"):
         StackingCalibrator(isotonic=True).fit(data, release_epsilon=1.0, rng=np.random.default_rng(0))
+
+
+def test_a_released_alpha_is_the_methods_own_not_a_choice_by_the_students_mae() -> None:
+    # Prepare: residuals mostly 0 with a few large ones: the grid's MAE choice is α = 0 for bias (applying the mean
+    # residual moves the many exact answers) — a statistic of the students' truths
+    truths = [{"a": 0.05} for _ in range(40)]
+    answers = [{"e": {"a": 0.95 if n < 4 else 0.05}, "f": {"a": 0.05}} for n in range(40)]
+    data = ValidationSet.noiseless(answers, truths)
+    assert BiasCalibrator().fit(data).params.alpha == 0.0  # what the grid picks unreleased
+
+    # Execute
+    bias = BiasCalibrator().fit(data, release_epsilon=4.0, rng=np.random.default_rng(0))
+    paper = PaperCalibrator().fit(data, release_epsilon=4.0, rng=np.random.default_rng(0))
+
+    # Assert: released, each α is fixed by the method, and the note says why
+    assert bias.params.alpha == 1.0 and paper.params.alpha == 0.3
+    assert any("outside the ε accounted for" in n for n in bias.notes + paper.notes)

@@ -125,10 +125,13 @@ def test_the_record_states_each_part_of_epsilon_and_publishes_only_noisy_values(
     fitted, error = fits[0], errors[0]
     assert error is not None and raw is not None and raw.rows == 1000
     assert fitted.metrics["release_epsilon_measured_error"] == pytest.approx(4.0 * ERROR_SHARE)
-    parts = fitted.metrics["release_epsilon_stack"], fitted.metrics["release_epsilon_measured_error"]
+    parts = [fitted.metrics[f"release_epsilon_{part}"] for part in ("stack", "guard", "measured_error")]
     assert sum(parts) == pytest.approx(4.0)  # the job charges ε per student: the parts compose to it
     assert stack.measured_error["release"]["epsilon"] == pytest.approx(4.0 * ERROR_SHARE)  # type: ignore[attr-defined]
-    assert any("3.2 on the stack" in n and "0.8 on its error" in n for n in fitted.notes)
+    recorded = stack.release  # type: ignore[attr-defined]
+    assert [recorded[p]["epsilon"] for p in ("stack", "guard", "measured_error")] == pytest.approx(parts)
+    assert any("2.8 on the stack" in n and "0.4 on the DP guard" in n and "0.8 on its error" in n
+               for n in fitted.notes)
     # what is published moves with the noise: neither seed's count or spread is the un-noised one, nor each other's
     for e in errors:
         assert e is not None and e.rows != raw.rows and abs(e.base + e.per_answer - raw.base - raw.per_answer) > 1e-3

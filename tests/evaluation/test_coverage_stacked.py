@@ -28,9 +28,11 @@ def test_a_stacks_measured_intervals_cover_85_to_95_percent_of_simulated_student
         assert np.isnan(lower[~students.answered]).all()  # no interval where the student gave no answer
 
 
-def test_a_dp_released_stack_too_noisy_for_its_cohort_serves_no_interval_rather_than_a_wrong_one() -> None:
-    # Prepare: the same 300 SIMULATED validation students released as a real cohort is by default (ε = 4 per student):
-    # on FrcSub's 8 concepts the stack's share of the noise swamps its weights, its errors reach beyond the clip
+def test_a_dp_release_on_a_cohort_too_small_for_the_stacks_noise_serves_the_plain_mean_with_intervals() -> None:
+    # Prepare: the same 300 SIMULATED validation students released as a real cohort is by default (ε = 4 per student).
+    # Before, the per-concept DP stack was swamped by its noise on FrcSub's 8 concepts and served no interval; now its
+    # DP guard serves the plain mean where the stack does not beat it by more than the noise (calibration.release_guard)
+    # and the plain mean's DP-released error serves intervals
     torch.set_num_threads(1)
     q = load_frcsub().qmatrix
     model = generator_model(q, seed=0)
@@ -40,6 +42,7 @@ def test_a_dp_released_stack_too_noisy_for_its_cohort_serves_no_interval_rather_
     # Execute
     rows = {r["config"]: r for r in stacked_rows(stacks, model, students, responses=5, seed=5)}
 
-    # Assert: the report's DP row says so (NaN), the noiseless one is measured as before
-    assert stacks[DP_RELEASED].measured_error is None and np.isnan(rows[DP_RELEASED]["coverage"])
+    # Assert: both rows are measured and cover in the band
+    assert stacks[DP_RELEASED].measured_error is not None
+    assert 0.85 <= rows[DP_RELEASED]["coverage"] <= 0.95 and rows[DP_RELEASED]["width"] > 0
     assert 0.85 <= rows[STACKED]["coverage"] <= 0.95 and rows[STACKED]["width"] > 0
