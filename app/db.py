@@ -223,7 +223,7 @@ class UsageRow(Base):
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     tenant: Mapped[str] = mapped_column(String(64))
     at: Mapped[float] = mapped_column(Float)  # epoch seconds
-    source: Mapped[str] = mapped_column(String(16))  # diagnosis | cohort | calibration
+    source: Mapped[str] = mapped_column(String(16))  # diagnosis | cohort | calibration | extraction
     entity: Mapped[str] = mapped_column(String(256))
     status: Mapped[str] = mapped_column(String(16))  # ok | partial | failed (skipped entities are not recorded)
     prompt_tokens: Mapped[int] = mapped_column(Integer)

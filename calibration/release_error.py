@@ -11,10 +11,13 @@ output and the student's own data (on the pairs :func:`calibration.measured.meas
 member answered). Unlike the non-DP path, which cross-fits (each student predicted by a stack fitted on the other
 folds), these residuals are in-sample: the noisy stack was fitted on the same students. A stack has a few weights
 against hundreds of students (and a DP stack's noise dwarfs what it learns of any one), so the optimism is small; the coverage tests
-(``tests/calibration/test_release_error.py``) and the report's ``stacked, served, DP-released`` rows measure the consequence. A truth of exactly 0 or 1 has no logit:
-its pairs are not measured (the non-DP path instead measures nothing when *every* truth is binary — a decision on all
-students at once that is itself a statistic of them; dropped per student, a cohort of binary truths simply leaves a
-noisy count below the floor).
+(``tests/calibration/test_release_error.py``) and the report's ``stacked, served, DP-released`` rows measure the consequence. A truth of exactly 0 or 1 (a
+proportion correct from one answer) is measured as the non-DP path measures it, its logit clipped at
+``RESIDUAL_CLIP``: dropping it would fit the thin-evidence part on students with two answers or more and extrapolate
+it to the one-answer students it serves. Its residual then usually reaches the ±R clip, and the clip's reach (below)
+refuses a cohort whose errors the clip cannot measure. (The non-DP path measures nothing when *every* truth is
+binary, SIMULATED DINA attributes: a decision on all students at once, itself a statistic of them, which no DP
+release here makes; such calibrations are never DP-released.)
 
 **The statistics.** Each student weighs 1 in all: its m measured pairs weigh 1/m each. With |r| clipped to
 ``RESIDUAL_BOUND`` = R, r² ≤ C = R², and u = 1/(n + 1) ∈ (0, 1] (n: the student's answers on the concept), the five
@@ -46,8 +49,8 @@ values: the error's base and per_answer, the noisy count (as ``rows``: students,
   Σw·u², a small statistic (u = 1/(n + 1)), so the split between thin and thick evidence is the first thing the
   noise blurs.
 * the floor: the noisy count must reach ``MIN_STUDENTS`` (20, as the non-DP fit's fewest pairs) and
-  ``NOISE_FLOOR`` = 4 noise scales (Δ₁/(s·ε): 105 students at ε = 4). A cohort with nothing to measure (binary
-  truths, no pair every member answered) then passes by noise with probability e^−4/2 < 1 %, and at the floor the
+  ``NOISE_FLOOR`` = 4 noise scales (Δ₁/(s·ε): 105 students at ε = 4). A cohort with nothing to measure (no pair
+  every member answered) then passes by noise with probability e^−4/2 < 1 %, and at the floor the
   count's own noise is at most √2/4 ≈ 35 % of it.
 * the clip's reach, ``REACH`` = C/4: a released mean of the clipped r² above it (a typical residual beyond 1.5
   logits) serves no interval. The clip removes 8 % of a normal residual's E[r²] at sd 1.5, 22 % at 2, 48 % at 3, so
@@ -87,11 +90,11 @@ def split_epsilon(epsilon: float) -> tuple[float, float, float]:
 
 
 def _residuals(pairs: Sequence[Pair]) -> tuple[np.ndarray, np.ndarray]:
-    """(clipped logit residuals, u = 1/(answers + 1)) of one student's measured pairs with a non-binary truth."""
-    kept = [(p, t, n) for p, t, n in pairs if 0.0 < t < 1.0]
-    if not kept:
+    """(clipped logit residuals, u = 1/(answers + 1)) of one student's measured pairs (a truth of 0 or 1 at the
+    clipped logit, as the non-DP path reads it)."""
+    if not pairs:
         return np.zeros(0), np.zeros(0)
-    p, t, n = (np.asarray(column, dtype=float) for column in zip(*kept))
+    p, t, n = (np.asarray(column, dtype=float) for column in zip(*pairs))
     clip = (RESIDUAL_CLIP, 1 - RESIDUAL_CLIP)
     r = logit(np.clip(p, *clip)) - logit(np.clip(t, *clip))
     return np.clip(r, -RESIDUAL_BOUND, RESIDUAL_BOUND), 1.0 / (np.maximum(n, 0.0) + 1.0)

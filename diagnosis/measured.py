@@ -117,6 +117,10 @@ def measured_intervals(mastery: Mapping[str, float], error: MeasuredError, answe
             if contributors is None or error.covers(contributors.get(concept, ()))}
 
 
+# Steps of one answer the guide takes around its closed-form count (the float boundary); far more than rounding needs
+_SETTLE_STEPS = 64
+
+
 @dataclass(frozen=True)
 class Narrowing:
     """How many further answers narrow a measured interval to a target width (:func:`answers_to_narrow`).
@@ -150,10 +154,13 @@ def answers_to_narrow(mastery: float, answers: int, width: float, error: Measure
         return Narrowing(more=None, floor=floor)
     # sd(n)² ≤ low² ⇔ n + 1 ≥ per_answer / gap; the served width itself decides near the boundary
     more = max(1, math.ceil(error.per_answer / gap) - 1 - have)
-    while more > 1 and _width(mastery, z * error.sd(have + more - 1)) <= width:
-        more -= 1
-    while _width(mastery, z * error.sd(have + more)) > width:
-        more += 1
+    for _ in range(_SETTLE_STEPS):  # bounded: a target within rounding of the floor would step for ever
+        if more > 1 and _width(mastery, z * error.sd(have + more - 1)) <= width:
+            more -= 1
+        elif _width(mastery, z * error.sd(have + more)) > width:
+            more += 1
+        else:
+            break
     return Narrowing(more=more, floor=floor)
 
 

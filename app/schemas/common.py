@@ -7,9 +7,10 @@ patterns are built from this Python's Unicode tables, the ones the check reads. 
 are refused too but left out of the patterns: no UTF-8 text carries one, and ECMA-262/Rust regex engines refuse
 to name them.
 
-The ids routes take in a path or a query (job, calibration, key, Q-matrix, student) are ``Identifier`` too, as is a
-diagnosis's ``calibration_id``: a NUL would otherwise reach SQL, which PostgreSQL refuses (a 500 there, a 404 on
-SQLite). A well-formed id that names nothing is still the resource's 404.
+The ids routes take in a path or a query and look up in the database (job, calibration, key, Q-matrix, student) are
+``Identifier`` too, as is a diagnosis's ``calibration_id``: a NUL would otherwise reach SQL, which PostgreSQL refuses (a
+500 there, a 404 on SQLite). A well-formed id that names nothing is still the resource's 404. (``/v1/local-model``'s
+``qmatrix_id`` is only looked up in memory, among the tenant's published models, and stays a bounded string.)
 """
 
 from __future__ import annotations

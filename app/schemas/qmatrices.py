@@ -45,7 +45,7 @@ class QMatrixCreate(BaseModel):
         "items": [{"id": "i1", "text": "1/2 + 1/3", "concepts": ["add"]}, {"id": "i2", "text": "3/4 - 1/2", "concepts": ["subtract"]}],
     }]})
 
-    id: str = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.-]*[A-Za-z0-9_-][A-Za-z0-9_.-]*$")
+    id: str = Field(min_length=1, max_length=128, pattern=r"^(?:[A-Za-z0-9_.-]{3,}|[A-Za-z0-9_-][A-Za-z0-9_.-]?|\.[A-Za-z0-9_-])$")  # not '.' or '..' (app.storage.qmatrices)
     concepts: QMatrixNames = Field(min_length=1)
     items: Annotated[list[QMatrixItem], FailFast()] = Field(min_length=1)
 
@@ -94,7 +94,7 @@ class ExtractItem(BaseModel):
 class ExtractRequest(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)  # a request: no type coercion
 
-    id: str = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.-]*[A-Za-z0-9_-][A-Za-z0-9_.-]*$")
+    id: str = Field(min_length=1, max_length=128, pattern=r"^(?:[A-Za-z0-9_.-]{3,}|[A-Za-z0-9_-][A-Za-z0-9_.-]?|\.[A-Za-z0-9_-])$")  # not '.' or '..' (app.storage.qmatrices)
     items: list[ExtractItem] = Field(min_length=1, max_length=500)
     concepts: list[Name] | None = Field(
         default=None, min_length=1,

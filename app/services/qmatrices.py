@@ -38,7 +38,7 @@ class QMatrixService:
     def check(self, q: QMatrix, *, path_id: str | None = None) -> None:
         """``InvalidInput`` for an id the store refuses, or one that is not the path's."""
         if not self.store.valid_id(q.id):
-            raise InvalidInput(("id",), [f"id {q.id!r}: use 1-128 letters, digits, '.', '_' or '-', not dots alone"])
+            raise InvalidInput(("id",), [f"id {q.id!r}: use 1-128 letters, digits, '.', '_' or '-', not '.' or '..'"])
         if path_id is not None and q.id != path_id:
             raise InvalidInput(("id",), [f"the body's id '{q.id}' is not the path's '{path_id}'"])
 

@@ -22,10 +22,13 @@ from app.db import SHARED_TENANT, QMatrixRow
 from app.storage.generations import bump
 from qmatrix import QMatrix, qmatrix_from_json, qmatrix_to_json
 
-__all__ = ["MAX_VERSION", "QMatrixExists", "QMatrixStore", "StoredQMatrix"]
+__all__ = ["MAX_VERSION", "QMATRIX_ID_PATTERN", "QMatrixExists", "QMatrixStore", "StoredQMatrix"]
 
-# 1-128 of these, not dots alone: '.' and '..' name the folder and its parent wherever an id becomes a path part.
-_SAFE_ID = re.compile(r"^[A-Za-z0-9_.-]*[A-Za-z0-9_-][A-Za-z0-9_.-]*$")
+# 1-128 of these, but not '.' or '..': they name the folder and its parent wherever an id becomes a path part ('...'
+# names nothing special, and ids like it were stored before: they stay valid). Spelled without a lookahead, which
+# pydantic's regex engine (the schema's pattern, app.schemas.qmatrices) does not have.
+QMATRIX_ID_PATTERN = r"^(?:[A-Za-z0-9_.-]{3,}|[A-Za-z0-9_-][A-Za-z0-9_.-]?|\.[A-Za-z0-9_-])$"
+_SAFE_ID = re.compile(QMATRIX_ID_PATTERN)
 _MAX_ID = 128
 MAX_VERSION = 2**31 - 1  # versions are 32-bit INTEGER columns (PostgreSQL)
 
@@ -190,7 +193,7 @@ class QMatrixStore:
     # -- internals ---------------------------------------------------------------------------
     def _check_writable(self, q: QMatrix) -> None:
         if not self.valid_id(q.id):
-            raise ValueError(f"id {q.id!r}: use 1-128 letters, digits, '.', '_' or '-', not dots alone")
+            raise ValueError(f"id {q.id!r}: use 1-128 letters, digits, '.', '_' or '-', not '.' or '..'")
         if q.id in self._builtin:
             raise QMatrixExists(f"id {q.id!r} is a built-in Q-matrix and cannot be replaced")
 

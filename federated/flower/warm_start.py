@@ -24,6 +24,7 @@ student-level DP (:func:`federated.flower.node.check_run`), so they are never as
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -40,6 +41,8 @@ from federated.models import DiagnosisModel
 __all__ = ["MESSAGE_TYPE", "ItemSumsMod", "SumsInputs", "server_warm_start"]
 
 MESSAGE_TYPE = "query.item_sums"
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -81,11 +84,24 @@ def server_warm_start(grid: Grid, node_ids: Sequence[int], settings: RunSettings
     messages = [Message(RecordDict(), node_id, MESSAGE_TYPE, group_id="warm-start") for node_id in node_ids]
     replies = sorted((r for r in grid.send_and_receive(messages, timeout=settings.config.node_wait_s)
                       if not r.has_error()), key=lambda r: r.metadata.src_node_id)  # node order: as in process
-    sums = [r.content.array_records["sums"].to_numpy_ndarrays() for r in replies]
     size = len(model.items) + 1
-    if any(len(s) != 2 or any(np.shape(a) != (size,) for a in s) for s in sums):
-        raise RuntimeError(f"warm start: replies of shapes {[[np.shape(a) for a in s] for s in sums]}, expected two "
-                           f"vectors of {size}")
+    sums = [s for s in (_sums(r, size) for r in replies) if s is not None]
     if sums:
         model.warm_start(table, sum(s[0] for s in sums), sum(s[1] for s in sums))
     return len(sums)
+
+
+def _sums(reply: Message, size: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """A node's (per-item sums of scores, responses), or None — logged, and the node contributes nothing, as a failed
+    one — unless they are two finite vectors of ``size`` with 0 ≤ sum ≤ count (a NaN would start every item at NaN)."""
+    try:
+        correct, count = (np.asarray(a, dtype=float) for a in reply.content.array_records["sums"].to_numpy_ndarrays())
+    except (KeyError, TypeError, ValueError):
+        log.warning("warm start: node %s sent no readable sums; left out", reply.metadata.src_node_id)
+        return None
+    finite = np.isfinite(correct).all() and np.isfinite(count).all()
+    if correct.shape != (size,) or count.shape != (size,) or not finite or (correct < 0).any() or (correct > count).any():
+        log.warning("warm start: node %s sent sums that no students give (shape, NaN or sum > count); left out",
+                    reply.metadata.src_node_id)
+        return None
+    return correct, count

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from diagnosis import DiagnosisPipeline, PosteriorAggregator, StackingAggregator
+from diagnosis import measured
 from diagnosis.measured import MeasuredError, answers_to_narrow, measured_intervals
 from qmatrix import Response
 from tests.factories import FakeEntity, diagnosis_request
@@ -89,3 +90,20 @@ async def test_no_spread_when_the_measured_members_did_not_all_answer() -> None:
 
     # Assert
     assert result.intervals == {} and result.interval_error is None
+
+
+def test_a_target_within_rounding_of_the_floor_returns_at_once() -> None:
+    # Prepare: base set so the floor width sits a hair (1e-12, relative) below the target: the count is astronomic
+    # and the width changes below float resolution near it (the guide stepped one answer at a time: it hung)
+    z, target = measured._z(0.9), 0.3
+    low, high = 0.0, 5.0
+    for _ in range(200):  # the sd whose interval at 0.5 is exactly the target
+        mid = (low + high) / 2
+        low, high = (mid, high) if measured._width(0.5, z * mid) <= target else (low, mid)
+    error = MeasuredError(base=(low * (1 - 1e-12)) ** 2, per_answer=1.0, rows=100)
+
+    # Execute
+    narrowing = answers_to_narrow(0.5, 0, target, error)
+
+    # Assert: an answer, not a hang (a huge count or none: either says "more answers alone will not do")
+    assert narrowing.more is None or narrowing.more > 10**6

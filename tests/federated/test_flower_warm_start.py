@@ -124,3 +124,21 @@ def test_a_robust_flower_run_starts_from_the_seeded_weights(small: Dataset, tmp_
                                                             monkeypatch: pytest.MonkeyPatch) -> None:
     start, types = _flower_start(small, tmp_path, monkeypatch, FlowerConfig(aggregation="trimmed_mean"))
     assert MESSAGE_TYPE not in types and _equal(start, get_parameters(new_model(KIND, small.qmatrix, seed=SEED)))
+
+
+def test_a_node_whose_sums_no_students_give_is_left_out_not_fatal() -> None:
+    from types import SimpleNamespace
+
+    from federated.flower.warm_start import _sums
+
+    def reply(*arrays: object, key: str = "sums") -> SimpleNamespace:
+        record = SimpleNamespace(to_numpy_ndarrays=lambda: list(arrays))
+        return SimpleNamespace(content=SimpleNamespace(array_records={key: record}),
+                               metadata=SimpleNamespace(src_node_id=7))
+
+    good = _sums(reply(np.array([1.0, 0.0, 2.0]), np.array([2.0, 1.0, 2.0])), 3)  # type: ignore[arg-type]
+    assert good is not None and good[0].tolist() == [1.0, 0.0, 2.0]
+    for bad in (reply(np.array([np.nan, 0, 0]), np.ones(3)), reply(np.ones(2), np.ones(2)),
+                reply(np.array([3.0, 0, 0]), np.ones(3)), reply(np.ones(3), np.ones(3), key="other"),
+                reply(np.array([-1.0, 0, 0]), np.ones(3))):
+        assert _sums(bad, 3) is None  # type: ignore[arg-type]

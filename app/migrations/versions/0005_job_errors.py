@@ -38,7 +38,9 @@ _jobs = sa.table("jobs", sa.column("id", sa.String), sa.column("error", sa.Text)
 
 
 def kept(error: str) -> str:
-    """What of a stored error this revision keeps."""
+    """What of a stored error this revision keeps (idempotent: what it or the runner wrote since is kept)."""
+    if error.endswith(NOT_KEPT) or error.startswith("ValidationError: invalid "):  # app.jobs.failures' own forms
+        return error
     name, sep, _ = error.partition(":")
     name = name.strip()
     if sep and name in SAFE_TYPES:

@@ -206,3 +206,13 @@ def test_migration_0005_drops_failed_jobs_error_text_that_may_quote_the_input(tm
         assert holding == [], f"the raw id is left in {holding}"
     finally:
         engine.dispose()
+
+
+def test_migration_0005_keeps_what_it_or_the_runner_wrote_since() -> None:
+    import importlib
+
+    revision = importlib.import_module("app.migrations.versions.0005_job_errors")
+    once = revision.kept("ValueError: student kid-1 has no responses")
+    assert revision.kept(once) == once and once.startswith("ValueError (")
+    modern = "ValidationError: invalid CalibrateRequest: records.0.student_id (string_too_long)"
+    assert revision.kept(modern) == modern
