@@ -18,8 +18,9 @@ are moments and root-mean-square errors, and the metrics are averages. Without `
 these are released without noise; the record's ``notes`` say so. With ``release_epsilon`` every released value is a
 noisy one: the three MAEs above are statistics of the students outside the release's accounting, so they are not
 computed nor published; only what the release itself published noisily is (a method's ``_release`` may return such
-metrics: stacking's DP guard, :mod:`calibration.release_guard`), beside the counts replace-one DP treats as public
-(``n_students``, ``cv_folds``, ``entities_excluded``).
+metrics: stacking's DP guard, :mod:`calibration.release_guard`), beside ``n_students`` and ``cv_folds`` (public
+under replace-one DP) and ``entities_excluded``: which entities answered too few validation students is released
+without noise, outside ε, as docs/privacy.md says.
 
 **Entities with too few answers.** ``fit`` first leaves out every entity with fewer than ``min_answers``
 successful validation answers (:mod:`calibration.exclusion`): the method is fitted (and released) on the other
@@ -152,6 +153,8 @@ class Calibrator(ABC):
             return self._fit(part.without(excluded))[0].with_excluded(excluded)
 
         params, notes = self._fit(kept)
+        if release_epsilon is not None:  # the un-noised fit's notes describe the students (e.g. concepts with few
+            notes = []                   # complete rows): only the release's own notes are published
         if excluded:
             notes.append(exclusion_note(excluded, required_answers(data, min_answers)))
         metrics = {"cv_folds": float(min(folds, len(data))), "n_students": float(len(data)),

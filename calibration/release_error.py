@@ -17,7 +17,7 @@ proportion correct from one answer) is measured as the non-DP path measures it, 
 it to the one-answer students it serves. Its residual then usually reaches the ±R clip, and the clip's reach (below)
 refuses a cohort whose errors the clip cannot measure. (The non-DP path measures nothing when *every* truth is
 binary, SIMULATED DINA attributes: a decision on all students at once, itself a statistic of them, which no DP
-release here makes; such calibrations are never DP-released.)
+release here makes; such calibrations are by default never DP-released.)
 
 **The statistics.** Each student weighs 1 in all: its m measured pairs weigh 1/m each. With |r| clipped to
 ``RESIDUAL_BOUND`` = R, r² ≤ C = R², and u = 1/(n + 1) ∈ (0, 1] (n: the student's answers on the concept), the five
@@ -105,6 +105,8 @@ def error_statistics(students: Sequence[tuple[np.ndarray, np.ndarray]]) -> np.nd
     Residuals are clipped to ``RESIDUAL_BOUND`` here too, so the sensitivity holds whatever the caller passes."""
     total = np.zeros(5)
     for r, u in students:
+        finite = np.isfinite(np.asarray(r, float)) & np.isfinite(np.asarray(u, float))
+        r, u = np.asarray(r, float)[finite], np.asarray(u, float)[finite]  # a NaN is no residual: left out before 1/m
         if len(r):
             r2 = np.clip(np.asarray(r, float), -RESIDUAL_BOUND, RESIDUAL_BOUND) ** 2
             u = np.clip(np.asarray(u, float), 0.0, 1.0)

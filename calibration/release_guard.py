@@ -83,8 +83,8 @@ class GuardDecision:
                 f"−{MARGIN:g} noise scales (−{MARGIN * self.scale:.3g})")
         if self.stack_served:
             return f"{head}: it is, the released stack is served"
-        return (f"{head}: it is not, the PLAIN MEAN is served (no weights, no intercept, as an uncalibrated diagnosis "
-                "aggregates): this cohort is too small for the stack's noise, or the stack does not beat the plain "
+        return (f"{head}: it is not, the PLAIN MEAN is served (no weights, no intercept, over the kept entities, as an "
+                "uncalibrated diagnosis aggregates): this cohort is too small for the stack's noise, or the stack does not beat the plain "
                 "mean")
 
 

@@ -85,11 +85,14 @@ def student_rows(predictions: Sequence[Predictions], truths: Sequence[Truth], en
 
 def stack_statistics(students: Sequence[tuple[np.ndarray, np.ndarray]], entities: int) -> np.ndarray:
     """The unique entries of Σ (1/m) Σ_rows z zᵀ but y'², z = (1, x − ½, y − ½), values clipped to [0, 1] first (so
-    the sensitivity holds whatever the caller passes), in the order of ``np.triu_indices(entities + 2)``."""
+    the sensitivity holds whatever the caller passes; a row with a value that is not a number is left out before the
+    student's 1/m), in the order of ``np.triu_indices(entities + 2)``."""
     upper = np.triu_indices(entities + 2)
     keep = ~((upper[0] == entities + 1) & (upper[1] == entities + 1))  # y'² is not needed by the fit
     total = np.zeros(int(keep.sum()))
     for x, y in students:
+        finite = np.isfinite(x).all(axis=1) & np.isfinite(y) if len(y) else np.zeros(0, dtype=bool)
+        x, y = x[finite], y[finite]
         if len(y):
             z = np.column_stack([np.ones(len(y)), np.clip(x, 0, 1) - 0.5, np.clip(y, 0, 1) - 0.5])
             total += ((z.T @ z) / len(y))[upper][keep]

@@ -241,7 +241,7 @@ class StackingCalibrator(Calibrator):
         stack_epsilon, guard_epsilon, _ = split_epsilon(epsilon)
         released = release_stack(data.answers, data.truths, epsilon=stack_epsilon, rng=rng)
         stack = StackingParams(pooled_weights=released.weights, pooled_intercept=released.intercept)
-        plain = StackingParams()  # no weights: the plain mean, as an uncalibrated diagnosis aggregates
+        plain = StackingParams()  # no weights: the plain mean (over the kept entities), as an uncalibrated diagnosis aggregates
         decision = guard(stack.aggregator(), plain.aggregator(), data, epsilon=guard_epsilon, rng=rng)
         release = {"stack": {**released.to_json(), "weights": released.weights, "intercept": released.intercept},
                    "guard": decision.to_json()}

@@ -139,3 +139,10 @@ def test_the_record_states_each_part_of_epsilon_and_publishes_only_noisy_values(
     notes = " ".join(fitted.notes)
     assert f"{error.base:.3f} + {error.per_answer:.3f}" in notes and f"~{error.rows} students" in notes
     assert f"{raw.base:.3f} + {raw.per_answer:.3f}" not in notes and "held-out" not in notes
+
+
+def test_a_truth_of_one_is_measured_at_the_clip_not_dropped() -> None:
+    from calibration.release_error import _residuals
+
+    r, u = _residuals([(0.6, 1.0, 1)])  # a proportion correct from one right answer
+    assert r.tolist() == [-3.0] and u.tolist() == [0.5]

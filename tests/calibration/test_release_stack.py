@@ -77,6 +77,7 @@ def test_one_replaced_student_moves_the_statistics_by_at_most_the_sensitivity() 
     extremes += [(c[None, :j], c[j:]) for c in corners]
     extremes += [(np.array([a[:j], b[:j]]), np.array([a[j], b[j]])) for a, b in zip(corners, corners[::-1])]
     extremes.append((np.full((3, j), 7.0), np.full(3, -2.0)))  # out of range: the statistics clip what they get
+    extremes.append((np.array([[np.nan] * j, [1.0] * j]), np.array([0.5, np.nan])))  # not numbers: rows left out
     delta = stack_sensitivity(j)
 
     # Execute / Assert: neighbouring cohorts differ by at most Δ₁ in L1, whoever is replaced by whom
@@ -181,7 +182,8 @@ def test_a_dp_release_publishes_no_un_noised_metric_of_the_students(method: str)
     # Execute
     released = make_calibrator(method).fit(data, release_epsilon=4.0, rng=np.random.default_rng(0))
 
-    # Assert: only public counts and what the release published with noise (each part's ε, the guard's result)
+    # Assert: only counts (entities_excluded: released outside ε, docs/privacy.md) and what the release published
+    # with noise (each part's ε, the guard's result)
     public = {"n_students", "cv_folds", "entities_excluded"}
     noisy = {"release_epsilon_stack", "release_epsilon_guard", "release_epsilon_measured_error",
              "release_guard_noisy_mae_change", "release_stack_served"}
@@ -189,3 +191,19 @@ def test_a_dp_release_publishes_no_un_noised_metric_of_the_students(method: str)
     assert not set(secret) & set(released.metrics)
     assert not any(v == pytest.approx(s) for v in released.metrics.values() for s in secret.values())
     assert any("no validation MAE is published" in n for n in released.notes)
+
+
+def test_a_dp_release_publishes_no_note_of_the_un_noised_fit() -> None:
+    # Prepare: concept k1 has complete rows for 5 students only: the un-noised fit notes it (a count of students)
+    rng = np.random.default_rng(1)
+    truths = [{"k0": float(rng.random()), **({"k1": 0.5} if n < 5 else {})} for n in range(200)]
+    answers = [{e: {c: float(np.clip(t[c] + rng.normal(0, 0.1), 0, 1)) for c in t} for e in ("a", "b")}
+               for t in truths]
+    data = ValidationSet.noiseless(answers, truths)
+    assert any("fewer than" in n for n in StackingCalibrator().fit(data).notes)  # what the plain fit says
+
+    # Execute
+    released = StackingCalibrator().fit(data, release_epsilon=4.0, rng=np.random.default_rng(0))
+
+    # Assert: the released record's notes are the release's own
+    assert not any("fewer than" in n or "complete validation rows" in n for n in released.notes), released.notes
