@@ -59,10 +59,10 @@ import numpy as np
 from scipy.optimize import lsq_linear
 from scipy.stats import gamma
 
-from calibration.validation import Predictions, Truth
+from calibration.validation import Predictions, Truth, student_rows
 
 __all__ = ["RIDGE_TAIL", "ReleasedStack", "release_stack", "ridge_for", "solve_stack", "stack_sensitivity",
-           "stack_statistics", "student_rows"]
+           "stack_statistics"]
 
 RIDGE_TAIL = 0.05
 
@@ -70,17 +70,6 @@ RIDGE_TAIL = 0.05
 def stack_sensitivity(entities: int) -> float:
     """Δ₁ of :func:`stack_statistics` for ``entities`` entities (module docstring)."""
     return (entities + 1) * (entities + 4) / 4
-
-
-def student_rows(predictions: Sequence[Predictions], truths: Sequence[Truth], entities: Sequence[str]
-                 ) -> list[tuple[np.ndarray, np.ndarray]]:
-    """Per student, (answers: rows × entities, truth: rows) over its concepts that every entity answered."""
-    out = []
-    for preds, truth in zip(predictions, truths):
-        concepts = [c for c in truth if all(e in preds and c in preds[e] for e in entities)]
-        x = np.array([[float(preds[e][c]) for e in entities] for c in concepts], dtype=float).reshape(-1, len(entities))
-        out.append((x, np.array([float(truth[c]) for c in concepts], dtype=float)))
-    return out
 
 
 def stack_statistics(students: Sequence[tuple[np.ndarray, np.ndarray]], entities: int) -> np.ndarray:

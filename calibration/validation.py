@@ -10,7 +10,7 @@ import numpy as np
 from diagnosis import NO_NOISE
 from privacy import Mechanism
 
-__all__ = ["Predictions", "Truth", "ValidationSet", "stacking_rows"]
+__all__ = ["Predictions", "Truth", "ValidationSet", "complete_concepts", "stacking_rows", "student_rows"]
 
 Predictions = Mapping[str, Mapping[str, float]]  # entity -> concept -> value
 Truth = Mapping[str, float]  # concept -> mastery in [0, 1]
@@ -100,17 +100,32 @@ class ValidationSet:
         )
 
 
+def complete_concepts(preds: Predictions, truth: Truth, entities: Sequence[str]) -> list[str]:
+    """The concepts of one student's truth that every entity of ``entities`` answered: a stack's rows."""
+    return [c for c in truth if all(e in preds and c in preds[e] for e in entities)]
+
+
+def student_rows(predictions: Sequence[Predictions], truths: Sequence[Truth], entities: Sequence[str]
+                 ) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Per student, (answers: rows × entities, truth: rows) over its complete concepts (:func:`complete_concepts`)."""
+    out = []
+    for preds, truth in zip(predictions, truths):
+        concepts = complete_concepts(preds, truth, entities)
+        x = np.array([[float(preds[e][c]) for e in entities] for c in concepts], dtype=float).reshape(-1, len(entities))
+        out.append((x, np.array([float(truth[c]) for c in concepts], dtype=float)))
+    return out
+
+
 def stacking_rows(
     predictions: Sequence[Predictions], truths: Sequence[Truth], entities: Sequence[str]
 ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """concept -> (answers: rows x entities, truth: rows) over the students where every entity answered it."""
     rows: dict[str, tuple[list[list[float]], list[float]]] = {}
     for preds, truth in zip(predictions, truths):
-        for concept, value in truth.items():
-            if all(e in preds and concept in preds[e] for e in entities):
-                x, y = rows.setdefault(concept, ([], []))
-                x.append([float(preds[e][concept]) for e in entities])
-                y.append(float(value))
+        for concept in complete_concepts(preds, truth, entities):
+            x, y = rows.setdefault(concept, ([], []))
+            x.append([float(preds[e][concept]) for e in entities])
+            y.append(float(truth[concept]))
     return {
         c: (np.array(x, dtype=float).reshape(len(y), len(entities)), np.array(y, dtype=float))
         for c, (x, y) in rows.items()

@@ -17,10 +17,10 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TypeVar
 
 import numpy as np
 
+from diagnosis.pipeline import off_loop
 from diagnosis.results import EntityOutcome
 from providers import Entity, PromptContext, PromptItem
 from qmatrix import Item, QMatrix
@@ -33,7 +33,6 @@ __all__ = ["Agreement", "Extraction", "agreement", "build_qmatrix", "extract_qma
 # 100 items x 20,000 concepts, a request now refused for its concepts' count).
 _INLINE_CELLS = 1_000
 
-T = TypeVar("T")
 
 
 @dataclass
@@ -70,10 +69,6 @@ def agreement(first: Mapping[str, Sequence[str]], second: Mapping[str, Sequence[
         for k, c in enumerate(concepts)
     }
     return Agreement(percent=float(np.mean(a == b)) if items else None, kappa=_kappa(a.ravel(), b.ravel()) if items else None, per_concept=per)
-
-
-async def _off_loop_if_large(cells: int, work: Callable[[], T]) -> T:
-    return work() if cells <= _INLINE_CELLS else await asyncio.to_thread(work)
 
 
 # One entity asked one question, as an outcome (``DiagnosisPipeline.ask``: priced, failures returned).
@@ -149,7 +144,7 @@ async def extract_qmatrix(
         raise ValueError("LLM tagging needs at least one entity and a way to ask it (DiagnosisPipeline.ask)")
     cells = len(items) * len(concepts)
     if method == "keyword":
-        built = await _off_loop_if_large(cells, lambda: build_qmatrix(qid, items, _keyword(items, concepts), concepts))
+        built = await off_loop(cells, lambda: build_qmatrix(qid, items, _keyword(items, concepts), concepts), _INLINE_CELLS)
         return built, None
     assert entities is not None and ask is not None
     llm, failures, outcomes = await llm_tags(entities, items, concepts, ask=ask, cache_scope=cache_scope)
@@ -159,7 +154,7 @@ async def extract_qmatrix(
         extraction.failures, extraction.outcomes = failures, outcomes
         return extraction, (agreement(_keyword(items, concepts), llm, concepts) if method == "both" else None)
 
-    return await _off_loop_if_large(cells, finish)
+    return await off_loop(cells, finish, _INLINE_CELLS)
 
 
 def _keyword(items: Sequence[tuple[str, str]], concepts: Sequence[str]) -> dict[str, list[str]]:

@@ -86,10 +86,10 @@ class Privatized:
 NoiseSource = Callable[[DiagnosisRequest, str], np.random.Generator]
 
 
-async def _off_loop(cells: int, work: Callable[[], T]) -> T:
-    """``work()`` inline when small; in a worker thread when it covers more than ``_INLINE_CELLS`` cells, so a
+async def off_loop(cells: int, work: Callable[[], T], inline_cells: int = _INLINE_CELLS) -> T:
+    """``work()`` inline when small; in a worker thread when it covers more than ``inline_cells`` cells, so a
     large diagnosis does not hold the event loop (other requests, /healthz) for its grid work."""
-    if cells <= _INLINE_CELLS:
+    if cells <= inline_cells:
         return work()
     return await asyncio.to_thread(work)
 
@@ -236,14 +236,14 @@ class DiagnosisPipeline:
             # each answer carries the entity's own uncertainty, where it has one (diagnosis.posterior.spread)
             answered = {o.name: UncertainAnswer(o.mastery, o.uncertainty) for o in outcomes if o.mastery is not None}
             cells = len(context.concepts) * len(answered)
-            aggregation = await _off_loop(
+            aggregation = await off_loop(
                 cells, partial(aggregator.aggregate, answered, context.concepts, mechanism=mechanism)
             )
             if n == len(stages) - 1 and stage.tier is not None:
                 report.stages.append(StageReport(tier=stage.tier, entities=stage.entities, decision="last tier",
                                                  reason="last tier: no more entities to ask"))
                 break
-            verdict = await _off_loop(
+            verdict = await off_loop(
                 cells if mode.gauge_needed(aggregation) else 0,
                 partial(mode.verdict, aggregation, answered, context.concepts, mechanism=mechanism),
             )
