@@ -9,6 +9,7 @@ from fastapi import APIRouter, Query
 
 from app.deps import FederationDep, PrincipalDep
 from app.errors import InputError
+from app.schemas.common import Identifier
 
 router = APIRouter(prefix="/v1/local-model", tags=["local-model"])
 
@@ -21,9 +22,9 @@ router = APIRouter(prefix="/v1/local-model", tags=["local-model"])
 async def read_local_model(
     federation: FederationDep,
     principal: PrincipalDep,
-    qmatrix_id: Annotated[str | None, Query(max_length=128, description="the Q-matrix whose model to describe, by "
-                                            "the id the tenant registered (optional when only one Q-matrix has a "
-                                            "model the tenant can see)")] = None,
+    qmatrix_id: Annotated[Identifier | None, Query(description="the Q-matrix whose model to describe, by the id the "
+                                                   "tenant registered (optional when only one Q-matrix has a model "
+                                                   "the tenant can see)")] = None,
 ) -> dict[str, Any]:
     """The model serving the caller's tenant for ``qmatrix_id`` — the tenant's own (trained from its upload) or
     else the operator's shared one (``owner``): version, whether its Ed25519 signature verified, rounds, ε, δ, DP

@@ -37,6 +37,7 @@ PARAMS = [
     ("DELETE", f"/v1/qmatrices/{BAD}", ["path", "qmatrix_id"]),
     ("PUT", f"/v1/qmatrices/{BAD}", ["path", "qmatrix_id"]),
     ("POST", f"/v1/qmatrices/{BAD}/train", ["path", "qmatrix_id"]),
+    ("GET", f"/v1/local-model?qmatrix_id={BAD}", ["query", "qmatrix_id"]),
 ]
 
 
