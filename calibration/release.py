@@ -11,7 +11,8 @@ budget is split evenly over them by basic composition):
   (the Beta prior is refitted from the noisy moments): sensitivity 1 / n_k each;
 * ``stacking`` — its own modules: one stack pooled over all concepts from per-student-weighted sufficient
   statistics (:mod:`calibration.release_stack`; their sensitivity does not grow with the number of concepts), a DP
-  guard that serves it only where it beats the plain mean (:mod:`calibration.release_guard`), and the served
+  guard that chooses among it, each member alone and the plain mean (:mod:`calibration.release_guard`: the
+  exponential mechanism; the plain mean unless another is clearly better), and the served
   candidate's error (:mod:`calibration.release_error`), ε split between the three by basic composition.
 
 The entity error sd τ of a posterior calibration is a root-mean-square over n students of

@@ -1,38 +1,50 @@
-"""The DP guard: a released stack is served only where it beats the plain mean on the validation students, decided
-by a noisy comparison, so a cohort too small for its noise gets the plain mean — never worse than no calibration.
+"""The DP guard: which calibration a DP release serves — the released stack, one member alone, or the plain mean —
+chosen on the validation students with differential privacy, so a cohort too small for the stack's noise, or a stack
+that the noise pulled toward its weaker members, never serves worse than what the data support.
 
-**The candidates.** The released stack (:mod:`calibration.release_stack`; public once released) and the plain mean:
-the aggregator of an uncalibrated diagnosis (every answer counted equally, no correction), over the entities the
-calibration kept. Served as a stacking record with no weights, which ``diagnosis.stacked_aggregate`` reads as the
-plain mean.
+**The candidates.** The plain mean: the aggregator of an uncalibrated diagnosis (every answer counted equally, no
+correction) over the entities the calibration kept, served as a stacking record with no weights. The released stack
+(:mod:`calibration.release_stack`; public once released). And, with two or more entities, each member alone
+(``single:<entity>``): its answer as it comes (no scale fitted: that would cost ε of its own), the plain mean of
+the others where it did not answer. A member alone is public too (it is a function of nothing but its name). Why
+the members: the released stack is ridged toward the plain mean by its noise (:mod:`calibration.release_stack`),
+so on a few hundred students its weights stay near equal; where one member is much better than the rest, the
+equal-weight pull lost to that member alone (ASSIST0910, 476 validation students: the served diagnosis scored
+below ``single:local-fed`` on held-out responses, docs/results/dp-calibration). The non-DP fit makes the same
+comparison by cross-validation (:mod:`calibration.selection`).
 
-**The statistic.** Per validation student, its gain g = mean over its predicted concepts of
-|stack − truth| − |plain mean − truth| (the absolute error the calibration's MAE reports), clipped to
+**The statistic.** Per validation student and candidate c, its gain g_c = mean over its predicted concepts of
+|c − truth| − |plain mean − truth| (the absolute error the calibration's MAE reports), clipped to
 [−``GAIN_CLIP``, ``GAIN_CLIP``] (0 for a student with no concept both predict). Replace-one neighbours change one
-student's g by at most 2C: the sum G = Σ g has L1 sensitivity 2·``GAIN_CLIP`` and is released with Laplace noise of
-scale 2C/ε_guard. The stack is served only when the noisy G < −``MARGIN`` noise scales; otherwise the plain mean.
-Post-processing of one Laplace release: for two candidates this is report-noisy-min on their difference. The
-residuals are in-sample under the released stack (as for its error, :mod:`calibration.release_error`): its few
-weights, fitted under DP noise to hundreds of students, learn little of any one.
+student's g_c by at most Δ = 2·``GAIN_CLIP``, so each candidate's utility u_c = −Σ g_c has sensitivity Δ.
+
+**The choice** is the exponential mechanism (McSherry & Talwar 2007): c is served with probability ∝
+exp(ε_guard·u_c / (2Δ)), which is ε_guard-DP whatever the number of candidates; only the choice is published. The
+plain mean's utility is a constant, (``MARGIN`` + ln k)·2Δ/ε_guard for k other candidates: where none of them beats
+it (every u_c ≤ 0) one of them is served with probability at most 1/(1 + e^MARGIN) < 5 %, together. The residuals
+are in-sample under the released stack (as for its error, :mod:`calibration.release_error`): its few weights,
+fitted under DP noise to hundreds of students, learn little of any one.
 
 **The constants**, argued from the noise:
 
-* ``GAIN_CLIP`` C = 0.05: |g| is at most the mean distance between the two candidates' answers, so the clip binds
-  only for students the stack moves by more than a twentieth of the mastery scale on average. Below that G is exact;
-  above, every student still counts with its sign. The noise scale is 2C/ε, so a larger C buys the few large moves
-  at the price of noise on every decision: a stack that moves students by s ≤ C and improves a fraction f of that
-  (G ≈ n·f·s) is detected once n·f·s > MARGIN·2C/ε_guard, so C at the size of a useful move keeps the cohort needed
-  near its floor of 2·MARGIN/(ε_guard·f) students.
-* ``MARGIN`` 3 noise scales: a stack no better than the plain mean is served with probability at most e⁻³/2 < 2.5 %
-  (Laplace tail), while at C = 0.05 and ε_guard = 0.4 (ε = 4) the stack needs a total gain of only
-  3·0.1/0.4 = 0.75 — a mean MAE gain of 0.0025 per student at n = 300.
-* ``GUARD_SHARE`` 0.1 of ε: the statistic is one number of sensitivity 0.1, against the stack's 14 of sensitivity
-  7 (three entities); 0.1 of ε already puts its noise far below any gain worth serving (above), and the stack's
-  noise grows by only 1/0.7 against 1/0.8 without the guard.
+* ``GAIN_CLIP`` C = 0.05: |g_c| is at most the mean distance between the two candidates' answers, so the clip binds
+  only for students a candidate moves by more than a twentieth of the mastery scale on average. Below that the sum
+  is exact; above, every student still counts with its sign. The mechanism's temperature is 2Δ/ε = 4C/ε, so a
+  larger C buys the few large moves at the price of randomness on every decision; at C the size of a useful move,
+  a candidate improving a fraction f of the students by s ≤ C is chosen once n·f·s exceeds about
+  (MARGIN + ln k)·4C/ε_guard.
+* ``MARGIN`` 3: a candidate no better than the plain mean is served rarely (above), while at C = 0.05, ε_guard = 0.4
+  (ε = 4) and k = 4 candidates one is preferred to the plain mean once its total gain passes (3 + ln 4)·0.5 ≈ 2.2 —
+  a mean MAE gain of 0.007 per student at n = 300.
+* ``GUARD_SHARE`` 0.1 of ε: the choice reads sums of sensitivity 0.1, against the stack's statistics of sensitivity
+  7 (three entities); 0.1 of ε already makes a gain worth serving decisive (above), and the stack's noise grows by
+  only 1/0.7 against 1/0.8 without the guard.
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,18 +53,21 @@ import numpy as np
 from calibration.validation import ValidationSet
 from diagnosis import Aggregator
 
-__all__ = ["GAIN_CLIP", "GUARD_SHARE", "MARGIN", "GuardDecision", "guard", "student_gains"]
+__all__ = ["GAIN_CLIP", "GUARD_SHARE", "MARGIN", "PLAIN_MEAN", "GuardDecision", "choice_probabilities", "guard",
+           "student_gains"]
 
 GAIN_CLIP = 0.05
 MARGIN = 3.0
 GUARD_SHARE = 0.1
+PLAIN_MEAN = "plain mean"
 
 
-def student_gains(stack: Aggregator, plain: Aggregator, data: ValidationSet) -> np.ndarray:
-    """Per validation student, the clipped mean of |stack − truth| − |plain − truth| over the concepts both predict."""
+def student_gains(candidate: Aggregator, plain: Aggregator, data: ValidationSet) -> np.ndarray:
+    """Per validation student, the clipped mean of |candidate − truth| − |plain − truth| over the concepts both
+    predict."""
     gains = np.zeros(len(data))
     for i, (answers, truth, mechanism) in enumerate(zip(data.answers, data.truths, data.mechanisms)):
-        ours = stack.aggregate(answers, list(truth), mechanism=mechanism).mastery
+        ours = candidate.aggregate(answers, list(truth), mechanism=mechanism).mastery
         mean = plain.aggregate(answers, list(truth), mechanism=mechanism).mastery
         shared = [c for c in truth if c in ours and c in mean]
         if shared:
@@ -60,38 +75,55 @@ def student_gains(stack: Aggregator, plain: Aggregator, data: ValidationSet) -> 
     return np.clip(gains, -GAIN_CLIP, GAIN_CLIP)
 
 
+def choice_probabilities(total_gains: Mapping[str, float], *, epsilon: float) -> dict[str, float]:
+    """The exponential mechanism's probability of serving each candidate (and :data:`PLAIN_MEAN`), from each
+    candidate's summed clipped gains over the plain mean (negative: better). Module docstring."""
+    temperature = 2 * (2 * GAIN_CLIP) / epsilon
+    names = list(total_gains)
+    scores = np.array([MARGIN + math.log(max(len(names), 1)), *(-np.array([total_gains[n] for n in names]) / temperature)])
+    weights = np.exp(scores - scores.max())
+    return dict(zip([PLAIN_MEAN, *names], (weights / weights.sum()).tolist()))
+
+
 @dataclass(frozen=True)
 class GuardDecision:
-    """What the guard publishes: the choice, the noisy mean change per student (stack − plain mean, clipped MAE;
-    negative: the stack is better) and the ε it spent."""
+    """What the guard publishes: the candidate served (:data:`PLAIN_MEAN`, ``stack`` or ``single:<entity>``), the
+    candidates it chose among, and the ε it spent. No statistic of the students: only the choice is released."""
 
-    stack_served: bool
-    noisy_change: float
+    served: str
+    candidates: tuple[str, ...]
     epsilon: float
-    scale: float
+
+    @property
+    def plain_served(self) -> bool:
+        return self.served == PLAIN_MEAN
 
     def to_json(self) -> dict[str, Any]:
-        return {"served": "stack" if self.stack_served else "plain mean", "epsilon": self.epsilon,
-                "mechanism": "laplace", "sensitivity": 2 * GAIN_CLIP, "gain_clip": GAIN_CLIP, "margin": MARGIN,
-                "noisy_mean_change": self.noisy_change,
-                "statistic": "sum over students of the clipped mean |stack - truth| - |plain mean - truth|"}
+        return {"served": self.served, "candidates": [PLAIN_MEAN, *self.candidates], "epsilon": self.epsilon,
+                "mechanism": "exponential", "sensitivity": 2 * GAIN_CLIP, "gain_clip": GAIN_CLIP, "margin": MARGIN,
+                "utility": "minus the sum over students of the clipped mean |candidate - truth| - |plain mean - "
+                           "truth|; the plain mean's a constant, (margin + ln k) * 2 * sensitivity / epsilon"}
 
     def note(self) -> str:
-        head = (f"DP guard (ε = {self.epsilon:g}, Laplace, sensitivity {2 * GAIN_CLIP:g}, per-student MAE changes "
-                f"clipped at ±{GAIN_CLIP:g}): the noisy mean MAE change from the plain mean to the stack is "
-                f"{self.noisy_change:+.4f} per student; the stack is served only if the noisy sum is below "
-                f"−{MARGIN:g} noise scales (−{MARGIN * self.scale:.3g})")
-        if self.stack_served:
-            return f"{head}: it is, the released stack is served"
-        return (f"{head}: it is not, the PLAIN MEAN is served (no weights, no intercept, over the kept entities, as an "
-                "uncalibrated diagnosis aggregates): this cohort is too small for the stack's noise, or the stack does not beat the plain "
-                "mean")
+        head = (f"DP guard (ε = {self.epsilon:g}, the exponential mechanism over {', '.join([PLAIN_MEAN, *self.candidates])}; "
+                f"per-student MAE changes against the plain mean clipped at ±{GAIN_CLIP:g}, a margin of {MARGIN:g} "
+                "for the plain mean)")
+        if self.plain_served:
+            return (f"{head}: the PLAIN MEAN is served (no weights, no intercept, over the kept entities, as an "
+                    "uncalibrated diagnosis aggregates): this cohort is too small for the noise, or no candidate beats "
+                    "the plain mean")
+        if self.served.startswith("single:"):
+            member = self.served.removeprefix("single:")
+            return (f"{head}: {member} ALONE is served (its answers as they come; the plain mean of the others where "
+                    f"it did not answer)")
+        return f"{head}: the released {self.served} is served"
 
 
-def guard(stack: Aggregator, plain: Aggregator, data: ValidationSet, *, epsilon: float,
+def guard(candidates: Mapping[str, Aggregator], plain: Aggregator, data: ValidationSet, *, epsilon: float,
           rng: np.random.Generator) -> GuardDecision:
-    """Serve ``stack`` or ``plain`` (module docstring), with ``epsilon``-DP over ``data``'s students."""
-    scale = 2 * GAIN_CLIP / epsilon
-    noisy = float(student_gains(stack, plain, data).sum() + rng.laplace(0.0, scale))
-    return GuardDecision(stack_served=noisy < -MARGIN * scale, noisy_change=noisy / max(len(data), 1),
-                         epsilon=epsilon, scale=scale)
+    """Serve one of ``candidates`` or ``plain`` (module docstring), with ``epsilon``-DP over ``data``'s students."""
+    totals = {name: float(student_gains(candidate, plain, data).sum()) for name, candidate in candidates.items()}
+    probabilities = choice_probabilities(totals, epsilon=epsilon)
+    names = list(probabilities)
+    served = names[int(rng.choice(len(names), p=np.array(list(probabilities.values()))))]
+    return GuardDecision(served=served, candidates=tuple(candidates), epsilon=epsilon)

@@ -16,8 +16,8 @@ intervals its diagnoses serve.
 
 A DP release (``release_epsilon`` = ε) is made in three parts, by basic composition (:func:`split_epsilon
 <calibration.release_error.split_epsilon>`): one stack pooled over all concepts from per-student sufficient
-statistics (:mod:`calibration.release_stack`), a DP guard that serves it only where it beats the plain mean
-(:mod:`calibration.release_guard`), and the served candidate's error (:mod:`calibration.release_error`). The record
+statistics (:mod:`calibration.release_stack`), a DP guard that serves it, one member alone or the plain mean,
+whichever is best on the validation students (:mod:`calibration.release_guard`), and the served candidate's error (:mod:`calibration.release_error`). The record
 states each part's ε (``params.release``, metrics ``release_epsilon_*``, a note).
 """
 
@@ -79,7 +79,7 @@ class StackingCalibrator(Calibrator):
         selection = getattr(fitted.params, "selection", {})
         for name, score in selection.get("scores", {}).items():
             fitted.metrics[f"selection_cv_mse:{name}"] = score
-        if selection:
+        if selection and release_epsilon is None:  # a DP release's choice is the guard's (its own metrics)
             fitted.metrics["selection_stack_kept"] = float(selection["chosen"] == STACK)
         kept = data.without(fitted.params.excluded)
         if release_epsilon is not None:
@@ -233,23 +233,36 @@ class StackingCalibrator(Calibrator):
     def _release(
         self, params: CalibrationParams, data: ValidationSet, epsilon: float, rng: np.random.Generator
     ) -> Released:
-        """One pooled stack released with the stack's share of ε, then the DP guard's choice between it and the plain
-        mean with the guard's (the error's share is spent in :meth:`_released_error`)."""
+        """One pooled stack released with the stack's share of ε, then the DP guard's choice among it, each member
+        alone and the plain mean with the guard's (the error's share is spent in :meth:`_released_error`)."""
         if self.isotonic:
             raise ValueError("isotonic maps have no DP release here: calibrate with release_epsilon \"none\" "
                              "(e.g. on simulated or public validation students) or without isotonic")
         stack_epsilon, guard_epsilon, _ = split_epsilon(epsilon)
         released = release_stack(data.answers, data.truths, epsilon=stack_epsilon, rng=rng)
-        stack = StackingParams(pooled_weights=released.weights, pooled_intercept=released.intercept)
+        candidates = {STACK: StackingParams(pooled_weights=released.weights, pooled_intercept=released.intercept)}
+        members = sorted(released.weights)
+        if len(members) >= 2:
+            candidates.update({SINGLE + member: _alone(member, members) for member in members})
         plain = StackingParams()  # no weights: the plain mean (over the kept entities), as an uncalibrated diagnosis aggregates
-        decision = guard(stack.aggregator(), plain.aggregator(), data, epsilon=guard_epsilon, rng=rng)
+        decision = guard({name: c.aggregator() for name, c in candidates.items()}, plain.aggregator(), data,
+                         epsilon=guard_epsilon, rng=rng)
         release = {"stack": {**released.to_json(), "weights": released.weights, "intercept": released.intercept},
                    "guard": decision.to_json()}
-        served = replace(stack if decision.stack_served else plain, release=release)
-        # the guard's noisy gain is the one validation metric published (Calibrator.fit withholds the rest)
+        served = replace(candidates.get(decision.served, plain), release=release)
+        # only the guard's choice is published of the validation students (Calibrator.fit withholds the rest)
         return Released(served, notes=[released.note(), decision.note()],
-                        metrics={"release_guard_noisy_mae_change": decision.noisy_change,
-                                 "release_stack_served": float(decision.stack_served)})
+                        metrics={"release_stack_served": float(decision.served == STACK),
+                                 "release_single_served": float(decision.served.startswith(SINGLE))})
+
+
+def _alone(member: str, members: Sequence[str]) -> StackingParams:
+    """A DP release's candidate ``single:<member>``: its answers as they come (every other member at weight 0), the
+    plain mean of the others where it did not answer; a function of the names only, so it costs no ε."""
+    return StackingParams(pooled_weights={**dict.fromkeys(members, 0.0), member: 1.0},
+                          selection={"chosen": SINGLE + member, "rule": "the DP guard (calibration.release_guard)"},
+                          fallback={"member": member, "weights": {}, "intercepts": {}, "pooled_weights": {},
+                                    "pooled_intercept": 0.0})
 
 
 def _weighed(params: StackingParams) -> list[str]:

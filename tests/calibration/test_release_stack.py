@@ -19,7 +19,7 @@ from calibration import (
     make_calibrator,
     validation_mae,
 )
-from calibration.release_guard import GAIN_CLIP, MARGIN, guard, student_gains
+from calibration.release_guard import GAIN_CLIP, MARGIN, PLAIN_MEAN, choice_probabilities, guard, student_gains
 from calibration.release_stack import RIDGE_TAIL, ridge_for, solve_stack, stack_sensitivity, stack_statistics
 from diagnosis import NO_NOISE, ResidualAggregator, StackingAggregator
 
@@ -138,17 +138,34 @@ def test_the_guard_serves_the_plain_mean_against_a_worse_stack_and_a_better_stac
     same = StackingAggregator(weights={}, intercepts={}, pooled_weights=thirds)
 
     # Execute: many releases of each choice
-    def served(stack: StackingAggregator) -> float:
-        return float(np.mean([guard(stack, plain, data, epsilon=0.4, rng=np.random.default_rng(s)).stack_served
-                              for s in range(200)]))
+    def served(*candidates: StackingAggregator) -> dict[str, float]:
+        named = {f"c{i}": c for i, c in enumerate(candidates)}
+        choices = [guard(named, plain, data, epsilon=0.4, rng=np.random.default_rng(s)).served for s in range(400)]
+        return {name: choices.count(name) / len(choices) for name in [PLAIN_MEAN, *named]}
 
-    # Assert: a stack no better than the plain mean (here: the same, every gain 0) is served about e^-MARGIN / 2 of
-    # the time, by noise alone
-    assert served(worse) == 0.0 and served(better) == 1.0
+    # Assert: a stack no better than the plain mean (here: the same, every gain 0) is served by chance alone at most
+    # 1 / (1 + e^MARGIN) of the time, however many such candidates there are; a better one always wins
+    assert served(worse)[PLAIN_MEAN] == 1.0 and served(better)["c0"] == 1.0
+    assert served(worse, better, worse)["c1"] == 1.0
     assert np.abs(student_gains(same, plain, data)).max() < 1e-12
-    assert served(same) <= np.exp(-MARGIN) / 2 + 0.03
+    tie = 1 / (1 + np.exp(MARGIN))
+    assert 1 - served(same)[PLAIN_MEAN] == pytest.approx(tie, abs=0.035)
+    assert 1 - served(same, same, same)[PLAIN_MEAN] == pytest.approx(tie, abs=0.035)
     gains = student_gains(worse, plain, data)
     assert np.abs(gains).max() <= GAIN_CLIP and (gains == GAIN_CLIP).any()  # the clip bounds every student's say
+
+
+def test_the_guards_choice_is_the_exponential_mechanism_with_its_stated_sensitivity() -> None:
+    # Prepare: two neighbouring cohorts' summed gains: replacing one student moves each candidate's sum by at most 2C
+    here = {"stack": -1.3, "single:a": 0.4, "single:b": -2.0}
+    there = {name: total + shift for (name, total), shift in zip(here.items(), (2 * GAIN_CLIP, -2 * GAIN_CLIP, 2 * GAIN_CLIP))}
+
+    # Execute
+    p, q = choice_probabilities(here, epsilon=0.4), choice_probabilities(there, epsilon=0.4)
+
+    # Assert: every choice's probability moves by at most e^ε between neighbours (ε-DP), and they sum to one
+    assert sum(p.values()) == pytest.approx(1.0) and set(p) == {PLAIN_MEAN, *here}
+    assert max(abs(np.log(p[c] / q[c])) for c in p) <= 0.4 + 1e-9
 
 
 def test_a_cohort_too_small_for_its_noise_gets_the_plain_mean_said_so_and_served_as_an_uncalibrated_diagnosis() -> None:
@@ -186,7 +203,7 @@ def test_a_dp_release_publishes_no_un_noised_metric_of_the_students(method: str)
     # with noise (each part's ε, the guard's result)
     public = {"n_students", "cv_folds", "entities_excluded"}
     noisy = {"release_epsilon_stack", "release_epsilon_guard", "release_epsilon_measured_error",
-             "release_guard_noisy_mae_change", "release_stack_served"}
+             "release_stack_served", "release_single_served"}
     assert set(released.metrics) <= public | noisy, set(released.metrics) - public - noisy
     assert not set(secret) & set(released.metrics)
     assert not any(v == pytest.approx(s) for v in released.metrics.values() for s in secret.values())
@@ -207,3 +224,31 @@ def test_a_dp_release_publishes_no_note_of_the_un_noised_fit() -> None:
 
     # Assert: the released record's notes are the release's own
     assert not any("fewer than" in n or "complete validation rows" in n for n in released.notes), released.notes
+
+
+def test_where_one_member_is_much_better_the_guard_serves_it_alone_rather_than_a_stack_ridged_toward_equal_weights() -> None:
+    # Prepare: 300 students; "sharp" is far better than the others, whose equal-weight pull the stack's ridge keeps
+    fresh = _students(1000, seed=98)
+    alone = StackingAggregator(weights={}, intercepts={}, pooled_weights={"sharp": 1.0})
+
+    # Execute: the default release at ε = 4, several cohorts
+    fits = [StackingCalibrator().fit(_students(300, seed), release_epsilon=4.0, rng=np.random.default_rng(seed))
+            for seed in range(4)]
+
+    # Assert: "sharp" alone is served on most cohorts, round-trips through the record, answers as sharp does (the
+    # plain mean of the others where it did not answer), and the metrics and note say so; nothing served is worse
+    # than the plain mean
+    chosen = [f.params.release["guard"]["served"] for f in fits]
+    assert chosen.count("single:sharp") >= 2, chosen
+    fitted = fits[chosen.index("single:sharp")]
+    assert fitted.metrics["release_single_served"] == 1.0 and fitted.metrics["release_stack_served"] == 0.0
+    assert any("sharp ALONE is served" in n for n in fitted.notes)
+    record = CalibrationRecord.from_json(CalibrationRecord(id="c", qmatrix_id="q", params=fitted.params).to_json())
+    for answers in fresh.answers[:30]:
+        concepts = list(answers["sharp"])
+        assert record.aggregator().aggregate(answers, concepts, mechanism=NO_NOISE).mastery == pytest.approx(
+            alone.aggregate(answers, concepts, mechanism=NO_NOISE).mastery)
+        without = {e: v for e, v in answers.items() if e != "sharp"}
+        assert record.aggregator().aggregate(without, concepts, mechanism=NO_NOISE).mastery == pytest.approx(
+            ResidualAggregator(alpha=0.0).aggregate(without, concepts, mechanism=NO_NOISE).mastery)
+    assert all(validation_mae(f.params, fresh) < _uncalibrated(fresh) for f in fits)

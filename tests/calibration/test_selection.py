@@ -100,11 +100,18 @@ def test_the_other_members_stack_answers_where_the_served_member_did_not() -> No
     assert got["k1"] != pytest.approx(own_intercept)
 
 
-def test_a_dp_release_serves_the_released_stack_without_a_selection() -> None:
-    fitted = StackingCalibrator().fit(_students(60, seed=4, noise_members=2), release_epsilon=4.0,
-                                      rng=np.random.default_rng(0))
-    assert fitted.params.selection == {} and fitted.params.fallback == {}
-    assert not any(n.startswith("stack or single member") for n in fitted.notes)
+def test_a_dp_release_makes_no_cross_validated_selection_only_the_dp_guards_choice() -> None:
+    # the cross-validated scores are statistics of the students without noise: under a release the DP guard chooses
+    # (calibration.release_guard), and a member it serves alone carries that choice, never scores
+    for seed in range(3):
+        fitted = StackingCalibrator().fit(_students(60, seed=4, noise_members=2), release_epsilon=4.0,
+                                          rng=np.random.default_rng(seed))
+        served = fitted.params.release["guard"]["served"]
+        assert "scores" not in fitted.params.selection
+        assert fitted.params.selection.get("chosen", "stack" if served != "plain mean" else None) in (served, None)
+        assert (fitted.params.fallback != {}) == served.startswith("single:")
+        assert not any(n.startswith("stack or single member") for n in fitted.notes)
+        assert not any(k.startswith("selection_") for k in fitted.metrics)
 
 
 def test_records_stored_before_the_selection_read_as_the_plain_stack() -> None:
