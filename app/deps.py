@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import hmac
+import ipaddress
 from typing import Annotated, TypeVar
 
 from fastapi import Depends, FastAPI, HTTPException, Request, status
@@ -198,10 +199,31 @@ async def _metrics_access(
 ) -> None:
     token = gateway_of(request).settings.metrics_token
     if token is None:
+        # Secure by default: the series name tenants and entities, so without a token only this machine may read
+        # them (a local Prometheus or a curl on the host).
+        if not _from_loopback(request):
+            raise HTTPException(status.HTTP_403_FORBIDDEN, detail=(
+                "/metrics answers only loopback clients while FEDCD_METRICS_TOKEN is unset: set it and scrape with "
+                "'Authorization: Bearer <FEDCD_METRICS_TOKEN>'"))
         return
     given = credentials.credentials if credentials is not None else ""
     if not hmac.compare_digest(given.encode(), token.get_secret_value().encode()):
         raise _unauthorized("/metrics needs 'Authorization: Bearer <FEDCD_METRICS_TOKEN>'")
+
+
+_PROXY_HEADERS = ("forwarded", "x-forwarded-for", "x-real-ip")
+
+
+def _from_loopback(request: Request) -> bool:
+    """Whether the request came from this machine itself. A request a proxy forwarded (a header naming its first
+    client) is not, even when the proxy connects from 127.0.0.1: the one it forwards for may be anyone."""
+    host = request.client.host if request.client is not None else ""
+    if any(name in request.headers for name in _PROXY_HEADERS):
+        return False
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:  # no address (a Unix socket, a test client's name): not known to be this machine
+        return False
 
 
 _QUERY_NAMES: dict[int, frozenset[str]] = {}

@@ -13,7 +13,8 @@ one event (receivers deduplicate on it).
 A delivery runs as its own task: the job is finished and stored before it starts, and nothing it does (a slow,
 failing or unreachable receiver) reaches the job. Connection errors, timeouts, 408, 429 and 5xx are retried with
 exponential backoff (``webhook_backoff_s``, doubled each time, at most 5 minutes apart, ``webhook_attempts`` in all);
-other answers are final. Deliveries live in memory: one still retrying when its worker stops is lost, so a receiver
+other answers are final. Each attempt has one deadline (``webhook_timeout_s``) from connecting to the status line,
+and only the status is read: the receiver's body is closed unread. Deliveries live in memory: one still retrying when its worker stops is lost, so a receiver
 that must not miss an event also polls ``GET /v1/jobs?state=succeeded`` now and then.
 """
 
@@ -163,14 +164,23 @@ class WebhookSender:
             SIGNATURE_HEADER: sign(target.secret.get_secret_value(), timestamp, raw), TIMESTAMP_HEADER: timestamp,
             EVENT_HEADER: body["type"], DELIVERY_HEADER: body["delivery_id"],
         }
+        # Only the status is read: the receiver's body is never read (streamed, then closed unread), so a receiver
+        # answering gigabytes costs nothing; and the whole attempt has one deadline, since httpx's timeouts are per
+        # operation (a receiver trickling its answer byte by byte would hold a delivery open for ever).
         try:
-            response = await self._client.post(str(target.url), content=raw, headers=headers)
+            async with asyncio.timeout(self.timeout_s):
+                request = self._client.build_request("POST", str(target.url), content=raw, headers=headers)
+                response = await self._client.send(request, stream=True)
+                await response.aclose()
+        except TimeoutError as exc:
+            raise _Retry(f"no answer within {self.timeout_s:g} s (FEDCD_WEBHOOK_TIMEOUT_S)") from exc
         except httpx.TransportError as exc:  # connection refused, timeout, reset
             raise _Retry(f"{type(exc).__name__}") from exc
-        if response.status_code >= 500 or response.status_code in _RETRIED_STATUS:
-            raise _Retry(f"HTTP {response.status_code}")
-        if not 200 <= response.status_code < 300:
-            raise _Refused(f"HTTP {response.status_code} (not retried)")
+        status = response.status_code
+        if status >= 500 or status in _RETRIED_STATUS:
+            raise _Retry(f"HTTP {status}")
+        if not 200 <= status < 300:
+            raise _Refused(f"HTTP {status} (not retried)")
 
     async def drain(self) -> None:
         """Wait for every delivery in flight (tests; a clean shutdown uses :meth:`aclose`)."""

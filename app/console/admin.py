@@ -118,7 +118,10 @@ async def create_key(request: Request, user: UserDep) -> Response:
         errors.setdefault("expires_days", []).append("more than 0 and at most 36500 days, or blank for no expiry")
     if errors:
         return await _keys_page(request, user, status=422, errors=errors)
-    created = await asyncio.to_thread(data_of(request).create_key, user.tenant, role, days, user.key_id)  # type: ignore[arg-type]
+    try:
+        created = await asyncio.to_thread(data_of(request).create_key, user.tenant, role, days, user.key_id)  # type: ignore[arg-type]
+    except InvalidInput as exc:  # it would outlive the signed-in key (app.routes.admin_keys.lifetime_within)
+        return await _keys_page(request, user, status=422, errors={"expires_days": exc.messages})
     return await _keys_page(request, user, status=201, created=created)
 
 

@@ -22,6 +22,7 @@ from app.console.views import CalibrationView, EntityView, FailureEvent, JobView
 from app.deps import AUTH_DISABLED
 from app.gateway import Gateway
 from app.jobs import JobSummary
+from app.routes.admin_keys import lifetime_within
 from app.routes.entities import public_base_url
 from app.schemas import CalibrateRequest, DatasetRef, PrivacyPolicy, PrivacyPolicyPublic
 from app.schemas.students import StudentErasure, StudentExport
@@ -202,8 +203,12 @@ class ConsoleData:
 
     async def reliability(self, tenant: str, chosen: CalibrationView) -> tuple[list[tuple[float, float, int]], str]:
         """Reliability bins of the calibrated estimates on the validation students it was fitted on (in-sample), read
-        from its job's stored answers while retention keeps them; ``[]`` and why when there is nothing to draw."""
-        results = await self.gateway.job_queries.calibration_results(tenant, chosen.record.id,
+        from its job's stored answers while retention keeps them; ``[]`` and why when there is nothing to draw, or
+        when it may not be drawn (:meth:`CalibrationView.reliability_withheld`: DP-released real students)."""
+        withheld = chosen.reliability_withheld()
+        if withheld is not None:
+            return [], withheld
+        results = await self.gateway.job_queries.calibration_results(tenant, chosen.record.id, shared=chosen.shared,
                                                                      limit=_RELIABILITY_STUDENTS)
         if not results:
             return [], ("no validation answers are stored for it any more (its job's inputs expire after "
@@ -265,7 +270,10 @@ class ConsoleData:
         return self.gateway.keys.list(tenant)
 
     def create_key(self, tenant: str, role: Role, expires_days: float | None, created_by: str) -> NewKey:
-        return self.gateway.keys.create(tenant=tenant, role=role, expires_days=expires_days, created_by=created_by)
+        """A new key of the tenant, never outliving the signed-in key (``InvalidInput`` naming ``expires_days``)."""
+        keys = self.gateway.keys
+        days = lifetime_within(keys, tenant, created_by, expires_days)
+        return keys.create(tenant=tenant, role=role, expires_days=days, created_by=created_by)
 
     def revoke_key(self, tenant: str, key_id: str) -> bool:
         return self.gateway.keys.revoke(key_id, tenant=tenant)

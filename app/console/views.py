@@ -9,7 +9,9 @@ from typing import Any, Protocol
 from app.schemas import JobEvent, UsageReport
 from app.services.activity import FailureEvent
 from app.jobs import ACTIVE_STATES
+from app.services.validation import SIMULATED_TRUTH
 from calibration import CalibrationRecord
+from calibration.calibrators import RELEASE_NOTE
 from calibration.params import BiasParams, PaperParams, PosteriorParams, StackingParams
 
 __all__ = ["ACTIVE_JOB", "CalibrationView", "EntityView", "FailureEvent", "JobView", "Overview", "QMatrixView"]
@@ -72,6 +74,22 @@ class CalibrationView:
     @classmethod
     def of(cls, stored: _Stored) -> CalibrationView:
         return cls(record=stored.record, qmatrix_version=stored.qmatrix_version, shared=stored.shared)
+
+    def reliability_withheld(self) -> str | None:
+        """Why its reliability diagram may not be drawn, or None when it may. The diagram is exact in-sample
+        statistics of the validation students (mean truth per bin, counts): shown only for SIMULATED students, or
+        for the tenant's own calibration released without noise (its record publishes such statistics already). A
+        DP release (``release_epsilon``) withholds them, and another tenant's (the operator's shared) students are
+        not the viewer's to see."""
+        if self.record.truth_source == SIMULATED_TRUTH:
+            return None
+        if self.shared:
+            return ("it is the operator's shared calibration, fitted on real students: their answers are not shown "
+                    "to tenants")
+        if RELEASE_NOTE not in self.record.notes:
+            return ("it was released with differential privacy (release_epsilon) from real students: the exact "
+                    "in-sample reliability would be a release outside the ε accounted for, so it is withheld")
+        return None
 
     def weight(self, entity: str) -> str:
         """The entity's say in this calibration, as one short text."""

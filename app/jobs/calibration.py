@@ -22,7 +22,8 @@ from typing import Any
 from app.federation import Federation
 from app.metrics import count_charge
 from app.pseudonyms import cache_tag
-from app.schemas import CalibrateRequest, PrivacyPolicy
+from app.domain_errors import InvalidInput
+from app.schemas import CalibrateRequest, PrivacyPolicy, PrivacyPolicyPublic
 from app.services.forecasts import ForecastService
 from app.jobs.context import JobContext
 from app.jobs.failures import JobFailed
@@ -47,7 +48,26 @@ from providers.cache import tagged_as
 from providers.item_response import items_to_forecast
 from providers.wrappers import Cached
 
-__all__ = ["CalibrationJobHandler", "validation_noise"]
+__all__ = ["CalibrationJobHandler", "check_unnoised_release", "validation_noise"]
+
+
+def check_unnoised_release(request: CalibrateRequest, policy: PrivacyPolicyPublic) -> None:
+    """Refuse (``InvalidInput`` naming the field) a calibration on real students (``records``) that asks for its
+    validation answers (``epsilon``) or its released parameters (``release_epsilon``) without noise, unless the
+    tenant's policy allows unnoised answers (``allow_unnoised``, already bounded by the server's setting): unnoised,
+    such a release is neither protected nor charged to any student's budget. An omitted ``release_epsilon`` takes the
+    operator's ``FEDCD_CALIBRATION_RELEASE_EPSILON`` (unset there: the operator's own choice of no noise).
+    SIMULATED datasets protect nobody and are not checked."""
+    if request.records is None or policy.allow_unnoised:
+        return
+    if request.epsilon == "none":
+        raise InvalidInput(("epsilon",), [
+            '"none" would answer real students\' responses unnoised, with unbounded privacy cost; the tenant\'s '
+            "privacy policy refuses it (allow_unnoised)"])
+    if request.release_epsilon == "none":
+        raise InvalidInput(("release_epsilon",), [
+            '"none" would release parameters fitted on real students without noise and without charging their '
+            "budgets; the tenant's privacy policy refuses it (allow_unnoised): give an ε"])
 
 
 def validation_noise(request: CalibrateRequest, policy: PrivacyPolicy) -> NoiseLevel:
@@ -122,6 +142,8 @@ class CalibrationJobHandler:
         cohort = await self._on_serving_scale(await asyncio.to_thread(self.validation.load, request, tenant), tenant)
         job.set_total(len(cohort.students))
         policy = await asyncio.to_thread(self.policies.current, tenant)
+        # Checked when submitted too; again here, as the policy may have changed while the job was queued.
+        check_unnoised_release(request, policy)
         noise = validation_noise(request, policy)
         calibrator = make_calibrator(
             request.method or self.settings.default_calibration_method, **({"isotonic": True} if request.isotonic else {})

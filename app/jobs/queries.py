@@ -111,11 +111,13 @@ class JobQueries:
         """How many of the tenant's jobs have not finished yet."""
         return await asyncio.to_thread(self.jobs.count_active, tenant)
 
-    async def calibration_results(self, tenant: str, calibration_id: str, *, limit: int) -> list[str]:
-        """The stored unit results (JSON, in order, at most ``limit``) of the job that fitted the tenant's (or the
-        shared) calibration; ``[]`` once retention removed them."""
+    async def calibration_results(self, tenant: str, calibration_id: str, *, limit: int,
+                                  shared: bool = False) -> list[str]:
+        """The stored unit results (JSON, in order, at most ``limit``) of the job that fitted the tenant's calibration,
+        or with ``shared`` the operator's shared one (the caller decides the shared tenant's students may be shown:
+        SIMULATED ones); ``[]`` once retention removed them."""
         return await asyncio.to_thread(self.jobs.calibration_results, calibration_id,
-                                       tenants=(tenant, SHARED_TENANT), limit=limit)
+                                       tenants=(SHARED_TENANT,) if shared else (tenant,), limit=limit)
 
     async def cancel(self, job_id: str, tenant: str, *, by: str) -> JobPublic:
         """Cancel the tenant's job (``NotFound`` when unknown; ``Conflict`` when it has already finished) and return it

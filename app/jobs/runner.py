@@ -14,7 +14,8 @@ Claims and heartbeats run on the runner's own thread and database connection (``
 heartbeat has its own loop: measured before, they shared the 6-thread pool with embedded-model calls,
 the heartbeat went 30 s stale behind them and the worker took over *its own* running job twice (three
 copies of the first-start calibration at once). A worker also never claims a job it is running itself,
-whatever its heartbeat says. Jobs run at background priority (``providers.scheduling``): a user's
+whatever its heartbeat says. Jobs are claimed fairly across tenants, and a tenant may hold only so many active
+(:mod:`app.jobs.quota`). Jobs run at background priority (``providers.scheduling``): a user's
 diagnosis gets an entity's slots first.
 """
 
@@ -37,12 +38,12 @@ from sqlalchemy.orm import sessionmaker
 from app.db import JobEventRow, JobItemRow, JobRow
 from app.jobs.context import JobAbandoned, JobContext, JobHandler
 from app.jobs.failures import failure_trace, stored_error
+from app.jobs.quota import ACTIVE_STATES, QueueFull, active_jobs, fair_order
 from app.settings import Settings
 from providers.scheduling import background_priority
 
 __all__ = ["ACTIVE_STATES", "JobRunner", "JobTiming"]
 
-ACTIVE_STATES = ("queued", "running", "cancelling")  # not finished yet (cancelling: stopping after a cancel)
 
 log = logging.getLogger("fedcd.jobs")
 T = TypeVar("T")
@@ -111,9 +112,16 @@ class JobRunner:
             self._loop_task = asyncio.create_task(self._claim_loop(), name=f"jobs-{self.worker_id}")
             self._beat_task = asyncio.create_task(self._heartbeat_loop(), name=f"jobs-heartbeat-{self.worker_id}")
 
-    def submit(self, kind: str, request: dict[str, Any], *, tenant: str) -> str:
+    def submit(self, kind: str, request: dict[str, Any], *, tenant: str, max_active: int | None = None) -> str:
+        """Queue a job of the tenant; with ``max_active``, refused (:class:`QueueFull`) while the tenant has that many
+        active already (a tenant's requests, never the server's own jobs). Counted in the transaction that adds the
+        job: concurrent submits on several workers may pass the cap by the few that race."""
         job_id = uuid.uuid4().hex
         with self.sessions.begin() as session:
+            if max_active is not None:
+                active = active_jobs(session, tenant)
+                if active >= max_active:
+                    raise QueueFull(tenant, active, max_active)
             session.add(JobRow(id=job_id, tenant=tenant, kind=kind, status="queued", request_json=json.dumps(request)))
             session.flush()  # the job row first: events reference it
             session.add(JobEventRow(job_id=job_id, status="queued", worker=self.worker_id, message="submitted"))
@@ -196,7 +204,14 @@ class JobRunner:
     def count_active(self, tenant: str) -> int:
         """The tenant's jobs not finished yet (queued, running, or cancelling)."""
         with self.sessions() as session:
-            return session.scalar(select(func.count()).where(JobRow.tenant == tenant, JobRow.status.in_(ACTIVE_STATES))) or 0
+            return active_jobs(session, tenant)
+
+    def active_requests(self, tenant: str, kind: str) -> list[dict[str, Any]]:
+        """The stored requests of the tenant's jobs of ``kind`` not finished yet (e.g. the uploads they hold)."""
+        with self.sessions() as session:
+            rows = session.scalars(select(JobRow.request_json).where(
+                JobRow.tenant == tenant, JobRow.kind == kind, JobRow.status.in_(ACTIVE_STATES)))
+            return [json.loads(r) for r in rows]
 
     def calibration_results(self, calibration_id: str, *, tenants: Collection[str], limit: int) -> list[str]:
         """The stored unit results (JSON) of the job that fitted the calibration, in order: at most ``limit``, ``[]``
@@ -271,7 +286,8 @@ class JobRunner:
             await _nap(self._wake, self.timing.poll_s)
 
     def _claim_one(self, running_here: frozenset[str] = frozenset()) -> tuple[str, str, dict[str, Any], str, bool] | None:
-        """Claim the oldest claimable job: (id, kind, request, tenant, reclaimed) or ``None``.
+        """Claim the next claimable job, fairly across tenants (:func:`app.jobs.quota.fair_order`): (id, kind,
+        request, tenant, reclaimed) or ``None``.
 
         ``running_here``: the jobs this worker is running; never claimable by it, however stale their heartbeat.
         """
@@ -286,7 +302,7 @@ class JobRunner:
             claimable = claimable & JobRow.id.not_in(sorted(running_here))
         with self._control_sessions.begin() as session:
             candidate = (
-                select(JobRow.id).where(claimable).order_by(JobRow.created_at).limit(1)
+                select(JobRow.id).where(claimable).order_by(*fair_order()).limit(1)
                 .with_for_update(skip_locked=True)
                 .scalar_subquery()
             )

@@ -114,7 +114,7 @@ class TrainingJobHandler:
             records = [{"student_id": s.student_id, "responses": [r.model_dump(exclude_none=True) for r in s.responses]}
                        for s in validation]
             calibrate = CalibrateRequest.model_validate({"qmatrix_id": q.id, "records": records})
-            metrics["calibration_job_id"] = await self.calibration.submit(calibrate, tenant)
+            metrics["calibration_job_id"] = await self.calibration.submit(calibrate, tenant, capped=False)
             await asyncio.to_thread(job.step, rounds + 2, f"calibration job {metrics['calibration_job_id']} submitted "
                                     f"on {len(validation)} validation students")
         else:

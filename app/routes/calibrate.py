@@ -17,12 +17,15 @@ router = APIRouter(tags=["calibration"])
 
 
 @router.post("/v1/calibrate", status_code=status.HTTP_202_ACCEPTED, response_model=JobAccepted, responses={
-    **ADMIN_ERRORS, 404: {"description": "unknown qmatrix_id"}, 422: {"description": "bad input"},
+    **ADMIN_ERRORS, 404: {"description": "unknown qmatrix_id"},
+    409: {"description": "the tenant has FEDCD_MAX_ACTIVE_JOBS jobs queued or running already (Retry-After)"},
+    422: {"description": "bad input, or unnoised answers or release on real students the tenant's policy refuses"},
 })
 async def create_calibration_job(body: CalibrateRequest, service: CalibrationServiceDep, principal: AdminDep) -> JobAccepted:
     """Start fitting the aggregation on a validation split; poll ``GET /v1/calibrate/{job_id}``.
 
-    The fitted parameters are released with ``release_epsilon`` (charged to each validation student).
+    The fitted parameters are released with ``release_epsilon`` (charged to each validation student); on real
+    students (``records``) ``"none"`` there or in ``epsilon`` needs a privacy policy with ``allow_unnoised``.
     """
     return JobAccepted(job_id=await service.submit(body, principal.tenant))
 

@@ -1,5 +1,6 @@
-"""``GET /metrics``: Prometheus' text format. Public like ``/healthz`` unless ``FEDCD_METRICS_TOKEN``
-is set (README "Metrics"); it carries counts by tenant and entity, never request content."""
+"""``GET /metrics``: Prometheus' text format. With ``FEDCD_METRICS_TOKEN`` it needs that bearer token; without it
+only loopback clients are answered, 403 otherwise (README "Metrics"). It carries counts by tenant and entity, never
+request content — but tenant names are not for everyone to read."""
 
 from __future__ import annotations
 

@@ -25,6 +25,8 @@ _BODY = {"requestBody": {"required": True, "content": {"multipart/form-data": {"
 @router.post("/{qmatrix_id}/train", status_code=status.HTTP_202_ACCEPTED, response_model=JobAccepted,
              openapi_extra=_BODY, responses={
                  **ADMIN_ERRORS, 404: {"description": "unknown Q-matrix"}, 413: {"description": "upload too large"},
+                 409: {"description": "the tenant has as many active jobs, or as many stored upload bytes, as it may "
+                                       "(Retry-After)"},
                  422: {"description": "unreadable CSV, items not in the Q-matrix, or too few students"}})
 async def train_qmatrix(
     qmatrix_id: Identifier, request: Request, service: TrainingServiceDep, principal: AdminDep

@@ -21,7 +21,7 @@ from app.pseudonyms import Pseudonyms
 from app.services.validation import SIMULATED_TRUTH
 from app.schemas import CalibrateJob, CalibrateRequest, CalibrationList, CalibrationPublic, DatasetRef
 from app.jobs import JobQueries, JobRunner
-from app.jobs.calibration import validation_noise
+from app.jobs.calibration import check_unnoised_release, validation_noise
 from app.settings import Settings
 from app.storage import CalibrationStore, PolicyStore, QMatrixStore, StoredCalibration, UsageStore
 from diagnosis import UnknownEntities, calibration_mismatch
@@ -53,6 +53,9 @@ class CalibrationService:
     ) -> None:
         self.federation, self.qmatrices, self.calibrations, self.settings = federation, qmatrices, calibrations, settings
         self.jobs, self.job_queries, self.usage, self.pseudonyms = jobs, job_queries, usage, pseudonyms
+        # The tenant's policy decides whether real students may be answered or released unnoised: a store over the
+        # same database (it holds no state beyond the sessions and the settings' default).
+        self.policies = PolicyStore(calibrations.sessions, settings)
 
     def check(self, body: CalibrateRequest, tenant: str) -> None:
         """Refuse bad input now (``InvalidInput`` naming the field, ``NotFound`` for an unknown Q-matrix), not minutes
@@ -70,6 +73,7 @@ class CalibrationService:
             if simulated_on is not None and self.qmatrices.get(tenant, simulated_on) is None:  # it must exist
                 raise NotFound(("qmatrix_id",), [f"unknown Q-matrix id '{simulated_on}'"])
             return
+        check_unnoised_release(body, self.policies.current(tenant))
         if len(body.records) > self.settings.max_calibration_records:
             raise InvalidInput(("records",), [f"at most {self.settings.max_calibration_records} records"])
         first: dict[str, int] = {}  # student id -> the record that names it first
@@ -90,14 +94,17 @@ class CalibrationService:
             if bad:
                 raise InvalidInput(("records", n, "truth"), [f"unknown concepts: {', '.join(bad)}"])
 
-    async def submit(self, body: CalibrateRequest, tenant: str) -> str:
+    async def submit(self, body: CalibrateRequest, tenant: str, *, capped: bool = True) -> str:
+        """Check the request and queue its job; ``capped``: refused while the tenant has ``FEDCD_MAX_ACTIVE_JOBS``
+        active (not for the calibration a training job submits as its last step: it takes that job's place)."""
         await asyncio.to_thread(self.check, body, tenant)
         request = body.model_dump(mode="json")
         for record in request["records"] or []:
             # The job's input is stored: it keeps the keyed hash, never the id (app.pseudonyms). The job charges and
             # tags cache entries under it as it is; nothing it returns names a student.
             record["student_id"] = self.pseudonyms.key(tenant, record["student_id"])
-        return self.jobs.submit("calibrate", request, tenant=tenant)
+        return self.jobs.submit("calibrate", request, tenant=tenant,
+                                max_active=self.settings.max_active_jobs if capped else None)
 
     async def job(self, job_id: str, tenant: str) -> CalibrateJob:
         """A calibration job of the tenant, with the entity usage of its finished students so far (``NotFound``

@@ -41,16 +41,18 @@ __all__ = ["CohortLimits", "CohortService"]
 
 @dataclass(frozen=True)
 class CohortLimits:
-    """The smallest cohort described, students diagnosed at once, and the noise seed (tests only)."""
+    """The smallest and largest cohort described, students diagnosed at once, and the noise seed (tests only)."""
 
     min_size: int
     concurrency: int
     noise_seed: int | None = None
+    # Every student is diagnosed by every entity: the cap bounds the entity calls one request fans out to.
+    max_size: int = 1000
 
     @classmethod
     def from_settings(cls, settings: Settings) -> CohortLimits:
         return cls(min_size=settings.min_cohort_size, concurrency=settings.batch_concurrency,
-                   noise_seed=settings.noise_seed)
+                   noise_seed=settings.noise_seed, max_size=settings.max_cohort_size)
 
 
 @dataclass(frozen=True)
@@ -69,6 +71,9 @@ class CohortService:
 
     async def report(self, body: CohortReportRequest, principal: Principal) -> CohortReport:
         tenant, limits = principal.tenant, self.limits
+        if len(body.students) > limits.max_size:  # before anything is looked up, planned or charged
+            raise InvalidInput(("students",), [f"a cohort report describes at most {limits.max_size} students "
+                                               f"(FEDCD_MAX_COHORT_SIZE), got {len(body.students)}: split it"])
         config = await self.planner.configuration(principal, qmatrix_id=body.qmatrix_id)
         q = config.resolved.qmatrix
         ids = [s.student_id for s in body.students]

@@ -255,7 +255,8 @@ class StudentDataService:
                 "usage rows (tokens, cost per entity call) hold no reference to a student")),
             ErasureKept(what="calibrations", count=0, why=(
                 "a calibration record holds aggregate parameters over all its validation students, released with "
-                "noise when they were real students; nothing per student")),
+                "noise when they were real students (unless the tenant's policy allowed unnoised calibrations, or "
+                "the operator left FEDCD_CALIBRATION_RELEASE_EPSILON unset); nothing per student")),
         ]
 
     # -- where a student is stored, besides the ledger ---------------------------------------------

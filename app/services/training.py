@@ -28,6 +28,7 @@ from pathlib import Path
 
 from app.domain_errors import InvalidInput, NotFound
 from app.jobs import JobRunner
+from app.jobs.quota import QueueFull, UploadsFull
 from app.jobs.training import uploads_dir
 from app.pseudonyms import Pseudonyms
 from app.services.calibration import CalibrationService
@@ -61,6 +62,7 @@ class TrainingService:
         stored = self.qmatrices.get(tenant, qmatrix_id)
         if stored is None:
             raise NotFound(("qmatrix_id",), [f"unknown Q-matrix '{qmatrix_id}'"])
+        self._check_quota(tenant, len(data))  # before the upload is written: a refusal stores nothing
         self.uploads.mkdir(parents=True, exist_ok=True, mode=0o700)
         path = self.uploads / f"{uuid.uuid4().hex}.csv"
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)  # student data: owner-only from the start
@@ -75,11 +77,30 @@ class TrainingService:
         for student in students:  # keyed hashes only: the raw ids stay in the caller's file, deleted with the job
             key = self.pseudonyms.key(tenant, student.student_id)
             student_rows[key] = student_rows.get(key, 0) + len(student.responses)
-        return self.jobs.submit("train", {
-            "qmatrix_id": qmatrix_id, "qmatrix_version": stored.version, "upload": path.name,
-            "students": len(students), "responses": sum(len(s.responses) for s in students),
-            "student_rows": student_rows,
-        }, tenant=tenant)
+        try:  # the cap again, counted with the job's insert (another request of the tenant may have raced this one)
+            return self.jobs.submit("train", {
+                "qmatrix_id": qmatrix_id, "qmatrix_version": stored.version, "upload": path.name,
+                "students": len(students), "responses": sum(len(s.responses) for s in students),
+                "student_rows": student_rows,
+            }, tenant=tenant, max_active=self.settings.max_active_jobs)
+        except BaseException:
+            path.unlink(missing_ok=True)  # no job holds it: nothing else would delete it before the retention sweep
+            raise
+
+    def _check_quota(self, tenant: str, size: int) -> None:
+        """Refuse (409, ``Retry-After``) an upload while the tenant has ``FEDCD_MAX_ACTIVE_JOBS`` active jobs, or
+        when its uploads waiting on disk for their jobs would pass ``FEDCD_TRAIN_MAX_STORED_BYTES`` with it."""
+        cap = self.settings.max_active_jobs
+        active = self.jobs.count_active(tenant)
+        if active >= cap:
+            raise QueueFull(tenant, active, cap)
+        stored = 0
+        for request in self.jobs.active_requests(tenant, "train"):
+            upload = self.uploads / str(request.get("upload", ""))
+            if request.get("upload") and upload.is_file():
+                stored += upload.stat().st_size
+        if stored + size > self.settings.train_max_stored_bytes:
+            raise UploadsFull(tenant, stored, size, self.settings.train_max_stored_bytes)
 
     def _checked(self, path: Path, q: QMatrix) -> list[StudentResponses]:
         field = ("responses",)

@@ -16,6 +16,10 @@ class JobSettings(BaseModel):
     worker_stale_s: float = Field(
         default=30.0, gt=0, description="a worker silent this long is dead: its jobs and pending charges are taken over"
     )
+    # What one tenant may hold in the queue (app.jobs.quota): more is refused with 409 and Retry-After.
+    max_active_jobs: int = Field(
+        default=8, ge=1, description="jobs (calibrations, trainings) one tenant may have queued or running at once",
+    )
     # Webhooks (README "Webhooks"): set by the operator only, never through the API (the gateway posts where told).
     webhooks: dict[str, WebhookTarget] = Field(
         default_factory=dict, description="tenant (or * for every tenant without its own) -> {url, secret}: a signed "

@@ -19,6 +19,9 @@ class LimitSettings(BaseModel):
     max_responses_per_student: int = Field(default=2000, ge=1, description="responses per student in one request")
     max_qmatrix_items: int = Field(default=20000, ge=1, description="items per Q-matrix")
     max_qmatrix_concepts: int = Field(default=500, ge=1, description="concepts per Q-matrix")
+    max_cohort_size: int = Field(
+        default=1000, ge=2, description="students per /v1/cohort-report (each is diagnosed by every entity)"
+    )
     max_calibration_records: int = Field(default=5000, ge=1, description="validation students per /v1/calibrate")
     # Rate limits (README "Rate limits"): a token bucket per tenant, shared through Redis when redis_url is set.
     rate_limit: str = Field(

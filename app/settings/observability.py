@@ -14,7 +14,8 @@ class ObservabilitySettings(BaseModel):
 
     # Metrics (README "Metrics").
     metrics_token: SecretStr | None = Field(
-        default=None, description="when set, GET /metrics needs 'Authorization: Bearer <token>'; none: public"
+        default=None, description="when set, GET /metrics needs 'Authorization: Bearer <token>'; unset: /metrics answers only "
+        "loopback clients (403 otherwise)"
     )
     prometheus_multiproc_dir: Path | None = Field(
         default=None,

@@ -24,6 +24,10 @@ class TrainingSettings(BaseModel):
     train_max_responses: int = Field(
         default=500_000, ge=1, description="responses (CSV rows) one upload may hold (more: 422)"
     )
+    train_max_stored_bytes: int = Field(
+        default=64 << 20, ge=1024,
+        description="bytes of training uploads one tenant may have waiting on disk for their jobs (more: 409)",
+    )
     train_rounds: int = Field(default=10, ge=1, le=200, description="training rounds of an upload's model")
     train_calibration_fraction: float = Field(
         default=0.2, ge=0.0, lt=1.0, description="share of an upload's students kept for its calibration"

@@ -10,6 +10,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import pytest
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -22,6 +23,7 @@ from tests.conftest import auth_headers
 from tests.factories import FakeEntity
 from tests.providers.wire_servers import WireServer, rate_limited, server_error, success
 
+LOOPBACK = ("127.0.0.1", 50000)  # the test client's address: this machine
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 STUDENTS = [f"student-do-not-label-{n}" for n in range(6)]
 
@@ -58,7 +60,7 @@ def gateway(tmp_path: Path, specs: list[EntitySpec], *, tenant: str, **values: A
         train_default_model=False, calibration_release_epsilon=None, noise_seed=1, **values,
     )  # fmt: skip
     app = create_app(config)
-    with TestClient(app) as client:
+    with TestClient(app, client=LOOPBACK) as client:  # a scrape from this machine (no FEDCD_METRICS_TOKEN)
         client.headers.update(auth_headers(app, tenant=tenant))
         yield client
 
@@ -136,7 +138,7 @@ def test_calibrations_cohorts_mismatches_and_jobs_are_counted(tmp_path: Path) ->
     config = Settings(state_dir=tmp_path, entities=[], preload_models=False, default_calibration=False,
                       calibration_release_epsilon=4.0, noise_seed=1)  # fmt: skip
     app = create_app(config, entities=entities)
-    with TestClient(app, headers=auth_headers(app, tenant=tenant)) as client:
+    with TestClient(app, headers=auth_headers(app, tenant=tenant), client=LOOPBACK) as client:
         # Execute: a calibration releasing at ε = 4 per validation student, diagnoses at its noise and at
         # another, a cohort report at ε = 1 per student, and one whose students have no budget left
         job = client.post("/v1/calibrate", json={"qmatrix_id": Q_ID, "records": _records(12), "method": "bias",
@@ -164,11 +166,11 @@ def test_calibrations_cohorts_mismatches_and_jobs_are_counted(tmp_path: Path) ->
     assert ("fedcd_entity_circuit_state", frozenset({("entity", "alpha"), ("state", "closed")})) not in parsed
 
 
-def test_metrics_are_public_unless_a_token_is_set(tmp_path: Path) -> None:
+def test_metrics_are_loopback_only_unless_a_token_is_set(tmp_path: Path) -> None:
     for token, status in ((None, 200), ("s3cret-metrics-token", 401)):
         config = Settings(state_dir=tmp_path / str(status), entities=[], preload_models=False, default_calibration=False,
                           metrics_token=token)  # fmt: skip
-        with TestClient(create_app(config, entities={"a": FakeEntity("a")})) as client:
+        with TestClient(create_app(config, entities={"a": FakeEntity("a")}), client=LOOPBACK) as client:
             assert client.get("/metrics").status_code == status
             if token is not None:
                 wrong = client.get("/metrics", headers={"Authorization": "Bearer nope"})
@@ -185,3 +187,21 @@ def test_the_multiprocess_folder_is_emptied_of_an_earlier_run(tmp_path: Path) ->
     reset_multiprocess_dir(folder)
 
     assert sorted(p.name for p in folder.iterdir()) == ["README"]
+
+
+@pytest.mark.parametrize(("address", "headers", "status"), [
+    (("203.0.113.9", 40000), {}, 403),  # another machine
+    (("testclient", 50000), {}, 403),  # no address: not known to be this machine
+    (("127.0.0.1", 40000), {"X-Forwarded-For": "203.0.113.9"}, 403),  # a local proxy forwarding for anyone
+    (("127.0.0.1", 40000), {}, 200),
+    (("::1", 40000), {}, 200),
+])
+def test_without_a_token_metrics_answer_only_loopback_clients(
+    tmp_path: Path, address: tuple[str, int], headers: dict[str, str], status: int
+) -> None:
+    config = Settings(state_dir=tmp_path, entities=[], preload_models=False, default_calibration=False)
+    with TestClient(create_app(config, entities={"a": FakeEntity("a")}), client=address) as client:
+        scrape = client.get("/metrics", headers=headers)
+        assert scrape.status_code == status, scrape.text
+        if status == 403:
+            assert "FEDCD_METRICS_TOKEN" in scrape.json()["detail"] and "fedcd_" not in scrape.text

@@ -92,10 +92,10 @@ def _metric_names(expr: str) -> set[str]:
 
 def _exported(tmp_path: Path) -> set[str]:
     """Every sample name the gateway's /metrics can carry (histograms: their _bucket, _count and _sum)."""
-    with make_client(tmp_path, {"alpha": FakeEntity("alpha", 0.4)}) as client:
+    with make_client(tmp_path, {"alpha": FakeEntity("alpha", 0.4)}, metrics_token="scrape-token") as client:
         assert client.post("/v1/diagnose", json={"student_id": "s1", "qmatrix_id": "example-prealgebra",
                                           "responses": [{"item_id": "q01", "correct": True}]}).status_code == 200
-        text = client.get("/metrics").text
+        text = client.get("/metrics", headers={"Authorization": "Bearer scrape-token"}).text
     names: set[str] = set()
     for name, kind in re.findall(r"^# TYPE (\S+) (\w+)$", text, flags=re.M):
         names |= {f"{name}{suffix}" for suffix in ("_bucket", "_count", "_sum")} if kind == "histogram" else {name}

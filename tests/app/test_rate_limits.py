@@ -104,7 +104,8 @@ async def test_a_burst_larger_than_the_rate_refills_at_the_rate() -> None:
 
 
 def test_a_tenant_over_its_rate_gets_429_while_another_tenant_is_served(tmp_path: Path) -> None:
-    with make_client(tmp_path, {"a": FakeEntity("a", 0.4)}, tenant="busy", rate_limit="2/minute") as client:
+    with make_client(tmp_path, {"a": FakeEntity("a", 0.4)}, tenant="busy", rate_limit="2/minute",
+                     metrics_token="scrape-token") as client:
         other = bearer(client, tenant="quiet")
         # Execute: the busy tenant sends three requests
         codes = [client.get("/v1/qmatrices").status_code for _ in range(3)]
@@ -121,7 +122,7 @@ def test_a_tenant_over_its_rate_gets_429_while_another_tenant_is_served(tmp_path
         # Unauthenticated requests are 401 (no tenant to charge), health and metrics are never limited
         assert client.get("/v1/qmatrices", headers={"Authorization": "Bearer nope"}).status_code == 401
         assert all(client.get("/healthz").status_code == 200 for _ in range(5))
-        metrics = client.get("/metrics").text
+        metrics = client.get("/metrics", headers={"Authorization": "Bearer scrape-token"}).text
         assert 'fedcd_rate_limited_total{tenant="busy"}' in metrics
 
 

@@ -37,7 +37,8 @@ def _client(tmp_path: Path) -> TestClient:
         {"name": "sim:confident", "kind": "simulated", "simulated_style": "confident"},
     ]
     settings = Settings(state_dir=tmp_path / "state", entities=entities, preload_models=False,  # type: ignore[arg-type]
-                        default_calibration=False, train_default_model=False, privacy_cap_epsilon=1e6)
+                        default_calibration=False, train_default_model=False, privacy_cap_epsilon=1e6,
+                        allow_unnoised=True)  # a calibration of real records here asks for "epsilon": "none"
     app = create_app(settings)
     return TestClient(app, headers=auth_headers(app, tenant="new-platform"))
 
