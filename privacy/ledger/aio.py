@@ -1,8 +1,11 @@
 """The ledger's async face: :class:`AsyncLedger` runs each call of a :class:`~privacy.ledger.core.PrivacyLedger`
-in a worker thread, off the event loop, and opens :class:`~privacy.ledger.release.Release`\\ s.
+off the event loop, and opens :class:`~privacy.ledger.release.Release`\\ s.
 
 The engine stays synchronous (its transactions hold database locks, which threads wait on well); everything an
-``async`` caller needs goes through here, so the engine carries no async copies of its API.
+``async`` caller needs goes through here, so the engine carries no async copies of its API. Reads run in a worker
+thread. Writes on SQLite are queued to the ledger's writer thread, which commits them in batches, one fsync per
+batch (group commit, :mod:`privacy.ledger.writer`); on PostgreSQL they run in a worker thread, a transaction each.
+Either way a write call returns only once it is committed.
 """
 
 from __future__ import annotations
@@ -26,23 +29,45 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 
-def _in_thread(
-    method: Callable[Concatenate[PrivacyLedger, P], R],
-) -> Callable[Concatenate[AsyncLedger, P], Coroutine[Any, Any, R]]:
-    """The engine's ``method`` as a coroutine method of :class:`AsyncLedger`, run in a worker thread. Its parameters
-    are the engine's, typed (``P``), and ``functools.wraps`` gives it the engine's name, docstring and signature
-    (``inspect.signature`` follows ``__wrapped__``): the face cannot drift from the engine."""
+Method = Callable[Concatenate[PrivacyLedger, P], R]
+Face = Callable[Concatenate["AsyncLedger", P], Coroutine[Any, Any, R]]
 
-    @functools.wraps(method)
+
+def _face(method: Method[P, R], face: Face[P, R]) -> Face[P, R]:
+    """``face`` dressed as the engine's ``method``: ``functools.wraps`` gives it the engine's name, docstring and
+    signature (``inspect.signature`` follows ``__wrapped__``), and its parameters are the engine's, typed (``P``):
+    the face cannot drift from the engine."""
+    face = functools.wraps(method)(face)
+    face.__module__, face.__qualname__ = __name__, f"AsyncLedger.{method.__name__}"
+    return face
+
+
+def _in_thread(method: Method[P, R]) -> Face[P, R]:
+    """The engine's read ``method`` as a coroutine method of :class:`AsyncLedger`, run in a worker thread."""
+
     async def threaded(ledger: AsyncLedger, /, *args: P.args, **kwargs: P.kwargs) -> R:
         return await asyncio.to_thread(method, ledger.engine, *args, **kwargs)
 
-    threaded.__module__, threaded.__qualname__ = __name__, f"AsyncLedger.{method.__name__}"
-    return threaded
+    return _face(method, threaded)
+
+
+def _written(method: Method[P, R]) -> Face[P, R]:
+    """The engine's write ``method`` as a coroutine method: on SQLite queued to the ledger's writer thread and
+    resolved after its batch's commit (group commit); on PostgreSQL in a worker thread, in its own transaction."""
+
+    async def written(ledger: AsyncLedger, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        committer = ledger.engine.engines.committer
+        if committer is None:
+            return await asyncio.to_thread(method, ledger.engine, *args, **kwargs)
+        result: R = await committer.submit(method, ledger.engine, *args, **kwargs)
+        return result
+
+    return _face(method, written)
 
 
 class AsyncLedger:
-    """``PrivacyLedger``'s API for coroutines: the same calls, each awaited in a worker thread."""
+    """``PrivacyLedger``'s API for coroutines: the same calls, each awaited off the event loop (writes on SQLite
+    group-committed by the ledger's writer thread, which ``PrivacyLedger.close`` stops)."""
 
     def __init__(self, engine: PrivacyLedger) -> None:
         self.engine = engine
@@ -53,12 +78,12 @@ class AsyncLedger:
         return self.engine.rule
 
     # The engine's calls, generated (tests/test_signatures.py checks the face against the engine).
-    charge = _in_thread(PrivacyLedger.charge)
-    charge_all = _in_thread(PrivacyLedger.charge_all)
-    settle_all = _in_thread(PrivacyLedger.settle_all)
-    store_answer = _in_thread(PrivacyLedger.store_answer)
-    release = _in_thread(PrivacyLedger.release)
-    refund = _in_thread(PrivacyLedger.refund)
+    charge = _written(PrivacyLedger.charge)
+    charge_all = _written(PrivacyLedger.charge_all)
+    settle_all = _written(PrivacyLedger.settle_all)
+    store_answer = _written(PrivacyLedger.store_answer)
+    release = _written(PrivacyLedger.release)
+    refund = _written(PrivacyLedger.refund)
     lookup_repeat = _in_thread(PrivacyLedger.lookup_repeat)
     get_charge = _in_thread(PrivacyLedger.get_charge)
     status = _in_thread(PrivacyLedger.status)

@@ -33,7 +33,8 @@ Rules the caller relies on:
 
 The ledger keeps its own tables (``privacy_students``, ``privacy_charges``) and may share the
 application's database; it opens its own engines on it and never imports ``app``. This is the synchronous
-engine; :class:`~privacy.ledger.aio.AsyncLedger` is its async face (each call in a worker thread), and
+engine; :class:`~privacy.ledger.aio.AsyncLedger` is its async face (reads in a worker thread; writes on SQLite
+group-committed by one writer thread, :mod:`privacy.ledger.writer`, each returned only once committed), and
 :class:`~privacy.ledger.release.Release` its charge → settle-or-refund sequence. The accountant arithmetic over
 a student's rows is :mod:`privacy.ledger.books`.
 """
@@ -317,6 +318,7 @@ class PrivacyLedger:
         }
 
     def close(self) -> None:
+        """Stop the async face's writer thread (after committing what is queued) and close the connections."""
         self._db.dispose()
 
     def __enter__(self) -> PrivacyLedger:

@@ -8,6 +8,9 @@ Check-and-spend must be atomic per student, in one process or many:
 * **PostgreSQL**: ordinary transactions; the student's row is created if missing and then locked
   with ``SELECT … FOR UPDATE``, so concurrent charges of one student queue on that row (from any
   number of processes) while other students' charges run in parallel.
+
+On SQLite the async face's write calls are group-committed (:mod:`privacy.ledger.writer`): :meth:`LedgerEngines.batch`
+opens one write transaction for several calls, and each call's :meth:`LedgerEngines.write` is then a savepoint of it.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from sqlalchemy.orm import sessionmaker
 
 from privacy.ledger.statements import Prepared
 from privacy.ledger.tables import LEDGER_METADATA, students
+from privacy.ledger.writer import GroupCommitter
 
 __all__ = ["LedgerEngines", "ledger_url"]
 
@@ -95,6 +99,10 @@ class LedgerEngines:
             index_elements=[students.c.tenant, students.c.student_id],
             set_={name: upsert.excluded[name] for name in ("accountant_json", "queries", "updated_at")},
         ), column_keys=("tenant", "student_id", "accountant_json", "queries", "updated_at"))
+        # SQLite's writes are serialised anyway: the async face queues them to one thread that commits them in
+        # batches (group commit). PostgreSQL keeps a transaction per call (see privacy.ledger.writer).
+        self.committer = GroupCommitter(self) if self.sqlite else None
+        self._batch = threading.local()  # the writer thread's open batch (a Connection), if any
         if create_tables:
             with self._lock, self.writer.begin() as conn:
                 if not self.sqlite:  # processes starting together must not race on CREATE TABLE
@@ -103,8 +111,33 @@ class LedgerEngines:
 
     @contextlib.contextmanager
     def write(self) -> Iterator[Connection]:
+        """One write transaction; inside this thread's :meth:`batch`, a savepoint of the batch's transaction instead
+        (a call that raises rolls back only its own writes)."""
+        batch: Connection | None = getattr(self._batch, "conn", None)
+        if batch is not None:
+            with _savepoint(batch):
+                yield batch
+            return
         with self._lock, self.writer.begin() as conn:
             yield conn
+
+    @contextlib.contextmanager
+    def batch(self, conn: Connection) -> Iterator[None]:
+        """One write transaction on ``conn`` (``BEGIN IMMEDIATE``, under the process lock) for several calls run on
+        this thread: each call's :meth:`write` is a savepoint of it. The caller commits; whatever is not committed
+        when the block is left is rolled back (a failing rollback invalidates ``conn``: the caller's error goes on)."""
+        with self._lock:
+            conn.begin()
+            self._batch.conn = conn
+            try:
+                yield
+            finally:
+                self._batch.conn = None
+                if conn.in_transaction():
+                    try:
+                        conn.rollback()
+                    except Exception:
+                        conn.invalidate()
 
     @contextlib.contextmanager
     def read(self) -> Iterator[Connection]:
@@ -129,5 +162,27 @@ class LedgerEngines:
         self._upsert_student.rowcount(conn, {"tenant": tenant, "student_id": student_id, **values})
 
     def dispose(self) -> None:
+        if self.committer is not None:
+            self.committer.close()  # runs what is queued, commits it, stops the thread
         self.writer.dispose()
         self.reader.dispose()
+
+
+@contextlib.contextmanager
+def _savepoint(conn: Connection) -> Iterator[None]:
+    """A savepoint on the driver's connection, where the hot path's prepared statements run too
+    (``privacy.ledger.statements``): no SQLAlchemy bookkeeping per call. When the block raises, its writes are
+    rolled back and the error goes on; if the rollback itself fails, that database error goes on instead, so the
+    writer rolls back the whole batch (nothing half-applied)."""
+    cursor = conn.connection.driver_connection.cursor()  # type: ignore[union-attr]
+    try:
+        cursor.execute("SAVEPOINT ledger_call")
+        try:
+            yield
+        except BaseException:
+            cursor.execute("ROLLBACK TO ledger_call")
+            cursor.execute("RELEASE ledger_call")
+            raise
+        cursor.execute("RELEASE ledger_call")
+    finally:
+        cursor.close()
