@@ -61,6 +61,14 @@ def _report_model(mechanism: Mechanism, tau: float) -> ReportModel:
     return ReportModel(mechanism, tau)
 
 
+@lru_cache(maxsize=256)
+def _prior_summary(prior: BetaPrior, level: float, grid_size: int) -> PosteriorSummary:
+    """The summary of a concept no answer weighed: its prior's, on the grid a diagnosis without reports uses. Built
+    once per (prior, level, grid): an uncalibrated federation weighs no entity (unknown skill), so every concept of
+    every such diagnosis is one of these, and the grid work would be the same each time."""
+    return posterior_summaries(np.empty((1, 0)), [], prior, level=level, grid_size=grid_size)[0]
+
+
 def _per_entity_mechanisms(
     mechanisms: Mechanism | Mapping[str, Mechanism], entities: Iterable[str]
 ) -> dict[str, Mechanism]:
@@ -132,10 +140,14 @@ def posterior_aggregate(
 
     # an own-uncertainty source already holds a prior (its model's): the concept's Beta prior is not applied again
     row_priors = [UNIFORM_PRIOR if i in own else priors.get(c, UNIFORM_PRIOR) for i, c in enumerate(answered)]
-    table = posterior_summaries(
-        reports, models, row_priors, level=level, grid_size=grid_size, extra_log_likelihood=extra if own else None
-    )
-    summaries = {concept: _floored(table[i], own.get(i, []), reports[i], level) for i, concept in enumerate(answered)}
+    if not models and not own:  # no entity weighed (each of unknown skill): every concept's posterior is its prior
+        summaries = {concept: _prior_summary(row_priors[i], level, grid_size) for i, concept in enumerate(answered)}
+    else:
+        table = posterior_summaries(
+            reports, models, row_priors, level=level, grid_size=grid_size, extra_log_likelihood=extra if own else None
+        )
+        summaries = {concept: _floored(table[i], own.get(i, []), reports[i], level)
+                     for i, concept in enumerate(answered)}
     mastery = {concept: s.estimate(estimate) for concept, s in summaries.items()}
     intervals = {concept: s.interval for concept, s in summaries.items()}
     return PosteriorAggregation(

@@ -6,11 +6,12 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 from scipy.stats import beta
 
 from diagnosis import DiagnosisPipeline, PosteriorAggregator
-from diagnosis.posterior import UncertainAnswer, beta_floor_width
+from diagnosis.posterior import UNIFORM_PRIOR, BetaPrior, UncertainAnswer, beta_floor_width, posterior_summaries
 from privacy import NoNoise
 from providers import MasteryUncertainty
 from providers.local_fed import LocalFedEntity
@@ -87,3 +88,21 @@ def test_the_floor_applies_only_where_nothing_measured_answered() -> None:
     # Assert: assumed parameters cannot claim more than one answer supports; fitted ones keep their interval
     assert hi_a - lo_a >= beta_floor_width(1, 0.9, 0.7) - 1e-9 >= _beta_width(1, 1) - 1e-9
     assert hi_t - lo_t < 0.4
+
+
+def test_with_no_entity_weighed_each_concept_keeps_its_prior() -> None:
+    # Prepare: an uncalibrated aggregator (every entity of unknown skill) and a Beta prior on one concept
+    priors = {"a": BetaPrior(2.0, 5.0)}
+    aggregator = PosteriorAggregator(priors=priors)
+    # Execute
+    result = aggregator.aggregate({"x": {"a": 0.9, "b": 0.1}, "y": {"a": 0.8}}, ["a", "b", "c"], mechanism=NoNoise())
+    # Assert: nothing weighed; each answered concept's summary is its prior's on the grid, the unanswered one missing
+    assert result.weighed == {} and result.missing == ["c"]
+    for concept, prior in (("a", priors["a"]), ("b", UNIFORM_PRIOR)):
+        expected = posterior_summaries(np.empty((1, 0)), [], prior)[0]
+        got = result.summaries[concept]
+        fields = ("mean", "median", "lower", "upper", "sd", "level")
+        # the same grid sums, up to float rounding (a batch of rows may round its sums differently from one row)
+        assert [getattr(got, f) for f in fields] == pytest.approx([getattr(expected, f) for f in fields], abs=1e-12)
+        assert result.mastery[concept] == pytest.approx(expected.mean)
+        assert result.intervals[concept] == pytest.approx(expected.interval)

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import httpx
 import pytest
 from fastapi.testclient import TestClient
+from pydantic import BaseModel
 
 from tests.conftest import make_client
 from tests.factories import FakeEntity
@@ -195,3 +197,31 @@ def test_with_no_entity_to_ask_a_diagnosis_is_503_naming_why_and_charges_nothing
         assert r.status_code == 503, r.text
         assert r.json()["detail"] == "no entity to ask: the federation has no entities; no diagnosis was made"
     assert budget["queries"] == 0 and budget["spent_epsilon"] == 0.0
+
+
+
+def _is_the_models_json(r: httpx.Response, model: type[BaseModel]) -> None:
+    assert r.status_code == 200, r.text
+    assert r.headers["content-type"] == "application/json"
+    assert r.json() == model.model_validate(r.json()).model_dump(mode="json")
+
+
+def test_answers_are_the_response_models_json(client: TestClient) -> None:
+    # The routes serialize the model once themselves (app.routes.diagnose): the body must still be exactly the
+    # documented model, every field present (none dropped as unset), as FastAPI's response_model would send it.
+    from app.schemas import BatchDiagnoseResponse, DiagnoseResponse
+
+    _is_the_models_json(client.post("/v1/diagnose", json={**BODY, "include_entities": True}), DiagnoseResponse)
+    students = [{"student_id": "s1", "responses": BODY["responses"]}]
+    batch = client.post("/v1/diagnose/batch", json={"qmatrix_id": "example-prealgebra", "students": students})
+    _is_the_models_json(batch, BatchDiagnoseResponse)
+
+
+def test_a_batch_errors_free_form_detail_is_sent_whole(failing_client: TestClient) -> None:
+    from app.schemas import BatchDiagnoseResponse
+
+    students = [{"student_id": "s1", "responses": BODY["responses"]}]
+    r = failing_client.post("/v1/diagnose/batch", json={"qmatrix_id": "example-prealgebra", "students": students})
+    _is_the_models_json(r, BatchDiagnoseResponse)
+    detail = r.json()["errors"][0]["detail"]
+    assert [e["name"] for e in detail["entities"]] == ["alpha", "beta"] and detail["message"]
