@@ -1,6 +1,6 @@
 """What the DP item release alone keeps (issue 32): the warm start it gives, before any DP-SGD round.
 
-``python -m evaluation.release_probe --dataset frcsub --seed 0 --epsilons 1000,4,1``
+``python -m evaluation.release_probe --dataset frcsub --seed 0 --epsilons 1000,4,2,1``
 
 On the held-out protocol's train split (seeded, 3 SIMULATED institutions, IID), the higher-order IRT is scored by its
 own predictions on the test students' held-out responses: untrained, after the non-private warm start (pooled exact
@@ -33,7 +33,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     parser.add_argument("--dataset", required=True)
     parser.add_argument("--data-dir", default=None)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--epsilons", default="1000,4,1", help="ε of the release, comma-separated")
+    parser.add_argument("--epsilons", default="1000,4,2,1", help="ε of the release, comma-separated")
     parser.add_argument("--delta", type=float, default=1e-5)
     args = parser.parse_args(argv)
     data = load_dataset(args.dataset, data_dir=args.data_dir)

@@ -6,19 +6,22 @@ non-private warm start gives (docs/results/local-fed-ablation). An item's easine
 counts can be released directly, at two levels in one release:
 
 * each client sums, per bank item and per *item group* (the items requiring the same concepts: their Q-row
-  pattern, public), its students' scores and responses. Every student's contribution is scaled so that each of the
-  two parts has L2 norm 1/√2: one student changes the whole release by at most 1 in L2 (the unit DP-SGD clips to).
+  pattern, public), its students' scores and misses (responses minus scores; the responses are released as their
+  sum). Every student's contribution is scaled so that each of the two parts has L2 norm 1/√2: one student
+  changes the whole release by at most 1 in L2 (the unit DP-SGD clips to).
   Scaling every student to the same norm, rather than clipping only the heavy ones, maximises each coordinate's
   signal-to-noise (with a bound C a student's signal is ``min(1, C / ||v||)`` against noise ``σ·C``; the ratio is
-  largest once every student is scaled);
+  largest once every student is scaled). The price is a weighting: a student's response weighs ``1 / √(2 r)``
+  (``r``: their responses), so light users count more per response than in the non-private start;
 * it adds ``N(0, σ²)`` to every coordinate (the Gaussian mechanism, one step, no sampling: charged to the run's
   accountant as ``(σ, q=1, 1 step)`` and composed with the DP-SGD rounds: one guarantee per student);
 * the coordinator pools the clients' noisy sums (post-processing). The group level carries the signal on a bank
   whose items are answered by few students each (ASSIST0910: most held-out responses fall on items whose
   per-item sum is below the noise at ε = 2), the item level on a bank whose items are answered by most students
-  (FrcSub). :func:`private_warm_start` fits the intercept's feature part to the groups' proportions correct and
-  shrinks each item's own toward it by as many pseudo-responses as one noise standard deviation (an item answered
-  less than the noise stays at its group's value). Every other parameter is then trained by DP-SGD with the
+  (FrcSub). :func:`private_warm_start` fits the intercept's feature part to the groups' proportions correct,
+  shrinks each group's own toward that fit and each item's toward its group's, each by its estimate's variance
+  (noise and binomial) against the per-item prior (an item answered less than the noise, or by few students,
+  stays at its group's value). Every other parameter is then trained by DP-SGD with the
   per-item parameters held fixed (``StudentDP.frozen``), so the rounds' noise falls on a few hundred coordinates
   instead of tens of thousands.
 
@@ -80,7 +83,8 @@ class ItemGroups:
 @dataclass(frozen=True)
 class ItemSums:
     """Released sums of scores and of responses, per bank row (row 0: outside the bank) and per item group, with
-    the standard deviation of the Gaussian noise each coordinate carries (pooled over the clients)."""
+    the standard deviation of the Gaussian noise on the scores and on the misses (pooled over the clients): the
+    responses are the scores plus the misses, each noised once (:func:`release_item_sums`)."""
 
     correct: np.ndarray
     count: np.ndarray
@@ -110,18 +114,25 @@ class ItemSums:
 
 def _scaled_sums(student: np.ndarray, cell: np.ndarray, score: np.ndarray, n_students: int, n_cells: int
                  ) -> tuple[np.ndarray, np.ndarray]:
-    """Per cell, the sums of scores and responses with every student's (sums, responses) vector over the cells scaled
-    to L2 norm 1/√2. A student answering one item twice contributes (s1 + s2, 2) to its cell: sums per (student,
-    cell) come first."""
+    """Per cell, the sums of scores and of misses (responses minus scores) with every student's (scores, misses)
+    vector over the cells scaled to L2 norm 1/√2. A student answering one item twice contributes (s1 + s2,
+    2 - s1 - s2) to its cell: sums per (student, cell) come first.
+
+    Why scores and misses rather than scores and responses: a student's (c, n - c) has norm at most n, where (c, n)
+    has at least n (√2 n for a student who is always right), so at the same sensitivity each response carries more
+    weight; and the proportion correct c / (c + m) reads the two noises as ``(1 - p) e_c - p e_m`` (variance
+    ``σ² ((1 - p)² + p²)``, at most σ²) instead of ``e_c - p e_n`` (``σ² (1 + p²)``). For binary scores on distinct
+    items the squared norm is the number of responses ``r``: every response weighs ``1 / √(2 r)``, whatever the
+    student's proportion correct (:func:`response_weight`)."""
     unique, inverse = np.unique(student * n_cells + cell, return_inverse=True)
     correct = np.bincount(inverse, weights=score)
-    count = np.bincount(inverse).astype(np.float64)
+    missed = np.bincount(inverse).astype(np.float64) - correct
     owner = unique // n_cells
-    norm = np.sqrt(np.bincount(owner, weights=correct**2 + count**2, minlength=n_students))
-    scale = _HALF / norm[owner]  # every owner here has at least one response: norm >= 1
+    norm = np.sqrt(np.bincount(owner, weights=correct**2 + missed**2, minlength=n_students))
+    scale = _HALF / norm[owner]  # every owner here has a response with score in [0, 1]: c² + m² >= 1/2 > 0
     cells = unique % n_cells
     return (np.bincount(cells, weights=correct * scale, minlength=n_cells),
-            np.bincount(cells, weights=count * scale, minlength=n_cells))
+            np.bincount(cells, weights=missed * scale, minlength=n_cells))
 
 
 def release_item_sums(model: ItemBank, data: ResponseTensors, groups: ItemGroups, *, noise_multiplier: float,
@@ -135,13 +146,17 @@ def release_item_sums(model: ItemBank, data: ResponseTensors, groups: ItemGroups
     rows = data.features[:, -1].round().long()[data.item_index].numpy()[observed]
     student = np.broadcast_to(np.arange(len(data))[:, None], observed.shape)[observed]
     score = data.scores.numpy().astype(np.float64)[observed]
-    correct, count = _scaled_sums(student, rows, score, len(data), size)
-    group_correct, group_count = _scaled_sums(student, groups.of_row[rows], score, len(data), len(groups))
+    correct, missed = _scaled_sums(student, rows, score, len(data), size)
+    group_correct, group_missed = _scaled_sums(student, groups.of_row[rows], score, len(data), len(groups))
 
     def noisy(values: np.ndarray) -> np.ndarray:
         return values + torch.randn(len(values), generator=generator, dtype=torch.float64).numpy() * noise_multiplier
 
-    return ItemSums(noisy(correct), noisy(count), noisy(group_correct), noisy(group_count), float(noise_multiplier))
+    # the released responses are the noisy scores plus the noisy misses (post-processing: the count carries both
+    # noises, and _logit_and_variance reads the proportion's noise as the two independent ones)
+    released = [noisy(correct), noisy(missed), noisy(group_correct), noisy(group_missed)]
+    return ItemSums(released[0], released[0] + released[1], released[2], released[2] + released[3],
+                    float(noise_multiplier))
 
 
 def pooled(releases: Sequence[ItemSums]) -> ItemSums:
@@ -157,42 +172,51 @@ def pooled(releases: Sequence[ItemSums]) -> ItemSums:
 def response_weight(sums: ItemSums, students: int) -> float:
     """The mean weight one response carries at the item level, from public quantities and the release alone.
 
-    A student with ``r`` responses to distinct items and proportion correct ``p`` has item-level norm
-    ``sqrt(r (1 + p))`` before scaling, so after scaling to 1/√2 each response weighs ``w = 1 / sqrt(2 r (1 + p))``
-    and ``w² r = 1 / (2 (1 + p))``: the same for every student whatever their volume. Summed over the training
-    students (their number is public: the manifest's ``train_students``), ``Σ w² r`` over the released total
-    ``Σ w r`` is the response-weighted mean weight, which turns scaled counts back into effective responses
-    (the binomial variance of a weighted proportion is ``p (1 - p) Σw² / (Σw)²``)."""
+    A student with ``r`` binary responses to distinct items has item-level norm ``√r`` before scaling (each
+    response is a 1 in its item's scores or misses: :func:`_scaled_sums`), so after scaling to 1/√2 each response
+    weighs ``w = 1 / √(2 r)`` and ``w² r = 1 / 2``: the same for every student whatever their volume. Summed over
+    the training students (their number is public: the manifest's ``train_students``), ``Σ w² r`` over the released
+    total ``Σ w r`` is the response-weighted mean weight, which turns scaled counts back into effective responses
+    (the binomial variance of a weighted proportion is ``p (1 - p) Σw² / (Σw)²``). Fractional scores and repeated
+    items make a norm smaller and weights larger, so this reads fewer effective responses than there are: the
+    conservative side."""
     total = float(np.clip(sums.count[1:], 0.0, None).sum())
     if total <= 0 or students <= 0:
         return 1.0
-    p = float(np.clip(np.clip(sums.correct[1:], 0.0, None).sum() / total, 0.0, 1.0))
-    return float(np.clip(students / (2.0 * (1.0 + p)) / total, 1e-6, 1.0))
+    return float(np.clip(students / 2.0 / total, 1e-6, 1.0))
 
 
-def _logit_and_variance(correct: np.ndarray, count: np.ndarray, noise_sd: float, mean: float, prior_weight: float,
-                        weight: float) -> tuple[np.ndarray, np.ndarray]:
+def _logit_and_variance(correct: np.ndarray, count: np.ndarray, noise_sd: float, mean: float | np.ndarray,
+                        prior_weight: float, weight: float) -> tuple[np.ndarray, np.ndarray]:
     """Each cell's logit proportion correct (attenuation undone) and that estimate's variance: the noise's
-    ``σ²(1 + p²)`` (the sums of scores and of responses both carry it) and the binomial ``w n p (1 - p)`` (``w``:
-    :func:`response_weight`), over the smoothed count squared, through the logit's derivative (the delta method).
-    ``prior_weight`` pseudo-responses (each weighing ``w``) smooth toward ``mean``. The noisy sums are clipped to
+    ``σ²((1 - p)² + p²)`` (the scores' and the misses' noises, :func:`release_item_sums`) and the binomial
+    ``w n p (1 - p)`` (``w``: :func:`response_weight`), over the smoothed count squared, through the logit's
+    derivative (the delta method). ``prior_weight`` pseudo-responses (each weighing ``w``) smooth toward ``mean``
+    (one proportion, or one per cell: the value the cell is shrunk toward after). The noisy sums are clipped to
     what counts can be (0 <= correct <= count) first: post-processing."""
     n = np.clip(count, 0.0, None)
     c = np.clip(correct, 0.0, n)
     pseudo = prior_weight * weight
     p = np.clip((c + pseudo * mean) / (n + pseudo), 0.02, 0.98)
-    variance = (noise_sd**2 * (1 + p**2) + weight * n * p * (1 - p)) / (n + pseudo) ** 2 / (p * (1 - p)) ** 2
+    variance = (noise_sd**2 * ((1 - p)**2 + p**2) + weight * n * p * (1 - p)) / (n + pseudo) ** 2 / (p * (1 - p)) ** 2
     return np.log(p / (1 - p)) * _ATTENUATION, variance * _ATTENUATION**2
+
+
+def _shrunk(estimate: np.ndarray, variance: np.ndarray, toward: np.ndarray, prior_sd: float) -> np.ndarray:
+    """The posterior mean of a value with prior ``N(toward, prior_sd²)`` given a Gaussian ``estimate``."""
+    return toward + prior_sd**2 / (prior_sd**2 + variance) * (estimate - toward)
 
 
 def private_warm_start(model: ItemBank, table: np.ndarray, groups: ItemGroups, sums: ItemSums, *, students: int,
                        prior_weight: float = 2.0) -> None:
-    """Start the bank from noisy pooled sums (module docstring). The intercept's feature part is fitted to the
-    groups' logits by least squares on their Q-rows, each weighted by the inverse of its estimate's variance (a unit
-    ridge); each item's per-item intercept is then its own logit's distance from that fit, shrunk by the per-item
-    prior (``ItemBank.item_prior_sd``) against its estimate's variance (the posterior mean of a Gaussian prior
-    and a Gaussian estimate): an item the noise drowns stays at its group's value. ``students``: how many trained
-    (public). Post-processing of ``sums`` only."""
+    """Start the bank from noisy pooled sums (module docstring), in three levels, each shrunk toward the one above
+    by the per-item prior (``ItemBank.item_prior_sd``) against its estimate's variance (the posterior mean of a
+    Gaussian prior and a Gaussian estimate). The intercept's feature part is fitted to the groups' logits by least
+    squares on their Q-rows, each weighted by the inverse of its estimate's variance (a unit ridge); each group's
+    value is its own logit shrunk toward that fit; each item's is its own logit, smoothed and shrunk toward its
+    group's value. An item the noise drowns, or that few students answered, stays at its group's value (not at the
+    Q-row fit, nor the bank's mean), a group the noise drowns at the fit. ``students``: how many trained (public).
+    Post-processing of ``sums`` only."""
     group_n = np.clip(sums.group_count, 0.0, None)
     if group_n.sum() <= 0:
         return
@@ -204,6 +228,7 @@ def private_warm_start(model: ItemBank, table: np.ndarray, groups: ItemGroups, s
                                                  prior_weight, w)
     rows = torch.as_tensor(np.asarray(table))
     index = rows[:, -1].round().long()
+    prior_sd = model.item_prior_sd
     with torch.no_grad():
         design = torch.cat([torch.as_tensor(groups.patterns).double(),
                             torch.ones(len(groups), 1, dtype=torch.float64)], 1)
@@ -212,12 +237,16 @@ def private_warm_start(model: ItemBank, table: np.ndarray, groups: ItemGroups, s
         solution = torch.linalg.solve(gram, design.T @ (weight * torch.as_tensor(group_logit)))
         model.feature_w[1] = solution[:-1].float()
         model.feature_b[1] = float(solution[-1])
+        fit = (design @ solution).numpy()
+        group_value = _shrunk(group_logit, group_var, fit, prior_sd)
         base = F.linear(rows[:, :-1], model.feature_w, model.feature_b)[:, 1].double().numpy()
         at = index.numpy()
-        own, own_var = _logit_and_variance(sums.correct[at], sums.count[at], sums.noise_sd, mean, prior_weight, w)
-        keep = model.item_prior_sd**2 / (model.item_prior_sd**2 + own_var)
+        toward = group_value[groups.of_row[at]]
+        toward_p = 1.0 / (1.0 + np.exp(-toward / _ATTENUATION))  # the group's proportion: the items' pseudo-responses
+        own, own_var = _logit_and_variance(sums.correct[at], sums.count[at], sums.noise_sd, toward_p, prior_weight, w)
         inside = index > 0
-        model.item_delta[index[inside], 1] = torch.as_tensor(keep * (own - base), dtype=torch.float32)[inside]
+        delta = _shrunk(own, own_var, toward, prior_sd) - base
+        model.item_delta[index[inside], 1] = torch.as_tensor(delta, dtype=torch.float32)[inside]
 
 
 def charged(events: Iterable[Step]) -> PrivacyAccountant:

@@ -58,9 +58,13 @@ def test_release_adds_the_stated_noise_and_keeps_the_signal(small: Dataset) -> N
     draws = [release_item_sums(model, data, groups, noise_multiplier=2.0, generator=torch.Generator().manual_seed(s))
              for s in range(200)]
 
-    # Assert: the noise has the calibrated spread; its mean is the scaled sums, whose ratio is the proportion correct
+    # Assert: the noise has the calibrated spread (on the scores and on the misses; the responses carry both); its
+    # mean is the scaled sums, whose ratio is the proportion correct
     counts = np.stack([d.count for d in draws])
-    assert counts.std(0)[1:].mean() == pytest.approx(2.0, rel=0.1)
+    scores = np.stack([d.correct for d in draws])
+    assert scores.std(0)[1:].mean() == pytest.approx(2.0, rel=0.1)
+    assert (counts - scores).std(0)[1:].mean() == pytest.approx(2.0, rel=0.1)
+    assert counts.std(0)[1:].mean() == pytest.approx(2.0 * np.sqrt(2), rel=0.1)
     correct = np.stack([d.correct for d in draws]).mean(0)
     raw_correct, raw_count = model.item_sums(data.features, data.item_index, data.observed, data.scores)
     answered = raw_count[1:] > 0
