@@ -50,7 +50,10 @@ from .wire_servers import (
 
 API_KEY = "sk-proj-Fa17Lt1nJ3ct10nK3yQ9w8E7r6T5y4U3i2O1p0AsDf"  # what the echoing stub sends back
 MAX_ATTEMPTS = 3
-DEADLINE_S = 0.3  # only the "slow" mode waits for it; every other mode fails at once
+DEADLINE_S = 0.3  # the "slow" mode's deadline; it alone is built with it
+# Every other mode gets a deadline no loaded machine reaches: three attempts against a cut-off server took over
+# 0.3 s on a busy CI runner and the entity failed with EntityTimeout instead of the fault under test.
+GENEROUS_DEADLINE_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -115,10 +118,13 @@ def servers() -> Iterator[tuple[WireServer, WireServer]]:
 async def make_entity(fake_sleep: RecordingSleep) -> AsyncIterator[Callable[..., Entity]]:
     built: list[Entity] = []
 
-    def factory(name: str, server: WireServer, kind: EntityKind = "openai", suffix: str = "/v1") -> Entity:
+    def factory(
+        name: str, server: WireServer, kind: EntityKind = "openai", suffix: str = "/v1",
+        deadline_s: float = GENEROUS_DEADLINE_S,
+    ) -> Entity:
         spec = EntitySpec(
             name=name, kind=kind, model="test-model", base_url=server.url + suffix, api_key_env="TEST_KEY",
-            timeout_s=2.0, deadline_s=DEADLINE_S if name.startswith("faulty") else 10.0, max_attempts=MAX_ATTEMPTS,
+            timeout_s=2.0, deadline_s=deadline_s, max_attempts=MAX_ATTEMPTS,
         )  # fmt: skip
         entity = build_entity(spec, env={"TEST_KEY": API_KEY}, sleep=fake_sleep)
         built.append(entity)
@@ -156,7 +162,8 @@ async def test_a_faulty_entity_fails_with_its_reason_and_the_healthy_peer_is_ser
     fault, (faulty_server, healthy_server) = FAULTS[mode], servers
     faulty_server.fallback = fault.behaviour()
     healthy_server.fallback = success(_answer(prompt_context))
-    entities = {"faulty": make_entity("faulty", faulty_server, kind),
+    deadline_s = DEADLINE_S if fault.error is EntityTimeout else GENEROUS_DEADLINE_S
+    entities = {"faulty": make_entity("faulty", faulty_server, kind, deadline_s=deadline_s),
                 "healthy": make_entity("healthy", healthy_server, kind)}
     pipeline = DiagnosisPipeline(entities)
     caplog.set_level(logging.DEBUG)
