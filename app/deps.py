@@ -211,7 +211,9 @@ async def _metrics_access(
         raise _unauthorized("/metrics needs 'Authorization: Bearer <FEDCD_METRICS_TOKEN>'")
 
 
-_PROXY_HEADERS = ("forwarded", "x-forwarded-for", "x-real-ip")
+# Any header a proxy or load balancer adds to what it forwards. A proxy that adds none (nginx's bare proxy_pass, a
+# TCP-mode HAProxy) cannot be told from a local client: docs/operations.md says to set FEDCD_METRICS_TOKEN there.
+_PROXY_HEADERS = ("forwarded", "x-forwarded-for", "x-forwarded-host", "x-forwarded-proto", "x-real-ip", "via")
 
 
 def _from_loopback(request: Request) -> bool:
@@ -221,9 +223,12 @@ def _from_loopback(request: Request) -> bool:
     if any(name in request.headers for name in _PROXY_HEADERS):
         return False
     try:
-        return ipaddress.ip_address(host).is_loopback
+        address = ipaddress.ip_address(host)
     except ValueError:  # no address (a Unix socket, a test client's name): not known to be this machine
         return False
+    # a dual-stack listener sees a local IPv4 client as ::ffff:127.0.0.1, which is_loopback does not count
+    mapped = address.ipv4_mapped if isinstance(address, ipaddress.IPv6Address) else None
+    return address.is_loopback or (mapped is not None and mapped.is_loopback)
 
 
 _QUERY_NAMES: dict[int, frozenset[str]] = {}

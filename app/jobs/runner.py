@@ -25,6 +25,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import threading
 import time
 import uuid
 from collections.abc import Callable, Collection
@@ -100,6 +101,10 @@ class JobRunner:
         self._loop_task: asyncio.Task[None] | None = None
         self._beat_task: asyncio.Task[None] | None = None
         self._closing = False
+        # A tenant's cap is counted and its job inserted under this lock in this process: threads submitting at once
+        # (requests run submits in worker threads) cannot all read the same count (SQLite's count and insert are not
+        # one serialised transaction). Other workers may still pass it by the few that race.
+        self._submit_guard = threading.Lock()
 
     def register(self, kind: str, handler: JobHandler, *, on_abandoned: JobAbandoned | None = None) -> None:
         self.handlers[kind] = handler
@@ -114,10 +119,11 @@ class JobRunner:
 
     def submit(self, kind: str, request: dict[str, Any], *, tenant: str, max_active: int | None = None) -> str:
         """Queue a job of the tenant; with ``max_active``, refused (:class:`QueueFull`) while the tenant has that many
-        active already (a tenant's requests, never the server's own jobs). Counted in the transaction that adds the
-        job: concurrent submits on several workers may pass the cap by the few that race."""
+        active already (a tenant's requests, never the server's own jobs). Counted with the insert, under a lock in
+        this process: concurrent submits on several workers may pass the cap by the few that race."""
         job_id = uuid.uuid4().hex
-        with self.sessions.begin() as session:
+        guard = self._submit_guard if max_active is not None else contextlib.nullcontext()
+        with guard, self.sessions.begin() as session:  # the insert committed before the lock is let go
             if max_active is not None:
                 active = active_jobs(session, tenant)
                 if active >= max_active:

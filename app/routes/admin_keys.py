@@ -1,7 +1,9 @@
 """API keys of the caller's tenant, for admin keys (the operator's CLI, ``fedcd keys``, manages any tenant).
 
 A new key never outlives the key that creates it (:func:`lifetime_within`): otherwise a short-lived admin key (one
-handed out for an afternoon) could mint a permanent one, and revoking or letting it expire would end nothing. Asked
+handed out for an afternoon) could mint a permanent one, and its expiry would end nothing. Revoking a key does not
+revoke the keys it created (they may serve running integrations): revoke those by id too (``GET /v1/admin/keys`` lists
+them). Asked
 for a later expiry, the request is refused (422 naming ``expires_days``); asking for none, the new key expires with
 its creator (``expires_at`` in the answer says when)."""
 

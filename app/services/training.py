@@ -22,8 +22,11 @@ export and erasure find the upload without reading every file of the tenant.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import threading
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 from app.domain_errors import InvalidInput, NotFound
@@ -51,6 +54,10 @@ class TrainingService:
     ) -> None:
         self.qmatrices, self.jobs, self.calibration, self.settings = qmatrices, jobs, calibration, settings
         self.pseudonyms = pseudonyms
+        # Uploads of each tenant accepted in this process and not yet submitted (their sizes): counted against the
+        # caps with the jobs, so parallel uploads cannot all pass a check that sees none of the others.
+        self._in_flight: dict[str, list[int]] = {}
+        self._in_flight_guard = threading.Lock()
 
     @property
     def uploads(self) -> Path:
@@ -62,14 +69,17 @@ class TrainingService:
         stored = self.qmatrices.get(tenant, qmatrix_id)
         if stored is None:
             raise NotFound(("qmatrix_id",), [f"unknown Q-matrix '{qmatrix_id}'"])
-        self._check_quota(tenant, len(data))  # before the upload is written: a refusal stores nothing
+        with self._reserved(tenant, len(data)):  # checked before the upload is written: a refusal stores nothing
+            return self._stored_and_submitted(qmatrix_id, stored.version, stored.qmatrix, data, tenant)
+
+    def _stored_and_submitted(self, qmatrix_id: str, version: int, qmatrix: QMatrix, data: bytes, tenant: str) -> str:
         self.uploads.mkdir(parents=True, exist_ok=True, mode=0o700)
         path = self.uploads / f"{uuid.uuid4().hex}.csv"
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)  # student data: owner-only from the start
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
         try:
-            students = self._checked(path, stored.qmatrix)
+            students = self._checked(path, qmatrix)
         except BaseException:
             path.unlink(missing_ok=True)
             raise
@@ -79,7 +89,7 @@ class TrainingService:
             student_rows[key] = student_rows.get(key, 0) + len(student.responses)
         try:  # the cap again, counted with the job's insert (another request of the tenant may have raced this one)
             return self.jobs.submit("train", {
-                "qmatrix_id": qmatrix_id, "qmatrix_version": stored.version, "upload": path.name,
+                "qmatrix_id": qmatrix_id, "qmatrix_version": version, "upload": path.name,
                 "students": len(students), "responses": sum(len(s.responses) for s in students),
                 "student_rows": student_rows,
             }, tenant=tenant, max_active=self.settings.max_active_jobs)
@@ -87,14 +97,32 @@ class TrainingService:
             path.unlink(missing_ok=True)  # no job holds it: nothing else would delete it before the retention sweep
             raise
 
-    def _check_quota(self, tenant: str, size: int) -> None:
+    @contextlib.contextmanager
+    def _reserved(self, tenant: str, size: int) -> Iterator[None]:
+        """The upload counted against the tenant's caps (:meth:`_check_quota`) from the check until its job is
+        submitted (then the job counts it) or it is refused: checked and reserved under one lock in this process.
+        Other workers may pass a cap by the few uploads that race."""
+        with self._in_flight_guard:
+            self._check_quota(tenant, size, self._in_flight.get(tenant, []))
+            self._in_flight.setdefault(tenant, []).append(size)
+        try:
+            yield
+        finally:
+            with self._in_flight_guard:
+                sizes = self._in_flight[tenant]
+                sizes.remove(size)
+                if not sizes:
+                    del self._in_flight[tenant]
+
+    def _check_quota(self, tenant: str, size: int, in_flight: list[int]) -> None:
         """Refuse (409, ``Retry-After``) an upload while the tenant has ``FEDCD_MAX_ACTIVE_JOBS`` active jobs, or
-        when its uploads waiting on disk for their jobs would pass ``FEDCD_TRAIN_MAX_STORED_BYTES`` with it."""
+        when its uploads waiting on disk for their jobs would pass ``FEDCD_TRAIN_MAX_STORED_BYTES`` with it. Uploads
+        still being checked (``in_flight``, their sizes) count as jobs and bytes already."""
         cap = self.settings.max_active_jobs
-        active = self.jobs.count_active(tenant)
+        active = self.jobs.count_active(tenant) + len(in_flight)
         if active >= cap:
             raise QueueFull(tenant, active, cap)
-        stored = 0
+        stored = sum(in_flight)
         for request in self.jobs.active_requests(tenant, "train"):
             upload = self.uploads / str(request.get("upload", ""))
             if request.get("upload") and upload.is_file():

@@ -4,7 +4,8 @@ off the event loop, and opens :class:`~privacy.ledger.release.Release`\\ s.
 The engine stays synchronous (its transactions hold database locks, which threads wait on well); everything an
 ``async`` caller needs goes through here, so the engine carries no async copies of its API. Reads run in a worker
 thread. Writes on SQLite are queued to the ledger's writer thread, which commits them in batches, one fsync per
-batch (group commit, :mod:`privacy.ledger.writer`); on PostgreSQL they run in a worker thread, a transaction each.
+batch (group commit, :mod:`privacy.ledger.writer`); on PostgreSQL they run in a worker thread, a transaction each,
+as a group's writes (``charge_all``, ``settle_all``: one per student) do everywhere.
 Either way a write call returns only once it is committed.
 """
 
@@ -65,6 +66,17 @@ def _written(method: Method[P, R]) -> Face[P, R]:
     return _face(method, written)
 
 
+def _written_apart(method: Method[P, R]) -> Face[P, R]:
+    """A group write (one call per student of a cohort or calibration) as a coroutine method, in a worker thread:
+    never on the writer thread, where its whole run (thousands of per-student writes) would hold every diagnosis's
+    charge queued behind it. Each student's write is its own transaction, as on PostgreSQL, under the same locks."""
+
+    async def apart(ledger: AsyncLedger, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        return await asyncio.to_thread(method, ledger.engine, *args, **kwargs)
+
+    return _face(method, apart)
+
+
 class AsyncLedger:
     """``PrivacyLedger``'s API for coroutines: the same calls, each awaited off the event loop (writes on SQLite
     group-committed by the ledger's writer thread, which ``PrivacyLedger.close`` stops)."""
@@ -79,8 +91,8 @@ class AsyncLedger:
 
     # The engine's calls, generated (tests/test_signatures.py checks the face against the engine).
     charge = _written(PrivacyLedger.charge)
-    charge_all = _written(PrivacyLedger.charge_all)
-    settle_all = _written(PrivacyLedger.settle_all)
+    charge_all = _written_apart(PrivacyLedger.charge_all)
+    settle_all = _written_apart(PrivacyLedger.settle_all)
     store_answer = _written(PrivacyLedger.store_answer)
     release = _written(PrivacyLedger.release)
     refund = _written(PrivacyLedger.refund)

@@ -26,6 +26,11 @@ The thread keeps one connection of its own between batches (no pool round trip p
 write call, and again in a forked child, after :data:`IDLE_S` idle seconds, or after :meth:`GroupCommitter.close`
 (``PrivacyLedger.close``), which commits what is queued and stops it.
 
+A group's writes (``charge_all``, ``settle_all``: a cohort or a calibration, one write per student) are not queued
+here: they run in a worker thread, a transaction per student, so a diagnosis's charge never waits behind thousands
+of them (``privacy.ledger.aio``). A writer thread that died (a bug) is replaced by the next call, which also takes
+over its queued calls.
+
 PostgreSQL keeps one transaction per call (its charges lock students' rows; a batch over many students would need a
 lock order), so only SQLite ledgers have a committer.
 """
@@ -97,8 +102,13 @@ class GroupCommitter:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[R] = loop.create_future()
         with self._guard:
-            if self._thread is None or self._pid != os.getpid():
+            dead = self._thread is not None and self._pid == os.getpid() and not self._thread.is_alive()
+            if self._thread is None or dead or self._pid != os.getpid():
+                left = self._queue if dead else None
                 self._queue, self._pid = queue.SimpleQueue(), os.getpid()
+                if left is not None:  # a writer that died (a bug) left calls queued: the new one runs them
+                    log.error("the ledger's writer thread had stopped; a new one runs its queued calls")
+                    _moved(left, self._queue)
                 self._thread = threading.Thread(
                     target=self._serve, args=(self._queue,), name="fedcd-ledger-writer", daemon=True
                 )
@@ -177,7 +187,8 @@ class GroupCommitter:
                 conn.commit()
             except Exception as exc:  # not re-run: whether a failed COMMIT reached the disk is not known
                 for call in calls:
-                    call.result, call.error = None, exc
+                    if call.error is None:  # a call that failed on its own keeps its own error (e.g. BudgetExceeded)
+                        call.result, call.error = None, exc
 
     def _one_by_one(self, calls: list[_Call], exc: BaseException) -> None:
         """After a batch rolled back on a database error (at ``BEGIN`` or in a call): each call again, in its own
@@ -188,8 +199,19 @@ class GroupCommitter:
                 continue
             try:
                 call.result, call.error = call.fn(*call.args, **call.kwargs), None
-            except Exception as error:
+            except BaseException as error:  # whatever it is, its caller gets it: the thread must outlive it
                 call.result, call.error = None, error
+
+
+def _moved(source: queue.SimpleQueue[Any], target: queue.SimpleQueue[Any]) -> None:
+    """The calls still queued in ``source`` (a dead writer's), queued to ``target`` in order."""
+    while True:
+        try:
+            item = source.get_nowait()
+        except queue.Empty:
+            return
+        if item is not _STOP:
+            target.put(item)
 
 
 def _closed(conn: Connection | None) -> None:

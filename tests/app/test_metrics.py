@@ -193,8 +193,12 @@ def test_the_multiprocess_folder_is_emptied_of_an_earlier_run(tmp_path: Path) ->
     (("203.0.113.9", 40000), {}, 403),  # another machine
     (("testclient", 50000), {}, 403),  # no address: not known to be this machine
     (("127.0.0.1", 40000), {"X-Forwarded-For": "203.0.113.9"}, 403),  # a local proxy forwarding for anyone
+    (("127.0.0.1", 40000), {"Via": "1.1 edge"}, 403),  # a proxy that says only that it is one
+    (("127.0.0.1", 40000), {"X-Forwarded-Proto": "https"}, 403),
     (("127.0.0.1", 40000), {}, 200),
     (("::1", 40000), {}, 200),
+    (("::ffff:127.0.0.1", 40000), {}, 200),  # a local IPv4 client on a dual-stack listener
+    (("::ffff:203.0.113.9", 40000), {}, 403),
 ])
 def test_without_a_token_metrics_answer_only_loopback_clients(
     tmp_path: Path, address: tuple[str, int], headers: dict[str, str], status: int

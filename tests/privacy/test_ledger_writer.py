@@ -212,6 +212,78 @@ async def test_a_failed_commit_fails_every_caller_and_keeps_nothing(
     assert not (await face.charge(tenant=T, student=StudentKey("a"), cost=COST)).repeat  # the writer goes on
 
 
+async def test_a_failed_commit_leaves_a_call_its_own_error(
+    ledger: PrivacyLedger, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A call that failed on its own (over budget: a 429 to its caller) keeps that error when the batch's COMMIT
+    fails; only the calls that had succeeded get the database error."""
+    face = AsyncLedger(ledger)
+    real_commit = Connection.commit
+    commits: list[str] = []
+
+    def second_commit_fails(conn: Connection) -> None:
+        if threading.current_thread().name == "fedcd-ledger-writer":
+            commits.append("commit")
+            if len(commits) == 2:
+                raise OperationalError("COMMIT", {}, sqlite3.OperationalError("disk I/O error"))
+        real_commit(conn)
+
+    await face.charge(tenant=T, student=StudentKey("warm"), cost=COST)
+    monkeypatch.setattr(Connection, "commit", second_commit_fails)
+    over = ReleaseCost(epsilon=0.6, delta=0.0, mechanism=PAPER_MECHANISM)  # past the cap of 0.5
+    ok, refused = await _one_batch(ledger, [
+        lambda: face.charge(tenant=T, student=StudentKey("a"), cost=COST),
+        lambda: face.charge(tenant=T, student=StudentKey("b"), cost=over),
+    ])
+    monkeypatch.undo()
+
+    assert isinstance(ok, OperationalError) and isinstance(refused, BudgetExceeded), (ok, refused)
+
+
+async def test_a_writer_thread_that_died_is_replaced_and_its_queued_calls_run(ledger: PrivacyLedger) -> None:
+    """A writer that stopped without close() (a bug killing the thread) must not leave later writes waiting for
+    ever: the next call starts a new writer, which also runs what the dead one left queued."""
+    face, committer = AsyncLedger(ledger), _committer(ledger)
+    await face.charge(tenant=T, student=StudentKey("warm"), cost=COST)
+    ledger.close()  # the writer stopped: nothing serves its queue any more
+    dead = threading.Thread(target=lambda: None)
+    dead.start()
+    dead.join()
+    loop = asyncio.get_running_loop()
+    orphan: asyncio.Future[Any] = loop.create_future()
+    with committer._guard:  # the state a dead writer leaves: its thread object, not alive, a call in its queue
+        committer._thread = dead
+        committer._queue.put(writer._Call(ledger.charge, (), {"tenant": T, "student": StudentKey("orphan"),
+                                                              "cost": COST}, loop, orphan))
+
+    fresh = await asyncio.wait_for(face.charge(tenant=T, student=StudentKey("fresh"), cost=COST), 30)
+    left = await asyncio.wait_for(orphan, 30)
+
+    assert committer.running and committer._thread is not dead
+    assert not fresh.repeat and not left.repeat
+    assert [ledger.status(T, StudentKey(s))["queries"] for s in ("fresh", "orphan")] == [1, 1]
+
+
+async def test_group_writes_run_apart_from_the_writer(ledger: PrivacyLedger) -> None:
+    """A cohort's or a calibration's charges (one write per student) never occupy the writer thread: a diagnosis's
+    charge queued meanwhile is not held behind thousands of them."""
+    face, committer = AsyncLedger(ledger), _committer(ledger)
+    queued: list[str] = []
+    real_submit = committer.submit
+
+    def counting(fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+        queued.append(fn.__name__)
+        return real_submit(fn, *args, **kwargs)
+
+    committer.submit = counting  # type: ignore[method-assign]
+    made = await face.charge_all(tenant=T, students=[StudentKey(f"g{i}") for i in range(5)], cost=COST)
+    await face.settle_all(made, released="[1]")
+    await face.charge(tenant=T, student=StudentKey("one"), cost=COST)
+
+    assert queued == ["charge"]
+    assert all(ledger.get_charge(c.id).status == "released" for c in made)
+
+
 async def test_close_commits_what_is_queued_and_stops_the_thread(ledger: PrivacyLedger) -> None:
     face = AsyncLedger(ledger)
     committer = _committer(ledger)

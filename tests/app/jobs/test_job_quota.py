@@ -4,6 +4,7 @@ claimed fairly across tenants, on SQLite and on PostgreSQL (FOR UPDATE SKIP LOCK
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,7 @@ from fastapi.testclient import TestClient
 
 from app.db import Database
 from app.jobs import JobRunner
+from app.jobs.quota import UploadsFull
 from qmatrix import qmatrix_from_json
 from tests.app.conftest import make_client
 from tests.app.jobs.test_upload_and_train import BANK, _csv
@@ -74,6 +76,40 @@ def test_uploads_waiting_on_disk_are_capped_per_tenant(tmp_path: Path) -> None:
         assert f"FEDCD_TRAIN_MAX_STORED_BYTES = {cap}" in refused.json()["detail"][0]["msg"]
         assert len(_uploads(tmp_path)) == 1
         assert _train(client, upload, other).status_code == 202  # another tenant's uploads are counted apart
+
+
+def test_an_upload_being_checked_counts_against_the_caps(tmp_path: Path) -> None:
+    """Two uploads of one tenant at once: the second is checked while the first is still being read (no job yet),
+    and must see it. Before, each check counted only submitted jobs, so parallel uploads all passed the byte cap."""
+    upload = _csv(qmatrix_from_json(BANK), 40, tmp_path)
+    cap = len(upload) * 3 // 2  # one upload fits, two do not
+    with make_client(tmp_path, {}, local_fed=False, train_max_stored_bytes=cap) as client:
+        gateway = client.app.state.gateway  # type: ignore[attr-defined]
+        gateway.jobs._claim_one = lambda *args, **kwargs: None
+        assert client.post("/v1/qmatrices", json=BANK).status_code == 201
+        service = gateway.training
+        real_checked, inside, go_on = service._checked, threading.Event(), threading.Event()
+
+        def slow_first(path: Path, q: Any) -> Any:
+            if not inside.is_set():
+                inside.set()
+                go_on.wait(timeout=30)
+            return real_checked(path, q)
+
+        service._checked = slow_first
+        results: list[Any] = []
+        first = threading.Thread(target=lambda: results.append(service.accept("geometry", upload, "default")))
+        first.start()
+        try:
+            assert inside.wait(timeout=30)
+            with pytest.raises(UploadsFull):
+                service.accept("geometry", upload, "default")
+        finally:
+            go_on.set()
+            first.join(timeout=30)
+        assert len(results) == 1 and isinstance(results[0], str)  # the first one's job id
+        assert len(_uploads(tmp_path)) == 1
+        assert service._in_flight == {}  # nothing left reserved
 
 
 def _fair_claims(database: Database) -> list[str]:
