@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -138,7 +139,7 @@ def main(argv: list[str] | None = None) -> AblationResult:
     result = run_ablation(dataset, seed=args.seed, variants=chosen, pairs=PAIRS,
                           ncdm=NCDMSettings() if args.ncdm else None, progress=print)
     data = result.to_json()
-    command = "python -m evaluation.dp_training " + " ".join(argv if argv is not None else sys.argv[1:])
+    command = "python -m evaluation.dp_training " + shlex.join(argv if argv is not None else sys.argv[1:])
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "results.json").write_text(json.dumps({**data, "command": command}, indent=2, ensure_ascii=False)
                                            + "\n")
