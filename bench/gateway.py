@@ -218,10 +218,11 @@ def _chunks(n: int, rounds: int) -> list[int]:
 
 def _run_scenarios(
     gateways: Sequence[_Gateway], litellm: LiteLLMProxy | None, config: GatewayBenchConfig, rng: random.Random,
-    work: Path, procs: Processes, progress: Callable[[str], None],
+    work: Path, procs: Processes, progress: Callable[[str], None], stubs: Sequence[int] = (),
 ) -> tuple[list[ScenarioResult], str | None]:
     """Every fedcd scenario on every gateway; with a baseline or LiteLLM beside it, each scenario in turns
-    (A B, B A, A B, …; LiteLLM only in the scenarios it has a counterpart in)."""
+    (A B, B A, A B, …; LiteLLM only in the scenarios it has a counterpart in). ``stubs``: the stub servers' pids,
+    whose CPU is read beside each target's (only one target is loaded at a time, so theirs is its callers')."""
     compared = len(gateways) > 1 or litellm is not None
     results: dict[tuple[str, int], ScenarioResult] = {}
     profiles: list[str] = []
@@ -242,6 +243,7 @@ def _run_scenarios(
                     target.pid, work, procs.start, name=f"profile-{index}") if profiled else None
                 measured[target.label].add(measure(
                     target, make, n=size, concurrency=spec.concurrency, max_seconds=config.max_seconds / len(chunks),
+                    upstream=stubs,
                 ))
                 if profile is not None:
                     profiles.append(f"## {spec.name} (this checkout's gateway, its first turn)\n\n{profile.stop()}")
@@ -276,7 +278,7 @@ def run_gateway_bench(config: GatewayBenchConfig, *, progress: Callable[[str], N
     profile_text = None
     litellm: LiteLLMProxy | None = None
     try:
-        stub_urls = []
+        stub_urls, stub_pids = [], []
         for k in range(config.entities):
             port = free_port()
             stub = procs.start(f"stub{k}", [sys.executable, "-m", "bench.stub", "--port", str(port),
@@ -284,6 +286,7 @@ def run_gateway_bench(config: GatewayBenchConfig, *, progress: Callable[[str], N
                                {**os.environ, "PYTHONPATH": str(ROOT)})
             wait_http(f"http://127.0.0.1:{port}/healthz", stub)
             stub_urls.append(f"http://127.0.0.1:{port}")
+            stub_pids.append(stub.pid)
         progress(f"{len(stub_urls)} stub providers at {config.stub_latency_ms:g} ms")
         gateways = [_start_gateway(ROOT, "fedcd", config, stub_urls, procs, work, progress)]
         if config.baseline:
@@ -297,7 +300,7 @@ def run_gateway_bench(config: GatewayBenchConfig, *, progress: Callable[[str], N
         # One generator for both checkouts: they get different students (a repeat of another's student would
         # measure the repeat path), from the same distribution of responses.
         measured, profile_text = _run_scenarios(gateways, litellm, config, random.Random(config.seed), work, procs,
-                                                progress)
+                                                progress, stub_pids)
         results += measured
         for server in [*gateways, *([litellm] if litellm else [])]:  # idle, they still cost the machine CPU
             server.stop()

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -46,6 +46,10 @@ class ScenarioResult:
     # One entry per turn (chunk) of the scenario, in order: cpu_ms_per_request, throughput_rps, load1 (the
     # machine's 1-minute load average as the turn started). Empty for rows not measured in turns.
     turns: list[dict[str, float | None]] = field(default_factory=list)
+    # The rest of the machine's CPU per request meanwhile: the upstream stubs the server called (all of them, with
+    # their children) and this load generator itself. None where not read (in-process rows).
+    upstream_cpu_ms_per_request: float | None = None
+    client_cpu_ms_per_request: float | None = None
 
 
 @dataclass(frozen=True)
@@ -68,12 +72,16 @@ class Measured:
     wall_s: float = 0.0
     cpu_s: float = 0.0
     load1: float | None = None  # the machine's 1-minute load average when this chunk started
+    upstream_cpu_s: float = 0.0  # the upstream processes' CPU meanwhile (the stubs)
+    client_cpu_s: float = 0.0  # this load generator's own CPU meanwhile
     chunks: list[Measured] = field(default_factory=list)  # what add() was given, one per turn
 
     def add(self, other: Measured) -> None:
         self.latencies += other.latencies
         self.ok, self.errors = self.ok + other.ok, self.errors + other.errors
         self.wall_s, self.cpu_s = self.wall_s + other.wall_s, self.cpu_s + other.cpu_s
+        self.upstream_cpu_s += other.upstream_cpu_s
+        self.client_cpu_s += other.client_cpu_s
         self.chunks.append(other)
 
 
@@ -122,12 +130,26 @@ async def _load(
     return measured
 
 
-def measure(target: Target, make: RequestMaker, *, n: int, concurrency: int, max_seconds: float) -> Measured:
-    """Load ``target`` with ``n`` requests and read what its process tree spent meanwhile."""
+def _own_cpu_seconds() -> float:
+    """User + system CPU of this process alone (every thread; not its children: the servers and stubs)."""
+    t = psutil.Process().cpu_times()
+    return t.user + t.system
+
+
+def measure(
+    target: Target, make: RequestMaker, *, n: int, concurrency: int, max_seconds: float, upstream: Sequence[int] = (),
+) -> Measured:
+    """Load ``target`` with ``n`` requests and read what its process tree spent meanwhile; also what the
+    ``upstream`` processes (the stubs it calls) and this load generator spent, so a report can say where the
+    machine's CPU went (on a shared machine a server's throughput is bounded by all of them)."""
     load1 = _load1()
     before = _cpu_seconds(target.pid)
+    upstream_before = sum(_cpu_seconds(pid) for pid in upstream)
+    client_before = _own_cpu_seconds()
     measured = asyncio.run(_load(make, n=n, concurrency=concurrency, headers=target.headers, max_seconds=max_seconds))
     measured.cpu_s = _cpu_seconds(target.pid) - before
+    measured.upstream_cpu_s = sum(_cpu_seconds(pid) for pid in upstream) - upstream_before
+    measured.client_cpu_s = _own_cpu_seconds() - client_before
     measured.load1 = load1
     return measured
 
@@ -151,6 +173,10 @@ def scenario_result(
         cpu_ms_per_request=measured.cpu_s * 1000 / max(1, measured.ok * per_request_units), per=per,
         notes=notes or [],
         turns=[{"cpu_ms_per_request": c.cpu_s * 1000 / max(1, c.ok * per_request_units),
-                "throughput_rps": c.ok / c.wall_s if c.wall_s > 0 else 0.0, "load1": c.load1}
+                "throughput_rps": c.ok / c.wall_s if c.wall_s > 0 else 0.0, "load1": c.load1,
+                "upstream_cpu_ms_per_request": c.upstream_cpu_s * 1000 / max(1, c.ok),
+                "client_cpu_ms_per_request": c.client_cpu_s * 1000 / max(1, c.ok)}
                for c in measured.chunks] if len(measured.chunks) > 1 else [],
+        upstream_cpu_ms_per_request=measured.upstream_cpu_s * 1000 / max(1, measured.ok),
+        client_cpu_ms_per_request=measured.client_cpu_s * 1000 / max(1, measured.ok),
     )

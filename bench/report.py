@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from bench.turns import Spread, median_of_turns, per_turn_ratio, verdict
+from bench.turns import Spread, median_of_turns, per_turn_ratio, spread, verdict
 
 __all__ = ["write_gateway_report"]
 
@@ -123,7 +123,42 @@ def _against_litellm(data: dict[str, Any]) -> list[str]:
             "Each cell: the median over turns (lowest–highest turn). A ratio is taken within each turn, where both "
             f"ran minutes apart{load}.", "",
             "| concurrency | fedcd CPU ms per diagnosis | LiteLLM CPU ms per call | CPU ratio fedcd/LiteLLM | "
-            "fedcd diagnoses/s | LiteLLM calls/s | throughput ratio |", "|---|---|---|---|---|---|---|", *rows, ""]
+            "fedcd diagnoses/s | LiteLLM calls/s | throughput ratio |", "|---|---|---|---|---|---|---|", *rows, "",
+            *_machine_cpu(pairs, data)]
+
+
+_MACHINE_KEYS = ("cpu_ms_per_request", "upstream_cpu_ms_per_request", "client_cpu_ms_per_request")
+
+
+def _busy_cpus(row: dict[str, Any]) -> list[float]:
+    """Per turn, the CPUs the server, the stubs and the load generator kept busy together (CPU ms per request ×
+    requests per second)."""
+    turns = row.get("turns") or [row]
+    return [sum(float(t[k]) for k in _MACHINE_KEYS) * float(t["throughput_rps"]) / 1000 for t in turns]
+
+
+def _machine_cpu(pairs: list[tuple[dict[str, Any], dict[str, Any]]], data: dict[str, Any]) -> list[str]:
+    """Where the machine's CPU went while each server was loaded: the server, the stubs it called and this load
+    generator, per request (median of turns), and how many CPUs they kept busy together. Runs from before these
+    were read have no such table."""
+    rows = []
+    for f, l in pairs:
+        for row, what in ((f, "fedcd, per diagnosis"), (l, "LiteLLM, per call")):
+            if any(row.get(k) is None for k in _MACHINE_KEYS[1:]) or \
+                    any(k not in t for t in row.get("turns") or [] for k in _MACHINE_KEYS[1:]):
+                return []
+            cells = [median_of_turns(row, k) for k in _MACHINE_KEYS]
+            busy = spread(_busy_cpus(row))
+            rows.append(f"| c={row['concurrency']} | {what} | "
+                        + " | ".join("–" if c is None else c.text(".2f") for c in [*cells, busy]) + " |")
+    cpus = data.get("machine", {}).get("cpus")
+    return ["### Where the machine's CPU went", "",
+            "While one server was loaded the others idled, so the stubs' CPU is that server's callers'. The busy CPUs "
+            "are (server + stubs + load generator) CPU per request × requests per second"
+            + (f", out of {cpus} on this machine" if cpus else "") + ": a server below them all is bounded by the "
+            "machine, not by its own CPU.", "",
+            "| concurrency | server | server CPU ms | stubs CPU ms | load generator CPU ms | busy CPUs |",
+            "|---|---|---|---|---|---|", *rows, ""]
 
 
 def _targets_issue36(data: dict[str, Any]) -> list[str]:

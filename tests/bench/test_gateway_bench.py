@@ -125,3 +125,41 @@ def test_litellm_takes_turns_with_the_gateway_and_every_turn_is_kept(tmp_path: P
     write_gateway_report(data, tmp_path, command="fedcd bench gateway --compare-litellm …")
     report = (tmp_path / "report.md").read_text()
     assert "turn by turn" in report and "## Targets (issue 36)" in report
+    # the rest of the machine's CPU is read in every turn: the stubs the gateway called and this load generator
+    for row in (fedcd_c1, litellm[0]):
+        assert all(t["upstream_cpu_ms_per_request"] >= 0 and t["client_cpu_ms_per_request"] >= 0
+                   for t in row["turns"])
+    assert "### Where the machine's CPU went" in report
+
+
+def test_the_report_says_where_the_machines_cpu_went_per_turn(tmp_path: Path) -> None:
+    """Busy CPUs = (server + stubs + load generator) ms per request × requests/s, per turn, median over turns."""
+    config = {"entities": 3, "stub_latency_ms": 50.0, "workers": 1, "ledger": True, "database_url": None,
+              "big_items": 2000, "baseline": None}
+
+    def turns(server: float, stubs: float, client: float, rps: tuple[float, float]) -> list[dict[str, float]]:
+        return [{"cpu_ms_per_request": server, "upstream_cpu_ms_per_request": stubs,
+                 "client_cpu_ms_per_request": client, "throughput_rps": r, "load1": 0.5} for r in rps]
+
+    fedcd = {**_row("fedcd", "diagnosis, 12-item Q-matrix, c=50", 5.0, concurrency=50, rps=120.0),
+             "upstream_cpu_ms_per_request": 6.0, "client_cpu_ms_per_request": 2.0,
+             "turns": turns(5.0, 6.0, 2.0, (100.0, 140.0))}
+    litellm = {**_row("litellm", "one pass-through call, c=50", 10.0, concurrency=50, rps=100.0, per="call"),
+               "upstream_cpu_ms_per_request": 2.0, "client_cpu_ms_per_request": 2.0,
+               "turns": turns(10.0, 2.0, 2.0, (100.0, 100.0))}
+    write_report({"config": config, "machine": {"cpus": 2, "python": "3.11"}, "results": [fedcd, litellm]},
+                 tmp_path, command="x")
+    report = (tmp_path / "report.md").read_text()
+    assert "### Where the machine's CPU went" in report and "out of 2 on this machine" in report
+    # fedcd: 13 ms × 100/s = 1.3 and × 140/s = 1.82 CPUs; LiteLLM: 14 ms × 100/s = 1.4 in both turns
+    assert ("| c=50 | fedcd, per diagnosis | 5.00 (5.00–5.00) | 6.00 (6.00–6.00) | 2.00 (2.00–2.00) | "
+            "1.56 (1.30–1.82) |") in report
+    assert ("| c=50 | LiteLLM, per call | 10.00 (10.00–10.00) | 2.00 (2.00–2.00) | 2.00 (2.00–2.00) | "
+            "1.40 (1.40–1.40) |") in report
+    # runs from before the stubs' CPU was read keep their report, without the table
+    old = {k: v for k, v in fedcd.items() if k not in ("upstream_cpu_ms_per_request", "client_cpu_ms_per_request",
+                                                       "turns")}
+    machine = {"cpus": 2, "python": "3.11"}
+    write_report({"config": config, "machine": machine, "results": [old, {**litellm, "turns": []}]}, tmp_path,
+                 command="x")
+    assert "Where the machine's CPU went" not in (tmp_path / "report.md").read_text()
