@@ -44,7 +44,9 @@ def _face(method: Method[P, R], face: Face[P, R]) -> Face[P, R]:
 
 
 def _in_thread(method: Method[P, R]) -> Face[P, R]:
-    """The engine's read ``method`` as a coroutine method of :class:`AsyncLedger`, run in a worker thread."""
+    """The engine's ``method`` as a coroutine method of :class:`AsyncLedger`, run in a worker thread: the reads, and
+    a group's writes (one per student of a cohort or calibration, each its own transaction under the same locks),
+    which on the writer thread would hold every diagnosis's charge queued behind thousands of them."""
 
     async def threaded(ledger: AsyncLedger, /, *args: P.args, **kwargs: P.kwargs) -> R:
         return await asyncio.to_thread(method, ledger.engine, *args, **kwargs)
@@ -66,17 +68,6 @@ def _written(method: Method[P, R]) -> Face[P, R]:
     return _face(method, written)
 
 
-def _written_apart(method: Method[P, R]) -> Face[P, R]:
-    """A group write (one call per student of a cohort or calibration) as a coroutine method, in a worker thread:
-    never on the writer thread, where its whole run (thousands of per-student writes) would hold every diagnosis's
-    charge queued behind it. Each student's write is its own transaction, as on PostgreSQL, under the same locks."""
-
-    async def apart(ledger: AsyncLedger, /, *args: P.args, **kwargs: P.kwargs) -> R:
-        return await asyncio.to_thread(method, ledger.engine, *args, **kwargs)
-
-    return _face(method, apart)
-
-
 class AsyncLedger:
     """``PrivacyLedger``'s API for coroutines: the same calls, each awaited off the event loop (writes on SQLite
     group-committed by the ledger's writer thread, which ``PrivacyLedger.close`` stops)."""
@@ -91,8 +82,8 @@ class AsyncLedger:
 
     # The engine's calls, generated (tests/test_signatures.py checks the face against the engine).
     charge = _written(PrivacyLedger.charge)
-    charge_all = _written_apart(PrivacyLedger.charge_all)
-    settle_all = _written_apart(PrivacyLedger.settle_all)
+    charge_all = _in_thread(PrivacyLedger.charge_all)  # a group's writes: apart from the writer thread
+    settle_all = _in_thread(PrivacyLedger.settle_all)
     store_answer = _written(PrivacyLedger.store_answer)
     release = _written(PrivacyLedger.release)
     refund = _written(PrivacyLedger.refund)
