@@ -150,7 +150,7 @@ def _start_gateway(
     r = httpx.post(f"{base}/v1/qmatrices?id=bank", content=_big_qmatrix_csv(config.big_items),
                    headers={**headers, "content-type": "text/csv"}, timeout=120)
     r.raise_for_status()
-    gateway = _Gateway(Target(label, process.pid, headers), base, process)
+    gateway = _Gateway(Target(label, process.pid, key), base, process)
     warm_up = random.Random(f"{config.seed}-warm-up-{label}")  # each gateway its own students
     measure(gateway.target, _singles(gateway, "example-prealgebra", EXAMPLE_ITEMS, warm_up), n=30, concurrency=4,
             max_seconds=config.max_seconds)

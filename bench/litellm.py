@@ -83,5 +83,5 @@ def start_litellm(command: str, *, stub_url: str, workers: int, procs: Processes
     proc = procs.start(LABEL, [command, "--config", str(cfg), "--port", str(port), "--host", "127.0.0.1",
                                "--num_workers", str(workers)], env)
     wait_http(f"http://127.0.0.1:{port}/health/liveliness", proc, 180)
-    return LiteLLMProxy(Target(LABEL, proc.pid, {"Authorization": f"Bearer {master_key}"}),
+    return LiteLLMProxy(Target(LABEL, proc.pid, master_key),
                         f"http://127.0.0.1:{port}/v1/chat/completions", proc, litellm_version(command))

@@ -13,12 +13,14 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit
 
-import httpx
 import psutil
 
 from bench.provenance import loadavg
 from bench.stats import percentile
+from providers.errors import EntityError
+from providers.openai_local import LocalChatClient
 
 __all__ = ["Measured", "RequestMaker", "ScenarioResult", "Target", "measure", "scenario_result"]
 
@@ -54,12 +56,12 @@ class ScenarioResult:
 
 @dataclass(frozen=True)
 class Target:
-    """The server a scenario loads: its label in the report, the process whose CPU is measured, and the headers
+    """The server a scenario loads: its label in the report, the process whose CPU is measured, and the bearer key
     every request carries."""
 
     label: str
     pid: int
-    headers: dict[str, str]
+    api_key: str
 
 
 @dataclass
@@ -99,35 +101,54 @@ def _cpu_seconds(pid: int) -> float:
 
 
 async def _load(
-    make: RequestMaker, *, n: int, concurrency: int, headers: dict[str, str], max_seconds: float
+    make: RequestMaker, *, n: int, concurrency: int, api_key: str, max_seconds: float
 ) -> Measured:
-    """Send ``n`` requests, at most ``concurrency`` at once and for at most ``max_seconds``."""
+    """Send ``n`` requests, at most ``concurrency`` at once and for at most ``max_seconds``.
+
+    Through the gateway's own thin HTTP/1.1 client (:class:`providers.openai_local.LocalChatClient`: keep-alive
+    connections, httptools' parser), one per worker and server, not httpx's async client: on a 2-core machine the
+    load generator shares the cores with the server it measures, and through httpx it spent about 7 ms of CPU per
+    fedcd diagnosis at c=50, more than the gateway (docs/results/gateway-issue36/machine-cpu). Both servers of a
+    comparison are loaded through the same client, so a ratio of their throughputs compares the servers. A reply
+    other than a 2xx, or none, counts as an error (never retried)."""
     measured = Measured()
     next_index = iter(range(n))
     stop_at = time.monotonic() + max_seconds
-    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
-    async with httpx.AsyncClient(headers=headers, timeout=60.0, limits=limits) as client:
-        async def worker() -> None:
+
+    async def worker() -> None:
+        clients: dict[str, LocalChatClient] = {}  # origin -> this worker's client (one connection kept alive)
+        try:
             for k in next_index:
                 if time.monotonic() > stop_at:
                     return
                 url, body = make(k)
+                origin, path = _origin_and_path(url)
+                client = clients.get(origin) or clients.setdefault(
+                    origin, LocalChatClient(origin, api_key=api_key, timeout_s=60.0))
                 start = time.perf_counter()
                 try:
-                    r = await client.post(url, json=body)
-                    ok = r.status_code == 200
-                except httpx.HTTPError:
+                    await client.post(path, body)  # raises for anything but a 2xx
+                    ok = True
+                except EntityError:
                     ok = False
                 if ok:
                     measured.latencies.append(time.perf_counter() - start)
                     measured.ok += 1
                 else:
                     measured.errors += 1
+        finally:
+            for client in clients.values():
+                await client.close()
 
-        start = time.perf_counter()
-        await asyncio.gather(*(worker() for _ in range(concurrency)))
-        measured.wall_s = time.perf_counter() - start
+    start = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    measured.wall_s = time.perf_counter() - start
     return measured
+
+
+def _origin_and_path(url: str) -> tuple[str, str]:
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc}", parts.path + (f"?{parts.query}" if parts.query else "")
 
 
 def _own_cpu_seconds() -> float:
@@ -146,7 +167,7 @@ def measure(
     before = _cpu_seconds(target.pid)
     upstream_before = sum(_cpu_seconds(pid) for pid in upstream)
     client_before = _own_cpu_seconds()
-    measured = asyncio.run(_load(make, n=n, concurrency=concurrency, headers=target.headers, max_seconds=max_seconds))
+    measured = asyncio.run(_load(make, n=n, concurrency=concurrency, api_key=target.api_key, max_seconds=max_seconds))
     measured.cpu_s = _cpu_seconds(target.pid) - before
     measured.upstream_cpu_s = sum(_cpu_seconds(pid) for pid in upstream) - upstream_before
     measured.client_cpu_s = _own_cpu_seconds() - client_before

@@ -46,7 +46,7 @@ def test_rows_measured_in_chunks_keep_each_turn() -> None:
     for cpu_s, ok in ((0.2, 20), (0.6, 20)):
         measured.add(Measured(latencies=[0.05] * ok, ok=ok, wall_s=2.0, cpu_s=cpu_s, load1=1.5))
 
-    row = scenario_result(Target("fedcd", 1, {}), "d", measured, concurrency=1, stub_latency_ms=50.0)
+    row = scenario_result(Target("fedcd", 1, "key"), "d", measured, concurrency=1, stub_latency_ms=50.0)
 
     assert [t["cpu_ms_per_request"] for t in row.turns] == [10.0, 30.0] and row.cpu_ms_per_request == 20.0
     assert [t["throughput_rps"] for t in row.turns] == [10.0, 10.0] and row.turns[0]["load1"] == 1.5
