@@ -39,7 +39,7 @@ from federated.candidates import (Plan, choose, coordinate_median, fit_candidate
 from federated.data import (ResponseTensors, dirichlet_partition, encode_dataset, iid_partition,
                             split_student_indices)
 from federated.inprocess import AGGREGATIONS, Aggregation, FedConfig, RoundRecord
-from federated.item_release import ItemRelease, check_release_share, release_for_training
+from federated.item_release import DEFAULT_RELEASE_SHARE, ItemRelease, check_release_share, release_for_training
 from federated.itembank import ItemBank
 from federated.local import LocalConfig, StudentDP
 from federated.model import Interaction
@@ -112,7 +112,7 @@ class TrainingConfig:
     model_kind: str = AUTO
     keep: Literal["best", "last"] = "best"
     threads: int | None = None
-    item_release_share: float = 0.5
+    item_release_share: float = DEFAULT_RELEASE_SHARE
 
     @property
     def releases_item_sums(self) -> bool:

@@ -167,15 +167,16 @@ def coordinator(
     model: Annotated[str, typer.Option(help="higher-order-irt | irt-2pl | evidence-encoder: one kind per federation "
                                             "(comparing kinds would spend the nodes' budget once per kind)")]
     = "higher-order-irt",
-    item_release_share: Annotated[float, typer.Option(
+    item_release_share: Annotated[Optional[float], typer.Option(
         min=0.0, max=0.99, help="the share of ε each node spends first on one noisy release of its students' per-item "
         "sums, which start the item parameters (the rest on DP-SGD, item parameters held); 0: DP-SGD over every "
-        "parameter")] = 0.5,
+        "parameter [default: federated.item_release.DEFAULT_RELEASE_SHARE, 0.9]")] = None,
 ) -> None:
     """Start the SuperLink (TLS, only registered nodes), train across the nodes, gate, and publish the signed model
     (the weights after the best held-out round)."""
     from federated import dp_mode
     from federated.flower import CoordinatorLink, FlowerConfig, LinkTLS, StartingModel, coordinate, plan_config
+    from federated.item_release import DEFAULT_RELEASE_SHARE
     from federated.inprocess import FedConfig
     from federated.publish import publish_federated
     from qmatrix import QMatrixError, read_responses_csv
@@ -204,7 +205,8 @@ def coordinator(
         q = _qmatrix(qmatrix, qmatrix_id, tenant)
         students = read_responses_csv(heldout)
         base = FlowerConfig(fed=FedConfig(client_sample_rate=client_rate), node_wait_s=node_wait,
-                            item_release_share=item_release_share)
+                            item_release_share=DEFAULT_RELEASE_SHARE if item_release_share is None
+                            else item_release_share)
         config = plan_config(base, rounds=rounds, dp=mode, epsilon=epsilon, delta=delta, secagg=secagg,
                              aggregation=aggregation)  # type: ignore[arg-type]
         unknown = q.unknown_items(r.item_id for s in students for r in s.responses)

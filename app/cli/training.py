@@ -43,17 +43,22 @@ def train(
         str, typer.Option(help="auto (every candidate kind, the best held-out one published) | higher-order-irt "
                           "(local-fed v2) | irt-2pl (a federated 2PL) | evidence-encoder (v1); either engine")
     ] = "auto",
-    item_release_share: Annotated[float, typer.Option(
+    item_release_share: Annotated[Optional[float], typer.Option(
         min=0.0, max=0.99, help="with --dp student (either engine): the share of ε spent releasing per-item sums "
-        "that start the item parameters (the rest on DP-SGD, item parameters held); 0: DP-SGD over every parameter")
-    ] = 0.5,
+        "that start the item parameters (the rest on DP-SGD, item parameters held); 0: DP-SGD over every parameter "
+        "[default: the trainer's, federated.item_release.DEFAULT_RELEASE_SHARE, 0.9]")
+    ] = None,
 ) -> None:
     """SIMULATION: train local-fed across institutions partitioned from one dataset, and publish it, signed.
 
     For experiments. Real institutions, each keeping its own data, use `fedcd federation`."""
     from qmatrix.catalog import load_dataset
     from federated import PublishOptions, TrainingConfig, dp_mode, train_federated
+    from federated.item_release import DEFAULT_RELEASE_SHARE
     from federated.models import TRAINABLE_KINDS, candidate_kinds
+
+    if item_release_share is None:
+        item_release_share = DEFAULT_RELEASE_SHARE
 
     aggregation = {"trimmed": "trimmed_mean"}.get(aggregation, aggregation)
     problems = []

@@ -42,7 +42,7 @@ from federated.flower.deployment import LocalFederation, write_app
 from federated.flower.engine import run_inprocess
 from federated.flower.files import run_config, write_run
 from federated.flower.release import RELEASE_FILE
-from federated.item_release import charged, check_release_share, release_events
+from federated.item_release import DEFAULT_RELEASE_SHARE, charged, check_release_share, release_events
 from federated.flower.runs import follow_run, read_result
 from federated.flower.server import FlowerResult, FlowerRoundRecord
 from federated.inprocess import FedResult
@@ -113,7 +113,7 @@ class FlowerTraining:
     alpha: float = 0.5
     test_fraction: float = 0.2
     model_kind: str = AUTO  # a kind of federated.models, or auto: every candidate kind, the best held-out one kept
-    item_release_share: float = 0.5  # student-level DP: ε's share for the item release (0: none), as in process
+    item_release_share: float = DEFAULT_RELEASE_SHARE  # student-level DP: ε's share for the item release (0: none), as in process
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "dp", dp_mode(self.dp))
