@@ -110,7 +110,8 @@ async def _load(
     load generator shares the cores with the server it measures, and through httpx it spent about 7 ms of CPU per
     fedcd diagnosis at c=50, more than the gateway (docs/results/gateway-issue36/machine-cpu). Both servers of a
     comparison are loaded through the same client, so a ratio of their throughputs compares the servers. A reply
-    other than a 2xx, or none, counts as an error (never retried)."""
+    other than a 2xx, or none, counts as an error, never retried (only a kept-alive connection that the server
+    closed before answering a byte is replaced once by a fresh one, as for the gateway's own calls)."""
     measured = Measured()
     next_index = iter(range(n))
     stop_at = time.monotonic() + max_seconds
@@ -148,7 +149,7 @@ async def _load(
 
 def _origin_and_path(url: str) -> tuple[str, str]:
     parts = urlsplit(url)
-    return f"{parts.scheme}://{parts.netloc}", parts.path + (f"?{parts.query}" if parts.query else "")
+    return f"{parts.scheme}://{parts.netloc}", (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
 
 
 def _own_cpu_seconds() -> float:

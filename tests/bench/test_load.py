@@ -10,7 +10,7 @@ from bench.load import Measured, _load
 
 
 async def _serve_and_load(n: int, concurrency: int) -> tuple[dict[str, list], Measured]:
-    seen: dict[str, list] = {"connections": [], "bodies": [], "keys": []}
+    seen: dict[str, list] = {"connections": [], "bodies": [], "keys": [], "lines": []}
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         seen["connections"].append(1)
@@ -23,6 +23,7 @@ async def _serve_and_load(n: int, concurrency: int) -> tuple[dict[str, list], Me
                 headers = {k.strip().lower(): v.strip() for k, _, v in (x.partition(":") for x in head[1:] if x)}
                 body = json.loads(await reader.readexactly(int(headers["content-length"])))
                 seen["bodies"].append(body["k"])
+                seen["lines"].append(head[0])
                 seen["keys"].append(headers.get("authorization"))
                 status = b"200 OK" if body["k"] % 2 == 0 else b"503 Busy"
                 writer.write(b"HTTP/1.1 " + status + b"\r\nContent-Length: 2\r\n\r\n{}")
@@ -47,7 +48,8 @@ def test_each_request_is_sent_once_with_the_key_and_non_2xx_counts_as_an_error()
     assert set(seen["keys"]) == {"Bearer secret"}
     assert (measured.ok, measured.errors) == (10, 10)
     assert len(measured.latencies) == 10
-    assert len(seen["connections"]) <= 3  # one kept-alive connection per worker, errors included
+    assert set(seen["lines"]) == {"POST /v1/diagnose?x=1 HTTP/1.1"}
+    assert len(seen["connections"]) == 3  # one kept-alive connection per worker, errors included
 
 
 def test_a_server_that_is_not_there_gives_errors_not_an_exception() -> None:

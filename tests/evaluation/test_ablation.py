@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from app.cli import cli
@@ -82,3 +83,17 @@ def test_dp_training_report_states_the_issue_targets(tmp_path: Path, monkeypatch
     report = (tmp_path / "report.md").read_text()
     assert "DP ε=2 − untrained (forecast)" in report and "DP ε=2 − non-private (own)" in report
     assert ("met" in report or "missed" in report) and "SIMULATED" in report
+
+
+def test_dp_training_pairs_name_only_its_rows_and_variants_are_chosen_by_name_or_refused() -> None:
+    import argparse
+
+    import evaluation.dp_training as dp_training
+
+    names = {v.name for v in dp_training.VARIANTS}
+    assert {n for pair in dp_training.PAIRS for n in pair} <= names  # a pair naming no row would be skipped silently
+    parser = argparse.ArgumentParser()
+    chosen = dp_training._chosen("untrained,DP ε=2, DP-SGD only", parser)  # a name holding ", " stays whole
+    assert [v.name for v in chosen] == ["untrained", "DP ε=2, DP-SGD only"]
+    with pytest.raises(SystemExit):
+        dp_training._chosen("untrained,DP e=2", parser)  # a typo is refused, not skipped

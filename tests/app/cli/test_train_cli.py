@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from app.cli import cli
 from federated import ModelRegistry
+from federated.item_release import DEFAULT_RELEASE_SHARE
 
 runner = CliRunner()
 
@@ -59,3 +61,25 @@ def test_models_list_verify_and_rollback(tmp_path: Path) -> None:
     (out / "versions" / "v0002" / "model.pt").write_bytes(b"tampered")
     assert runner.invoke(cli, ["models", "verify", "v0002", "--registry", str(out)]).exit_code == 1
     assert runner.invoke(cli, ["models", "rollback", "v0002", "--registry", str(out)]).exit_code == 1
+
+
+@pytest.mark.parametrize(("extra", "share"), [([], DEFAULT_RELEASE_SHARE), (["--item-release-share", "0.3"], 0.3)])
+def test_train_under_dp_spends_the_default_release_share_unless_told(tmp_path: Path, monkeypatch, extra, share) -> None:
+    # Prepare: stop at the trainer, keeping the configuration the CLI built
+    import federated
+
+    seen = []
+
+    def stop(*, config, **_):
+        seen.append(config)
+        raise ValueError("stopped by the test")
+
+    monkeypatch.setattr(federated, "train_federated", stop)
+
+    # Execute
+    result = runner.invoke(cli, ["train", "--dataset", "synthetic", "--max-students", "100", "--dp", "student",
+                                 "--epsilon", "2", "--out", str(tmp_path), *extra])
+
+    # Assert: the trainer got the share asked for, or the trainer's default (not a copy of it in the CLI)
+    assert result.exit_code == 2 and "stopped by the test" in result.output
+    assert seen[0].item_release_share == share
