@@ -48,12 +48,7 @@ from federated.itembank import ItemBank
 __all__ = ["DEFAULT_RELEASE_SHARE", "ItemGroups", "ItemRelease", "ItemSums", "charged", "check_release_share", "pooled", "private_warm_start",
            "release_for_training", "release_events", "release_item_sums", "release_noise", "response_weight"]
 
-# The share of a student-level DP run's ε spent on the item release (the rest on DP-SGD with the per-item parameters
-# held). Most of it: the DP-SGD rounds after the release add little on a sparse bank, and under composition a share s
-# of ε costs about s² of the budget's ρ, so the release's half was about a quarter of it. Measured (docs/results/
-# dp-training, `python -m evaluation.dp_training`): 0.9 beat 0.5 on all four runs (FrcSub and ASSIST0910, split seeds
-# 0 and 1; scored by the forecasts, +0.0026 to +0.0143 AUC).
-DEFAULT_RELEASE_SHARE = 0.9
+DEFAULT_RELEASE_SHARE = 0.9  # of ε, on the release under student-level DP: it led 0.5 in docs/results/dp-training
 
 # The logit of a pooled proportion correct is attenuated against an item's intercept at the mean ability: the
 # population's P(correct) averages σ(α θ + c) over θ ~ N(0, 1), ≈ σ(c / sqrt(1 + π/8 α²)) (probit approximation),
