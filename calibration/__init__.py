@@ -13,6 +13,7 @@ from calibration.calibrators import (
     validation_mae,
 )
 from calibration.exclusion import DEFAULT_MIN_ANSWERS, TooFewAnswers, entities_to_exclude
+from calibration.held_out import ItemCheck, item_checks
 from calibration.fitting import (
     ValidationAnswer,
     ValidationStudent,
@@ -47,6 +48,7 @@ __all__ = [
     "CalibrationRecord",
     "Calibrator",
     "FittedCalibration",
+    "ItemCheck",
     "PaperCalibrator",
     "PaperParams",
     "PosteriorCalibrator",
@@ -63,6 +65,7 @@ __all__ = [
     "answer_validation_student",
     "calibration_record",
     "entities_to_exclude",
+    "item_checks",
     "make_calibrator",
     "params_from_json",
     "validation_mae",

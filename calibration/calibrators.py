@@ -129,6 +129,8 @@ def _cross_validated_mae(fit: Callable[[ValidationSet], CalibrationParams], data
 class Calibrator(ABC):
     method: ClassVar[str]
     fits_clean_answers: ClassVar[bool] = False  # True: _fit reads the clean answers (ValidationSet.clean)
+    # True: a DP release scores its candidates on responses kept back from the entities (ValidationSet.checks)
+    scores_held_out: ClassVar[bool] = False
 
     def fit(
         self,

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from calibration.calibrators import FittedCalibration
+from calibration.held_out import ItemCheck
 from calibration.record import CalibrationRecord
 from calibration.validation import Predictions, Truth, ValidationSet
 from diagnosis import (
@@ -117,10 +118,15 @@ async def answer_validation_student(
     )
 
 
-def validation_set(students: Sequence[ValidationAnswer], *, keep_clean: bool) -> ValidationSet:
+def validation_set(students: Sequence[ValidationAnswer], *, keep_clean: bool,
+                   checks: Sequence[Sequence[ItemCheck]] | None = None) -> ValidationSet:
     """The students with at least one answer and some truth, as a :class:`ValidationSet`; every entity's failures
-    over all ``students`` (the dropped ones included) go with it, for the minimum of answers a calibration asks."""
-    usable = [s for s in students if s.answers and s.truth]
+    over all ``students`` (the dropped ones included) go with it, for the minimum of answers a calibration asks.
+    ``checks``: per student of ``students`` (same order), the responses kept back from the entities, if split."""
+    if checks is not None and len(checks) != len(students):
+        raise ValueError(f"{len(checks)} held-out check lists for {len(students)} validation students")
+    kept = [i for i, s in enumerate(students) if s.answers and s.truth]
+    usable = [students[i] for i in kept]
     if not usable:
         raise ValueError("no validation student got an answer from any entity")
     answers: list[Predictions] = [s.answers for s in usable]
@@ -140,7 +146,7 @@ def validation_set(students: Sequence[ValidationAnswer], *, keep_clean: bool) ->
     evidence = [s.evidence for s in usable] if all(s.evidence for s in usable) else None
     return ValidationSet(
         answers=answers, truths=truths, clean=clean, mechanisms=mechanisms, failures=failures, n_asked=len(students),
-        evidence=evidence,
+        evidence=evidence, checks=None if checks is None else [checks[i] for i in kept],
     )
 
 

@@ -13,10 +13,18 @@ equal-weight pull lost to that member alone (ASSIST0910, 476 validation students
 below ``single:local-fed`` on held-out responses, docs/results/dp-calibration). The non-DP fit makes the same
 comparison by cross-validation (:mod:`calibration.selection`).
 
-**The statistic.** Per validation student and candidate c, its gain g_c = mean over its predicted concepts of
-|c − truth| − |plain mean − truth| (the absolute error the calibration's MAE reports), clipped to
-[−``GAIN_CLIP``, ``GAIN_CLIP``] (0 for a student with no concept both predict). Replace-one neighbours change one
-student's g_c by at most Δ = 2·``GAIN_CLIP``, so each candidate's utility u_c = −Σ g_c has sensitivity Δ.
+**The statistic.** Per validation student and candidate c, its gain g_c over the plain mean, clipped. Where the
+validation students' responses were split (``ValidationSet.checks``: the entities answered one part,
+:mod:`calibration.held_out`), g_c is the Brier score of c's item forecasts minus the plain mean's, summed over the
+student's held-out responses and clipped to [−``FORECAST_CLIP``, ``FORECAST_CLIP``] (0 for a student with none kept
+back): the candidates are compared on what the service is judged by, forecasts of responses nobody saw, each
+response weighing as it does in the held-out scores (pooled over responses), up to the clip. Otherwise g_c = the
+mean over its predicted concepts of |c − truth| − |plain mean − truth| (the absolute error the calibration's MAE
+reports; 0 for a student with no concept both predict), clipped to [−``GAIN_CLIP``, ``GAIN_CLIP``]. Why forecasts
+first: the concept truth can prefer a blend that forecasts unseen responses worse (FrcSub seed 1: the concept error
+chose ``sim:conservative`` alone, whose served AUC was 0.016 below the plain mean the forecasts keep;
+docs/results/dp-calibration). Either way replace-one neighbours change one student's g_c by at most Δ = twice the
+clip, so each candidate's utility u_c = −Σ g_c has sensitivity Δ.
 
 **The choice** is the exponential mechanism (McSherry & Talwar 2007): c is served with probability ∝
 exp(ε_guard·u_c / (2Δ)), which is ε_guard-DP whatever the number of candidates; only the choice is published. The
@@ -27,18 +35,25 @@ fitted under DP noise to hundreds of students, learn little of any one.
 
 **The constants**, argued from the noise:
 
-* ``GAIN_CLIP`` C = 0.05: |g_c| is at most the mean distance between the two candidates' answers, so the clip binds
-  only for students a candidate moves by more than a twentieth of the mastery scale on average. Below that the sum
-  is exact; above, every student still counts with its sign. The mechanism's temperature is 2Δ/ε = 4C/ε, so a
-  larger C buys the few large moves at the price of randomness on every decision; at C the size of a useful move,
-  a candidate improving a fraction f of the students by s ≤ C is chosen once n·f·s exceeds about
+* ``GAIN_CLIP`` C = 0.05 (concept error): |g_c| is at most the mean distance between the two candidates' answers,
+  so the clip binds only for students a candidate moves by more than a twentieth of the mastery scale on average.
+  Below that the sum is exact; above, every student still counts with its sign. The mechanism's temperature is
+  2Δ/ε = 4C/ε, so a larger C buys the few large moves at the price of randomness on every decision; at C the size of
+  a useful move, a candidate improving a fraction f of the students by s ≤ C is chosen once n·f·s exceeds about
   (MARGIN + ln k)·4C/ε_guard.
+* ``FORECAST_CLIP`` 0.5 (held-out forecasts): one response's Brier difference is (p − p')(p + p' − 2y), at most
+  2|p − p'|; between candidates whose forecasts differ by 0.05 a student's sum reaches 0.5 only past about five
+  responses all moved the same way, so the clip binds on the few students with many held-out responses that a
+  candidate serves much better or worse, and those still count fully up to it. The price is a temperature ten
+  times the concept error's: a candidate is preferred once its summed gain passes (MARGIN + ln k)·2/ε_guard (about
+  23 at ε_guard = 0.4 and k = 5), about 0.002 per held-out response on 10,000 of them, which a cohort of 100
+  students with four held-out responses each does not reach (it keeps the plain mean).
 * ``MARGIN`` 3: a candidate no better than the plain mean is served rarely (above), while at C = 0.05, ε_guard = 0.4
   (ε = 4) and k = 4 candidates one is preferred to the plain mean once its total gain passes (3 + ln 4)·0.5 ≈ 2.2 —
   a mean MAE gain of 0.007 per student at n = 300.
-* ``GUARD_SHARE`` 0.1 of ε: the choice reads sums of sensitivity 0.1, against the stack's statistics of sensitivity
-  7 (three entities); 0.1 of ε already makes a gain worth serving decisive (above), and the stack's noise grows by
-  only 1/0.7 against 1/0.8 without the guard.
+* ``GUARD_SHARE`` 0.1 of ε: the choice reads sums of sensitivity 0.1 (1 on held-out forecasts), against the
+  stack's statistics of sensitivity 7 (three entities); 0.1 of ε already makes a gain worth serving decisive
+  (above), and the stack's noise grows by only 1/0.7 against 1/0.8 without the guard.
 """
 
 from __future__ import annotations
@@ -50,35 +65,62 @@ from typing import Any
 
 import numpy as np
 
+from calibration.held_out import check_forecast
 from calibration.validation import ValidationSet
 from diagnosis import Aggregator
 
-__all__ = ["GAIN_CLIP", "GUARD_SHARE", "MARGIN", "PLAIN_MEAN", "GuardDecision", "choice_probabilities", "guard",
-           "student_gains"]
+__all__ = ["CONCEPT_ERROR", "FORECAST_CLIP", "GAIN_CLIP", "GUARD_SHARE", "HELD_OUT_FORECASTS", "MARGIN", "PLAIN_MEAN",
+           "GuardDecision", "choice_probabilities", "gain_clip", "guard", "guard_statistic", "student_gains"]
 
 GAIN_CLIP = 0.05
+FORECAST_CLIP = 0.5
 MARGIN = 3.0
 GUARD_SHARE = 0.1
 PLAIN_MEAN = "plain mean"
+HELD_OUT_FORECASTS = "held-out forecasts"  # the statistic: Brier score of forecasts of kept-back responses
+CONCEPT_ERROR = "concept error"  # the statistic: absolute error against the concept truth
+
+
+def guard_statistic(data: ValidationSet) -> str:
+    """What the guard compares candidates on for ``data``: held-out forecasts where the students' responses were split
+    (decided by how the cohort was prepared, not by its data: a student whose responses left nothing to keep back
+    counts 0, so replacing one never changes the statistic or its sensitivity)."""
+    return HELD_OUT_FORECASTS if data.checks is not None else CONCEPT_ERROR
+
+
+def gain_clip(statistic: str) -> float:
+    """The bound on one student's gain under ``statistic`` (module docstring): the sensitivity is twice it."""
+    return FORECAST_CLIP if statistic == HELD_OUT_FORECASTS else GAIN_CLIP
 
 
 def student_gains(candidate: Aggregator, plain: Aggregator, data: ValidationSet) -> np.ndarray:
-    """Per validation student, the clipped mean of |candidate − truth| − |plain − truth| over the concepts both
-    predict."""
+    """Per validation student, the clipped gain of ``candidate`` over ``plain`` (module docstring): the summed Brier
+    score difference of their forecasts of the student's held-out responses, clipped at :data:`FORECAST_CLIP`, or
+    where none were kept back the mean of |candidate − truth| − |plain − truth| over the concepts both predict,
+    clipped at :data:`GAIN_CLIP`."""
+    statistic = guard_statistic(data)
+    forecasts = statistic == HELD_OUT_FORECASTS
     gains = np.zeros(len(data))
     for i, (answers, truth, mechanism) in enumerate(zip(data.answers, data.truths, data.mechanisms)):
         ours = candidate.aggregate(answers, list(truth), mechanism=mechanism).mastery
         mean = plain.aggregate(answers, list(truth), mechanism=mechanism).mastery
+        if forecasts:
+            checks = data.checks[i]  # type: ignore[index]
+            if checks:
+                gains[i] = sum((check_forecast(c, ours) - c.score) ** 2 - (check_forecast(c, mean) - c.score) ** 2
+                               for c in checks)
+            continue
         shared = [c for c in truth if c in ours and c in mean]
         if shared:
             gains[i] = np.mean([abs(ours[c] - truth[c]) - abs(mean[c] - truth[c]) for c in shared])
-    return np.clip(gains, -GAIN_CLIP, GAIN_CLIP)
+    clip = gain_clip(statistic)
+    return np.clip(gains, -clip, clip)
 
 
-def choice_probabilities(total_gains: Mapping[str, float], *, epsilon: float) -> dict[str, float]:
+def choice_probabilities(total_gains: Mapping[str, float], *, epsilon: float, clip: float) -> dict[str, float]:
     """The exponential mechanism's probability of serving each candidate (and :data:`PLAIN_MEAN`), from each
     candidate's summed clipped gains over the plain mean (negative: better). Module docstring."""
-    temperature = 2 * (2 * GAIN_CLIP) / epsilon
+    temperature = 2 * (2 * clip) / epsilon
     names = list(total_gains)
     scores = np.array([MARGIN + math.log(max(len(names), 1)), *(-np.array([total_gains[n] for n in names]) / temperature)])
     weights = np.exp(scores - scores.max())
@@ -93,21 +135,33 @@ class GuardDecision:
     served: str
     candidates: tuple[str, ...]
     epsilon: float
+    statistic: str = CONCEPT_ERROR
 
     @property
     def plain_served(self) -> bool:
         return self.served == PLAIN_MEAN
 
     def to_json(self) -> dict[str, Any]:
+        clip = gain_clip(self.statistic)
         return {"served": self.served, "candidates": [PLAIN_MEAN, *self.candidates], "epsilon": self.epsilon,
-                "mechanism": "exponential", "sensitivity": 2 * GAIN_CLIP, "gain_clip": GAIN_CLIP, "margin": MARGIN,
-                "utility": "minus the sum over students of the clipped mean |candidate - truth| - |plain mean - "
-                           "truth|; the plain mean's a constant, (margin + ln k) * 2 * sensitivity / epsilon"}
+                "mechanism": "exponential", "sensitivity": 2 * clip, "gain_clip": clip, "margin": MARGIN,
+                "statistic": self.statistic,
+                "utility": f"minus the sum over students of the clipped {self._gain()}; the plain mean's a "
+                           "constant, (margin + ln k) * 2 * sensitivity / epsilon"}
+
+    def _gain(self) -> str:
+        if self.statistic == HELD_OUT_FORECASTS:
+            return ("Brier score of the candidate's item forecasts minus the plain mean's, summed over the "
+                    "student's held-out responses")
+        return "mean |candidate - truth| - |plain mean - truth| over the student's concepts"
 
     def note(self) -> str:
+        forecasts = self.statistic == HELD_OUT_FORECASTS
+        change = "summed Brier score changes of held-out forecasts" if forecasts else "MAE changes"
         head = (f"DP guard (ε = {self.epsilon:g}, the exponential mechanism over {', '.join([PLAIN_MEAN, *self.candidates])}; "
-                f"per-student MAE changes against the plain mean clipped at ±{GAIN_CLIP:g}, a margin of {MARGIN:g} "
-                "for the plain mean)")
+                f"per-student {change} against the plain mean clipped at ±{gain_clip(self.statistic):g}, a margin of "
+                f"{MARGIN:g} for "
+                "the plain mean)")
         if self.plain_served:
             return (f"{head}: the PLAIN MEAN is served (no weights, no intercept, over the kept entities, as an "
                     "uncalibrated diagnosis aggregates): this cohort is too small for the noise, or no candidate beats "
@@ -123,7 +177,8 @@ def guard(candidates: Mapping[str, Aggregator], plain: Aggregator, data: Validat
           rng: np.random.Generator) -> GuardDecision:
     """Serve one of ``candidates`` or ``plain`` (module docstring), with ``epsilon``-DP over ``data``'s students."""
     totals = {name: float(student_gains(candidate, plain, data).sum()) for name, candidate in candidates.items()}
-    probabilities = choice_probabilities(totals, epsilon=epsilon)
+    statistic = guard_statistic(data)
+    probabilities = choice_probabilities(totals, epsilon=epsilon, clip=gain_clip(statistic))
     names = list(probabilities)
     served = names[int(rng.choice(len(names), p=np.array(list(probabilities.values()))))]
-    return GuardDecision(served=served, candidates=tuple(candidates), epsilon=epsilon)
+    return GuardDecision(served=served, candidates=tuple(candidates), epsilon=epsilon, statistic=statistic)

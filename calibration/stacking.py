@@ -51,6 +51,7 @@ class StackingCalibrator(Calibrator):
     """See the module docstring. ``ridge`` ≥ 0 shrinks the weights (NNLS on centred data)."""
 
     method = "stacking"
+    scores_held_out = True  # the DP guard (calibration.release_guard)
 
     def __init__(
         self, *, ridge: float = 0.0, min_students: int = 20, isotonic: bool = False, select: bool = True,

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from calibration.held_out import ItemCheck
 from diagnosis import NO_NOISE
 from privacy import Mechanism
 
@@ -26,7 +27,9 @@ class ValidationSet:
     * ``mechanisms`` — the mechanism each student's answers were released through;
     * ``truths`` — the mastery the calibration is fitted to;
     * ``evidence`` — how many of the student's answers assess each concept, where known (a stack's interval
-      narrows with them: :mod:`calibration.measured`).
+      narrows with them: :mod:`calibration.measured`);
+    * ``checks`` — the student's responses kept back from the entities, where they were split
+      (:mod:`calibration.held_out`: what a DP release's guard scores its candidates' forecasts on).
 
     ``failures`` (entity -> validation students it was asked about and failed for, the students no entity
     answered included) and ``n_asked`` (validation students asked; None: as many as answered) say how often each
@@ -40,15 +43,18 @@ class ValidationSet:
     failures: Mapping[str, int] = field(default_factory=dict)
     n_asked: int | None = None
     evidence: Sequence[Mapping[str, int]] | None = None  # per student: concept -> their answers on it (None: unknown)
+    checks: Sequence[Sequence[ItemCheck]] | None = None  # per student: held-out responses (None: not split)
 
     def __post_init__(self) -> None:
         sizes = {len(self.answers), len(self.truths), len(self.mechanisms)} | (
             {len(self.clean)} if self.clean is not None else set()
-        ) | ({len(self.evidence)} if self.evidence is not None else set())
+        ) | ({len(self.evidence)} if self.evidence is not None else set()) | (
+            {len(self.checks)} if self.checks is not None else set())
         if len(sizes) != 1:
             raise ValueError(
                 f"validation lists differ in length: {len(self.answers)} answers, {len(self.truths)} truths, "
-                f"{'none' if self.clean is None else len(self.clean)} clean answers, {len(self.mechanisms)} mechanisms"
+                f"{'none' if self.clean is None else len(self.clean)} clean answers, {len(self.mechanisms)} "
+                f"mechanisms, {'none' if self.checks is None else len(self.checks)} held-out checks"
             )
 
     def clean_answers(self) -> Sequence[Predictions]:
@@ -88,7 +94,7 @@ class ValidationSet:
             answers=[drop(p) for p in self.answers], truths=self.truths,
             clean=None if self.clean is None else [drop(p) for p in self.clean], mechanisms=self.mechanisms,
             failures={e: n for e, n in self.failures.items() if e not in entities}, n_asked=self.n_asked,
-            evidence=self.evidence,
+            evidence=self.evidence, checks=self.checks,
         )
 
     def subset(self, indices: Sequence[int]) -> ValidationSet:
@@ -97,6 +103,7 @@ class ValidationSet:
             clean=None if self.clean is None else [self.clean[i] for i in indices],
             mechanisms=[self.mechanisms[i] for i in indices],
             evidence=None if self.evidence is None else [self.evidence[i] for i in indices],
+            checks=None if self.checks is None else [self.checks[i] for i in indices],
         )
 
 

@@ -40,7 +40,7 @@ from evaluation.harness import federation
 from evaluation.heldout import HeldoutScorer, train_easiness, validation_truths
 from evaluation.metrics import auc
 from evaluation.rows import Estimates
-from evaluation.served import ServedConfig, local_fed_folder, served_calibration
+from evaluation.served import ServedConfig, ServedValidation, local_fed_folder, served_calibration
 from evaluation.significance import BOOTSTRAP_RESAMPLES, paired_bootstrap_auc
 from qmatrix.splits import split_holdout, split_students
 from providers import DEFAULT_EMBEDDED, DEFAULT_HOSTED, EntitySpec, build_adapter
@@ -268,7 +268,7 @@ async def run_cost_bench(
         pipeline = DiagnosisPipeline(members, tiers=tiers, prices=prices, noise=keyed_noise(seed + 7))
         gate = asyncio.Semaphore(concurrency)
         aggregator, record = await served_calibration(
-            pipeline, q, validation=val_obs, validation_truths=validation_truths(q, split.validation, val_obs),
+            pipeline, q, validation=ServedValidation(val_obs, validation_truths(q, split.validation, val_obs)),
             level=config.noise, config=config, seed=seed, gate=gate,
         )
         scorer = HeldoutScorer(q, train_easiness(split.train), val_held, test_held)

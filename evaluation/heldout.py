@@ -26,6 +26,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from calibration.ability_truth import ability_truths, restrict, trained_scale
+from calibration.held_out import item_checks
 from evaluation.baselines import CDMBaseline, response_matrix
 from evaluation.forecasts import FORECAST_ROWS, LINK_SUFFIX, ForecastScorer, item_responder
 from evaluation.harness import (EvaluationConfig, Federation, Mastery, Progress, assessed, baseline_mastery, baselines,
@@ -34,7 +35,7 @@ from evaluation.link import ItemEasiness, fit_link, item_easiness
 from evaluation.metrics import accuracy, auc, ece, response_rmse
 from evaluation.results import VIA_API_ROW, EvaluationResult, Row
 from evaluation.rows import Estimates, federation_estimates, single_estimates
-from evaluation.served import HeldoutStudents, ServedRowSource, served_estimates
+from evaluation.served import HeldoutStudents, ServedRowSource, ServedValidation, served_estimates
 from evaluation.significance import BOOTSTRAP_RESAMPLES, PairedDifference, paired_bootstrap_auc
 from qmatrix.splits import split_holdout
 from qmatrix.truth import proportion_correct_truth
@@ -123,9 +124,14 @@ async def heldout_protocol(
     val_truth = validation_truths(q, split.validation, val_obs)
     responder = item_responder(fed.entities)
     forecasts = ForecastScorer(q, responder, test_held) if responder is not None else None
-    # the served calibration's truth on the scale its forecasts read, as the calibrate job derives it
-    served_truth = val_truth if forecasts is None or not trained_scale(forecasts.irf) else restrict(
-        ability_truths(forecasts.irf, [s.responses for s in split.validation]), val_truth)
+    # the served calibration's truth on the scale its forecasts read, as the calibrate job derives it; with a DP
+    # release the job keeps responses back for its guard (calibration.held_out), here the hidden ones, and the truth
+    # reads only the rest
+    trained = forecasts is not None and trained_scale(forecasts.irf)
+    kept_back = trained and served is not None and served.release_epsilon is not None
+    checks = [item_checks(forecasts.irf, h) for h in val_held] if kept_back else None  # type: ignore[union-attr]
+    served_truth = restrict(ability_truths(forecasts.irf, val_obs if kept_back else [  # type: ignore[union-attr]
+        s.responses for s in split.validation]), val_truth) if trained else val_truth
     val_c, test_c, result.entity_failures = await collect(
         fed, q, val_obs, test_obs, epsilons, seed=seed, options=options, extra=served_setting(served),
     )
@@ -136,8 +142,8 @@ async def heldout_protocol(
     for setting in served_setting(served):
         estimates += single_estimates(val_c, test_c, entity_names=list(fed.entities), setting=setting)
     if served is not None:
-        run = await served_estimates(fed.entities, q, validation=val_obs, validation_truths=served_truth, test=test_obs,
-                                     config=served, seed=seed, concurrency=options.concurrency)
+        run = await served_estimates(fed.entities, q, validation=ServedValidation(val_obs, served_truth, checks),
+                                     test=test_obs, config=served, seed=seed, concurrency=options.concurrency)
         estimates += run.estimates
         result.served["calibrations"] = run.calibrations
     if served_via is not None:  # the same students, diagnosed through a running gateway after an upload

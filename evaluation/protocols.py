@@ -39,7 +39,7 @@ from evaluation.heldout import heldout_protocol
 from evaluation.metrics import accuracy, mae, rmse
 from evaluation.results import EvaluationResult, Row
 from evaluation.rows import federation_estimates, single_estimates
-from evaluation.served import ServedRowSource, local_fed_folder, served_estimates
+from evaluation.served import ServedRowSource, ServedValidation, local_fed_folder, served_estimates
 from evaluation.simulation import simulate
 from qmatrix.splits import split_students
 from qmatrix.truth import proportion_correct_truth
@@ -126,7 +126,7 @@ async def _simulated(dataset: Dataset, entities: Mapping[str, Entity], result: E
         for setting in served_setting(served):
             estimates += single_estimates(val_c, test_c, entity_names=list(fed.entities), setting=setting)
         if served is not None:
-            run = await served_estimates(fed.entities, q, validation=val, validation_truths=val_truth, test=test,
+            run = await served_estimates(fed.entities, q, validation=ServedValidation(val, val_truth), test=test,
                                          config=served, seed=result.seed, concurrency=config.concurrency)
             estimates += run.estimates
             result.served.setdefault("calibrations", {})[generator] = run.calibrations

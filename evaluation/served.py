@@ -27,6 +27,7 @@ import numpy as np
 from calibration import (
     AggregationMode,
     CalibrationRecord,
+    ItemCheck,
     ValidationStudent,
     aggregator_for,
     answer_validation_student,
@@ -47,6 +48,7 @@ __all__ = [
     "LocalFedTraining",
     "ServedConfig",
     "ServedRowSource",
+    "ServedValidation",
     "served_calibration",
     "served_estimates",
     "train_local_fed",
@@ -103,6 +105,17 @@ class ServedConfig:
     aggregation: AggregationMode = "auto"
     release_epsilon: float | None = None  # DP release of the calibration (None: released without noise)
     local_fed: LocalFedTraining | None = field(default_factory=LocalFedTraining)  # None: no local-fed member
+
+
+@dataclass(frozen=True)
+class ServedValidation:
+    """The validation students a served calibration is fitted on (input order): the responses the entities answer,
+    each student's truth, and where their responses were split, the checks of those kept back (a DP release's guard
+    scores its candidates' forecasts of them, :mod:`calibration.held_out`, as the calibrate job keeps them back)."""
+
+    responses: Sequence[Sequence[Response]]
+    truths: Sequence[Mastery]
+    checks: Sequence[Sequence[ItemCheck]] | None = None
 
 
 @dataclass(frozen=True)
@@ -188,8 +201,7 @@ async def served_estimates(
     entities: Mapping[str, Entity],
     q: QMatrix,
     *,
-    validation: Sequence[Sequence[Response]],
-    validation_truths: Sequence[Mastery],
+    validation: ServedValidation,
     test: Sequence[Sequence[Response]],
     config: ServedConfig,
     seed: int,
@@ -205,13 +217,12 @@ async def served_estimates(
     run = ServedRun(estimates=[], calibrations=[])
     for level in (config.noise, NO_NOISE_LEVEL):
         aggregator, record = await served_calibration(
-            pipeline, q, validation=validation, validation_truths=validation_truths, level=level, config=config,
-            seed=seed, gate=gate,
+            pipeline, q, validation=validation, level=level, config=config, seed=seed, gate=gate,
         )
         tested = await _diagnose_all(pipeline, q, test, level, aggregator, gate)
         run.estimates.append(Estimates(
             name="served", epsilon=level.epsilon,
-            validation=(await _diagnose_all(pipeline, q, validation, level, aggregator, gate)).mastery,
+            validation=(await _diagnose_all(pipeline, q, validation.responses, level, aggregator, gate)).mastery,
             test=tested.mastery, mechanism=level.mechanism_name,
             test_intervals=tested.intervals if tested.level is not None else None, interval_level=tested.level,
             forecast_averages=aggregator.kind == "posterior",  # as the API forecasts (diagnosis.forecast)
@@ -226,8 +237,7 @@ async def served_calibration(
     pipeline: DiagnosisPipeline,
     q: QMatrix,
     *,
-    validation: Sequence[Sequence[Response]],
-    validation_truths: Sequence[Mastery],
+    validation: ServedValidation,
     level: NoiseLevel,
     config: ServedConfig,
     seed: int,
@@ -245,8 +255,9 @@ async def served_calibration(
                 keep_clean=calibrator.fits_clean_answers,
             )
 
-    answers = await asyncio.gather(*(answer(i, r, t) for i, (r, t) in enumerate(zip(validation, validation_truths))))
-    data = validation_set(answers, keep_clean=calibrator.fits_clean_answers)
+    answers = await asyncio.gather(*(answer(i, r, t) for i, (r, t) in enumerate(
+        zip(validation.responses, validation.truths, strict=True))))
+    data = validation_set(answers, keep_clean=calibrator.fits_clean_answers, checks=validation.checks)
     fitted = calibrator.fit(data, release_epsilon=config.release_epsilon, rng=np.random.default_rng(seed))
     record = calibration_record(
         fitted, record_id=f"served-{'inf' if level.noiseless else level.epsilon}", qmatrix_id=q.id,

@@ -33,6 +33,7 @@ from app.settings import Settings
 from app.storage import CalibrationStore, PolicyStore, UsageStore, budget_rule
 from calibration import (
     SERVING_SCALE,
+    ItemCheck,
     TooFewAnswers,
     trained_scale,
     ValidationAnswer,
@@ -42,10 +43,11 @@ from calibration import (
     ability_truth,
     validation_set,
 )
+from calibration.held_out import keep_back
 from diagnosis import DiagnosisPipeline, NoiseLevel
 from privacy import AsyncLedger, LaplaceMechanism, ReleaseCost, StudentKey, make_rng
 from providers.cache import tagged_as
-from providers.item_response import items_to_forecast
+from providers.item_response import ItemResponseFunction, items_to_forecast
 from providers.wrappers import Cached
 
 __all__ = ["CalibrationJobHandler", "check_unnoised_release", "validation_noise"]
@@ -83,6 +85,10 @@ def validation_noise(request: CalibrateRequest, policy: PrivacyPolicy) -> NoiseL
 
 log = logging.getLogger("fedcd.calibration")
 
+KEPT_BACK_NOTE = ("about a fifth of each validation student's responses (none of a student with one) was kept back "
+                  "from the entities and from the truth: the DP guard compares its candidates by their item forecasts "
+                  "of those (calibration.held_out)")
+
 
 class CalibrationJobHandler:
     """Runs ``calibrate`` jobs (register :meth:`run` with the job runner)."""
@@ -102,18 +108,23 @@ class CalibrationJobHandler:
         self.federation, self.validation, self.calibrations, self.policies = federation, validation, calibrations, policies
         self.settings, self.usage, self.ledger, self.forecasts = settings, usage, ledger, forecasts
 
-    async def _on_serving_scale(self, cohort: ValidationCohort, tenant: str) -> ValidationCohort:
-        """``cohort`` with every truth derived from responses replaced by the student's abilities read through the
-        item parameters the tenant's forecasts use (``calibration.ability_truth``: the aggregate is then fitted on the
-        scale an item forecast reads it on). Provided and simulated truths are kept as given, and so is every truth
-        when no trained model serves the Q-matrix (``trained_scale``)."""
-        if self.forecasts is None or not any(cohort.derived):
-            return cohort
+    async def _serving_scale(self, cohort: ValidationCohort, tenant: str) -> ItemResponseFunction | None:
+        """The item parameters the tenant's forecasts on the cohort's Q-matrix use, for every item a validation student
+        answered, where a trained model gives them (``trained_scale``); None without one."""
+        if self.forecasts is None:
+            return None
         q = cohort.stored.qmatrix
-        answered = {r.item_id for s, d in zip(cohort.students, cohort.derived, strict=True) if d for r in s.responses}
-        items = items_to_forecast(q, answered)
+        items = items_to_forecast(q, {r.item_id for s in cohort.students for r in s.responses})
         irf = await asyncio.to_thread(self.forecasts.item_response, items, q, q.id, tenant)
-        if not trained_scale(irf):
+        return irf if trained_scale(irf) else None
+
+    @staticmethod
+    def _on_serving_scale(cohort: ValidationCohort, irf: ItemResponseFunction | None) -> ValidationCohort:
+        """``cohort`` with every truth derived from responses replaced by the student's abilities read through the
+        item parameters ``irf`` the tenant's forecasts use (``calibration.ability_truth``: the aggregate is then
+        fitted on the scale an item forecast reads it on). Provided and simulated truths are kept as given, and so is
+        every truth when no trained model serves the Q-matrix (``irf`` None)."""
+        if irf is None or not any(cohort.derived):
             return cohort
         students = [
             replace(s, truth=ability_truth(irf, s.responses, list(s.truth))) if d else s
@@ -125,6 +136,20 @@ class CalibrationJobHandler:
                 "the model's prior; the scale item forecasts read the aggregate on), not the proportion correct")
         source = SERVING_SCALE if derived == len(students) else "mixed"
         return replace(cohort, students=students, truth_source=source, notes=[*cohort.notes, note])
+
+    @staticmethod
+    def _kept_back(cohort: ValidationCohort, irf: ItemResponseFunction
+                   ) -> tuple[ValidationCohort, list[list[ItemCheck]]]:
+        """(the cohort as the entities and the truth see it, the checks of the responses kept back) for a DP release
+        whose guard chooses what is served (``calibration.held_out``): about a fifth of each student's responses
+        (none of a student with one) is kept back, and the guard compares its candidates' forecasts of them through
+        ``irf``. Split before any truth is derived, so the truth reads only what the entities answer."""
+        students, checks = [], []
+        for s in cohort.students:
+            seen, held = keep_back(s.student_id, s.responses, irf)
+            students.append(replace(s, responses=seen))
+            checks.append(held)
+        return replace(cohort, students=students, notes=[*cohort.notes, KEPT_BACK_NOTE]), checks
 
     def _release_epsilon(self, request: CalibrateRequest, simulated: bool) -> float | None:
         """ε the fitted parameters are released with: the request's; omitted, none for SIMULATED students (there is
@@ -139,7 +164,7 @@ class CalibrationJobHandler:
         start = time.perf_counter()
         tenant = job.tenant
         request = CalibrateRequest.model_validate(raw_request)
-        cohort = await self._on_serving_scale(await asyncio.to_thread(self.validation.load, request, tenant), tenant)
+        cohort = await asyncio.to_thread(self.validation.load, request, tenant)
         job.set_total(len(cohort.students))
         policy = await asyncio.to_thread(self.policies.current, tenant)
         # Checked when submitted too; again here, as the policy may have changed while the job was queued.
@@ -148,14 +173,22 @@ class CalibrationJobHandler:
         calibrator = make_calibrator(
             request.method or self.settings.default_calibration_method, **({"isotonic": True} if request.isotonic else {})
         )
+        release = self._release_epsilon(request, cohort.simulated)
+        irf = await self._serving_scale(cohort, tenant)
+        checks: list[list[ItemCheck]] | None = None
+        if irf is not None and release is not None and calibrator.scores_held_out:
+            cohort, checks = self._kept_back(cohort, irf)
+        cohort = self._on_serving_scale(cohort, irf)
         selected = self.federation.pipeline.select(request.entities)
         # Cached beneath Privatized: repeated identical prompts are answered once per job.
         pipeline = DiagnosisPipeline(
             {n: Cached(e) for n, e in selected.items()}, seed=self.settings.noise_seed,
             prices=self.federation.pipeline.prices,
         )
-        # Items stored in another form (by an earlier version) are answered again rather than misread.
-        finished = {i: v for i, v in job.finished_items().items() if "answers" in v}
+        # Items stored in another form (by an earlier version, or before responses were kept back) are answered
+        # again rather than misread: an answer made with the kept-back responses in view would score itself.
+        finished = {i: v for i, v in job.finished_items().items()
+                    if "answers" in v and v.get("kept_back", False) == (checks is not None)}
         failures: dict[str, int] = {}
         for item in finished.values():
             for name in item.get("failed", []):
@@ -175,17 +208,19 @@ class CalibrationJobHandler:
                 await account_usage(self.usage, tenant, "calibration", answer.outcomes, job_id=job.job_id)
                 for name in answer.failed:
                     failures[name] = failures.get(name, 0) + 1
-                job.record_item(idx, answer.to_json(), failed_entities=failures)
-                finished[idx] = answer.to_json()
+                stored = {**answer.to_json(), **({"kept_back": True} if checks is not None else {})}
+                job.record_item(idx, stored, failed_entities=failures)
+                finished[idx] = stored
 
         await asyncio.gather(*(one(i) for i in range(len(cohort.students)) if i not in finished))
         try:
             data = validation_set(
-                [ValidationAnswer.from_json(finished[i]) for i in sorted(finished)], keep_clean=calibrator.fits_clean_answers
+                [ValidationAnswer.from_json(finished[i]) for i in sorted(finished)],
+                keep_clean=calibrator.fits_clean_answers,
+                checks=None if checks is None else [checks[i] for i in sorted(finished)],
             )
         except ValueError as exc:
             raise JobFailed(f"{exc} (failures: {failures})") from exc  # counts and entity names: kept
-        release = self._release_epsilon(request, cohort.simulated)
         paid = None
         if release is not None and request.records is not None and self.ledger is not None:
             # Every validation student pays the release ε before anything is released, or nobody does

@@ -161,7 +161,7 @@ def test_the_guards_choice_is_the_exponential_mechanism_with_its_stated_sensitiv
     there = {name: total + shift for (name, total), shift in zip(here.items(), (2 * GAIN_CLIP, -2 * GAIN_CLIP, 2 * GAIN_CLIP))}
 
     # Execute
-    p, q = choice_probabilities(here, epsilon=0.4), choice_probabilities(there, epsilon=0.4)
+    p, q = (choice_probabilities(totals, epsilon=0.4, clip=GAIN_CLIP) for totals in (here, there))
 
     # Assert: every choice's probability moves by at most e^ε between neighbours (ε-DP), and they sum to one
     assert sum(p.values()) == pytest.approx(1.0) and set(p) == {PLAIN_MEAN, *here}

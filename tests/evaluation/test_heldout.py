@@ -105,3 +105,21 @@ async def test_heldout_with_partial_credit_scores_every_row_on_the_same_response
     assert result.served["local_fed"]["model"] == "auto" and result.served["local_fed"]["rounds"] == 3
     assert result.served["local_fed"]["kind"] in ("higher-order-irt", "irt-2pl")  # the kind "auto" chose
     assert result.baselines["ncdm"]["hidden"] == [32, 16] or result.baselines["ncdm"]["hidden"] == (32, 16)
+
+
+async def test_a_dp_released_served_calibration_is_guarded_by_forecasts_of_the_validation_students_hidden_responses(
+) -> None:
+    # Prepare: the served calibration released with DP, as a real cohort's is by default
+    data = simulate_dina(example_qmatrix(), n_students=150, seed=8)
+    served = ServedConfig(noise=SERVED.noise, release_epsilon=4.0, local_fed=LocalFedTraining(rounds=1, threads=1))
+    config = EvaluationConfig(protocol="heldout", epsilons=[], seed=8, served=served, ncdm=None)
+
+    # Execute
+    result = await evaluate(data, simulated_family(), config)
+
+    # Assert: both served calibrations' guards compared the candidates on the validation students' held-out
+    # responses (what calibration.held_out keeps back), not on the concept truth
+    calibrations = result.served["calibrations"]
+    assert len(calibrations) == 2
+    for calibration in calibrations:
+        assert any("Brier score changes of held-out forecasts" in n for n in calibration["notes"]), calibration["notes"]
