@@ -247,7 +247,7 @@ class StackingCalibrator(Calibrator):
             candidates.update({SINGLE + member: _alone(member, members) for member in members})
         plain = StackingParams()  # no weights: the plain mean (over the kept entities), as an uncalibrated diagnosis aggregates
         decision = guard({name: c.aggregator() for name, c in candidates.items()}, plain.aggregator(), data,
-                         epsilon=guard_epsilon, rng=rng)
+                         epsilon=guard_epsilon, rng=rng, baseline=STACK)
         release = {"stack": {**released.to_json(), "weights": released.weights, "intercept": released.intercept},
                    "guard": decision.to_json()}
         served = replace(candidates.get(decision.served, plain), release=release)

@@ -22,6 +22,8 @@ from calibration.release_guard import (
     CONCEPT_ERROR,
     FORECAST_CLIP,
     HELD_OUT_FORECASTS,
+    PLAIN_MEAN,
+    choice_probabilities,
     guard,
     guard_statistic,
     student_gains,
@@ -191,3 +193,53 @@ def test_item_checks_read_the_serving_models_parameters_and_skip_items_it_does_n
 
     # Assert
     assert checks == [ItemCheck(concepts=("a", "b"), prior_theta=(0.1, -0.3), alpha=0.7, intercept=-1.0, score=0.75)]
+
+
+def _two_members(n: int, seed: int, held: int) -> ValidationSet:
+    """SIMULATED students of one concept, θ ~ N(0, 1.5²), ``held`` kept-back responses each, right with σ(θ) (an
+    item of α 1, c 0, so a forecast is the mastery itself): "good" answers σ(θ), "bad" 1 − σ(θ) (the plain mean of
+    the two is ½ for everyone)."""
+    rng = np.random.default_rng(seed)
+    answers, checks = [], []
+    for _ in range(n):
+        p = float(expit(rng.normal(0, 1.5)))
+        answers.append({"good": {"a": p}, "bad": {"a": 1 - p}})
+        checks.append([ItemCheck(("a",), (0.0,), 1.0, 0.0, float(rng.random() < p)) for _ in range(held)])
+    return ValidationSet(answers=answers, truths=[{"a": 0.5}] * n, clean=answers, mechanisms=[NO_NOISE] * n,
+                         checks=checks)
+
+
+def test_measured_from_the_stack_the_clip_no_longer_levels_a_member_much_better_than_the_plain_mean() -> None:
+    # Prepare: "good" alone and a stack leaning on it (0.8 good, 0.2 bad) both beat the plain mean by more than the
+    # clip on most students; "good" and the stack differ by less than the clip on most
+    data = _two_members(300, seed=21, held=30)
+    plain = ResidualAggregator(alpha=0.0)
+    good = StackingAggregator(weights={}, intercepts={}, pooled_weights={"good": 1.0, "bad": 0.0})
+    stack = StackingAggregator(weights={}, intercepts={}, pooled_weights={"good": 0.8, "bad": 0.2})
+    named = {"stack": stack, "single:good": good}
+    clipped = [float((np.abs(student_gains(c, plain, data)) == FORECAST_CLIP).mean()) for c in (good, stack)]
+    assert min(clipped) > 0.6 and (np.abs(student_gains(good, stack, data)) == FORECAST_CLIP).mean() < 0.5
+
+    # Execute
+    from_plain = [guard(named, plain, data, epsilon=0.4, rng=np.random.default_rng(s)).served for s in range(200)]
+    from_stack = [guard(named, plain, data, epsilon=0.4, rng=np.random.default_rng(s), baseline="stack").served
+                  for s in range(200)]
+
+    # Assert: measured from the stack, "good" alone is served; from the plain mean the clip hides most of its lead;
+    # the plain mean is never served (far worse, whatever the baseline)
+    assert from_stack.count("single:good") / 200 > 0.95
+    assert from_plain.count("single:good") < from_stack.count("single:good")
+    assert PLAIN_MEAN not in from_stack and PLAIN_MEAN not in from_plain
+
+
+def test_the_choice_is_the_same_from_any_baseline_where_nothing_is_clipped() -> None:
+    # Prepare: summed gains measured from the plain mean, and the same measured from candidate "a"
+    from_plain = {"a": -3.0, "b": 1.0, "c": -0.5}
+    from_a = {name: total - from_plain["a"] for name, total in from_plain.items()}
+
+    # Execute
+    here = choice_probabilities(from_plain, epsilon=0.4, clip=FORECAST_CLIP)
+    there = choice_probabilities(from_a, epsilon=0.4, clip=FORECAST_CLIP, plain_gain=0.0 - from_plain["a"])
+
+    # Assert: the exponential mechanism is shift-invariant, so only the clip makes the baseline matter
+    assert here == pytest.approx(there, abs=1e-12)
