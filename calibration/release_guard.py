@@ -13,35 +13,40 @@ equal-weight pull lost to that member alone (ASSIST0910, 476 validation students
 below ``single:local-fed`` on held-out responses, docs/results/dp-calibration). The non-DP fit makes the same
 comparison by cross-validation (:mod:`calibration.selection`).
 
-**The statistic.** Per validation student and candidate c, its gain g_c over the plain mean, clipped. Where the
-validation students' responses were split (``ValidationSet.checks``: the entities answered one part,
-:mod:`calibration.held_out`), g_c is the Brier score of c's item forecasts minus the plain mean's, summed over the
+**The statistic.** Per validation student and candidate c, its gain g_c over the baseline (below), clipped. Where
+the validation students' responses were split (``ValidationSet.checks``: the entities answered one part,
+:mod:`calibration.held_out`), g_c is the Brier score of c's item forecasts minus the baseline's, summed over the
 student's held-out responses and clipped to [−``FORECAST_CLIP``, ``FORECAST_CLIP``] (0 for a student with none kept
 back): the candidates are compared on what the service is judged by, forecasts of responses nobody saw, each
 response weighing as it does in the held-out scores (pooled over responses), up to the clip. Otherwise g_c = the
-mean over its predicted concepts of |c − truth| − |plain mean − truth| (the absolute error the calibration's MAE
+mean over its predicted concepts of |c − truth| − |baseline − truth| (the absolute error the calibration's MAE
 reports; 0 for a student with no concept both predict), clipped to [−``GAIN_CLIP``, ``GAIN_CLIP``]. Why forecasts
 first: the concept truth can prefer a blend that forecasts unseen responses worse (FrcSub seed 1: the concept error
 chose ``sim:conservative`` alone, whose served AUC was 0.016 below the plain mean the forecasts keep;
 docs/results/dp-calibration). Either way replace-one neighbours change one student's g_c by at most Δ = twice the
 clip, so each candidate's utility u_c = −Σ g_c has sensitivity Δ.
 
-**The baseline.** The gains are measured from the released stack where it is a candidate (a DP release always has
-one), not from the plain mean: g_c compares c with the stack, the stack's own utility is 0, and the plain mean's is
-its gain over the stack plus the margin below. Without the clip the choice is the same from any baseline (the
-exponential mechanism is shift-invariant: every utility moves by the same sum). With it, measuring from far away
-levels the good candidates: on ASSIST0910 a third of the students reached the clip against the plain mean, with
-``local-fed`` alone and the stack both well ahead of it, and the clipped sums tied although ``local-fed`` alone
-forecast the kept-back responses better by 0.005 Brier per response. The stack is a blend of the members, the
-candidates' centre, so differences from it are the smallest and the clip binds least.
+**The baseline.** The gains are measured from the released stack (a DP release always has one; it is public: a
+function of the noisy statistics and of which entities answered, which is released outside ε as the record's
+``params.excluded`` is), not from the plain mean: g_c compares c with the stack, the stack's own utility is 0, and
+the plain mean's is minus its clipped summed gain over the stack, plus the margin below. Without the clip the choice
+is the same from any baseline (the exponential mechanism is shift-invariant: every utility moves by the same sum).
+With it, measuring from far away levelled the good candidates: on ASSIST0910 a third of the students reached the clip
+against the plain mean, with ``local-fed`` alone and the stack both well ahead of it, and the clipped sums tied
+although ``local-fed`` alone forecast the kept-back responses better by 0.005 Brier per response. Measuring from the
+stack, a blend of the members, is a heuristic: where the good candidates are near it their differences from it are
+small and the clip binds less (that probe; docs/results/dp-calibration).
 
 **The choice** is the exponential mechanism (McSherry & Talwar 2007): c is served with probability ∝
 exp(ε_guard·u_c / (2Δ)), which is ε_guard-DP whatever the number of candidates; only the choice is published. The
 plain mean's utility gets (``MARGIN`` + ln k)·2Δ/ε_guard added for k other candidates: where none of them beats it
-(every u_c at most the plain mean's own) one of them is served with probability at most 1/(1 + e^MARGIN) < 5 %,
-together. The residuals
-are in-sample under the released stack (as for its error, :mod:`calibration.release_error`): its few weights,
-fitted under DP noise to hundreds of students, learn little of any one.
+(every u_c at most the plain mean's own, before the margin) one of them is served with probability at most
+1/(1 + e^MARGIN) < 5 %, together. "Beats" is read on the clipped sums from the baseline. The clip is monotone and
+shrinks no difference's sign, so that is the raw comparison wherever no student's gain reaches the clip for c or the
+plain mean (or no student prefers c to the plain mean at all); where the clip binds for students on whom the
+baseline is far worse than both, a candidate can outscore the plain mean while forecasting a little worse in all.
+The residuals are in-sample under the released stack (as for its error, :mod:`calibration.release_error`): its
+few weights, fitted under DP noise to hundreds of students, learn little of any one.
 
 **The constants**, argued from the noise:
 
@@ -103,17 +108,17 @@ def gain_clip(statistic: str) -> float:
     return FORECAST_CLIP if statistic == HELD_OUT_FORECASTS else GAIN_CLIP
 
 
-def student_gains(candidate: Aggregator, plain: Aggregator, data: ValidationSet) -> np.ndarray:
-    """Per validation student, the clipped gain of ``candidate`` over ``plain`` (module docstring): the summed Brier
-    score difference of their forecasts of the student's held-out responses, clipped at :data:`FORECAST_CLIP`, or
-    where none were kept back the mean of |candidate − truth| − |plain − truth| over the concepts both predict,
-    clipped at :data:`GAIN_CLIP`."""
+def student_gains(candidate: Aggregator, reference: Aggregator, data: ValidationSet) -> np.ndarray:
+    """Per validation student, the clipped gain of ``candidate`` over ``reference`` (the baseline; module
+    docstring): the summed Brier score difference of their forecasts of the student's held-out responses, clipped at
+    :data:`FORECAST_CLIP`, or where none were kept back the mean of |candidate − truth| − |reference − truth| over
+    the concepts both predict, clipped at :data:`GAIN_CLIP`."""
     statistic = guard_statistic(data)
     forecasts = statistic == HELD_OUT_FORECASTS
     gains = np.zeros(len(data))
     for i, (answers, truth, mechanism) in enumerate(zip(data.answers, data.truths, data.mechanisms)):
         ours = candidate.aggregate(answers, list(truth), mechanism=mechanism).mastery
-        mean = plain.aggregate(answers, list(truth), mechanism=mechanism).mastery
+        mean = reference.aggregate(answers, list(truth), mechanism=mechanism).mastery
         if forecasts:
             checks = data.checks[i]  # type: ignore[index]
             if checks:
@@ -190,7 +195,11 @@ class GuardDecision:
 def guard(candidates: Mapping[str, Aggregator], plain: Aggregator, data: ValidationSet, *, epsilon: float,
           rng: np.random.Generator, baseline: str | None = None) -> GuardDecision:
     """Serve one of ``candidates`` or ``plain`` (module docstring), with ``epsilon``-DP over ``data``'s students;
-    every gain measured from the candidate named ``baseline`` (None: from the plain mean)."""
+    every gain measured from the candidate named ``baseline`` (None or :data:`PLAIN_MEAN`: from the plain mean)."""
+    if baseline == PLAIN_MEAN:
+        baseline = None
+    if baseline is not None and baseline not in candidates:
+        raise ValueError(f"the guard's baseline {baseline!r} is not among its candidates: {', '.join(candidates)}")
     reference = plain if baseline is None else candidates[baseline]
     totals = {name: 0.0 if name == baseline else float(student_gains(candidate, reference, data).sum())
               for name, candidate in candidates.items()}

@@ -22,6 +22,7 @@ from calibration.release_guard import (
     CONCEPT_ERROR,
     FORECAST_CLIP,
     HELD_OUT_FORECASTS,
+    MARGIN,
     PLAIN_MEAN,
     choice_probabilities,
     guard,
@@ -139,6 +140,7 @@ def test_the_record_says_what_the_guard_compared_and_the_choice_round_trips() ->
     decision = record.params.release["guard"]
     assert decision["statistic"] == HELD_OUT_FORECASTS and "Brier" in decision["utility"]
     assert decision["sensitivity"] == 2 * FORECAST_CLIP and decision["gain_clip"] == FORECAST_CLIP
+    assert decision["baseline"] == "stack"  # the DP release measures every gain from its released stack
     assert any("summed Brier score changes of held-out forecasts" in n for n in fitted.notes)
 
 
@@ -228,7 +230,7 @@ def test_measured_from_the_stack_the_clip_no_longer_levels_a_member_much_better_
     # Assert: measured from the stack, "good" alone is served; from the plain mean the clip hides most of its lead;
     # the plain mean is never served (far worse, whatever the baseline)
     assert from_stack.count("single:good") / 200 > 0.95
-    assert from_plain.count("single:good") < from_stack.count("single:good")
+    assert from_plain.count("single:good") / 200 < 0.8
     assert PLAIN_MEAN not in from_stack and PLAIN_MEAN not in from_plain
 
 
@@ -243,3 +245,29 @@ def test_the_choice_is_the_same_from_any_baseline_where_nothing_is_clipped() -> 
 
     # Assert: the exponential mechanism is shift-invariant, so only the clip makes the baseline matter
     assert here == pytest.approx(there, abs=1e-12)
+
+
+def test_with_a_baseline_the_mechanism_stays_private_and_the_plain_mean_keeps_its_margin() -> None:
+    # Prepare: neighbouring cohorts' sums measured from a baseline: every utility, the plain mean's included, moves
+    # by at most twice the clip
+    here = {"stack": 0.0, "single:a": -1.2, "single:b": 0.7}
+    there = {"stack": 0.0, "single:a": -1.2 + 2 * FORECAST_CLIP, "single:b": 0.7 - 2 * FORECAST_CLIP}
+    p = choice_probabilities(here, epsilon=0.4, clip=FORECAST_CLIP, plain_gain=0.3)
+    q = choice_probabilities(there, epsilon=0.4, clip=FORECAST_CLIP, plain_gain=0.3 - 2 * FORECAST_CLIP)
+    assert max(abs(np.log(p[c] / q[c])) for c in p) <= 0.4 + 1e-9
+
+    # Execute: candidates that are all the plain mean (every gain 0), measured from one of them
+    data = _two_members(100, seed=2, held=5)
+    plain = ResidualAggregator(alpha=0.0)
+    same = StackingAggregator(weights={}, intercepts={}, pooled_weights={"good": 0.5, "bad": 0.5})
+    named = {"stack": same, "single:same": same}
+    served = [guard(named, plain, data, epsilon=0.4, rng=np.random.default_rng(s), baseline="stack").served
+              for s in range(400)]
+
+    # Assert: one of them is served by chance alone at most 1/(1 + e^MARGIN) of the time; the plain mean as a
+    # baseline is the plain mean; an unknown baseline is refused, naming the candidates
+    assert 1 - served.count(PLAIN_MEAN) / 400 <= 1 / (1 + np.exp(MARGIN)) + 0.035
+    decision = guard(named, plain, data, epsilon=0.4, rng=np.random.default_rng(0), baseline=PLAIN_MEAN)
+    assert decision.baseline == PLAIN_MEAN
+    with pytest.raises(ValueError, match="single:same"):
+        guard(named, plain, data, epsilon=0.4, rng=np.random.default_rng(0), baseline="nope")
