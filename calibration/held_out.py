@@ -21,9 +21,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.special import expit, logit
 
-from diagnosis.forecast import LOGIT_CLIP
+from diagnosis.forecast import ConceptBelief, item_forecast, mastery_logit
 from providers.item_response import ItemResponseFunction
 from qmatrix import Response
 from qmatrix.splits import HOLDOUT_FRACTION, holdout_responses
@@ -62,9 +61,9 @@ def item_checks(irf: ItemResponseFunction, responses: Sequence[Response]) -> lis
 
 def check_forecast(check: ItemCheck, mastery: Mapping[str, float]) -> float:
     """The point forecast of ``check`` from a diagnosis's ``mastery`` (module docstring)."""
-    thetas = [float(logit(min(max(mastery[c], LOGIT_CLIP), 1 - LOGIT_CLIP))) if c in mastery else prior
-              for c, prior in zip(check.concepts, check.prior_theta, strict=True)]
-    return float(expit(check.alpha * sum(thetas) / len(thetas) + check.intercept))
+    held = [ConceptBelief(mastery_logit(mastery[c]) if c in mastery else prior, None, assessed=c in mastery)
+            for c, prior in zip(check.concepts, check.prior_theta, strict=True)]
+    return item_forecast(check.alpha, check.intercept, held, z=0.0, average=False)[0]
 
 
 def keep_back(student_id: str, responses: Sequence[Response], irf: ItemResponseFunction

@@ -38,7 +38,7 @@ from scipy.stats import norm
 
 from providers.item_response import ItemBasis, ItemResponseFunction
 
-__all__ = ["DEFAULT_LEVEL", "LOGIT_CLIP", "ConceptBelief", "ItemForecast", "concept_beliefs", "forecast_items", "item_forecast", "z_of"]
+__all__ = ["DEFAULT_LEVEL", "LOGIT_CLIP", "ConceptBelief", "ItemForecast", "concept_beliefs", "forecast_items", "item_forecast", "mastery_logit", "z_of"]
 
 LOGIT_CLIP = 1e-4  # a mastery of exactly 0 or 1 would be an infinite ability (diagnosis.measured clips alike)
 DEFAULT_LEVEL = 0.9
@@ -62,7 +62,8 @@ class ItemForecast:
     from_prior: tuple[str, ...]
 
 
-def _logit(p: float) -> float:
+def mastery_logit(p: float) -> float:
+    """θ = logit(mastery), the mastery clipped to [LOGIT_CLIP, 1 − LOGIT_CLIP] first (0 or 1 would be infinite)."""
     return float(logit(min(max(p, LOGIT_CLIP), 1 - LOGIT_CLIP)))
 
 
@@ -81,8 +82,8 @@ def concept_beliefs(
     for concept in set(concepts) if concepts is not None else {c for row in irf.concepts for c in row}:
         if concept in mastery:
             bounds = (intervals or {}).get(concept)
-            sd = None if bounds is None else max(_logit(bounds[1]) - _logit(bounds[0]), 0.0) / (2 * z)
-            beliefs[concept] = ConceptBelief(_logit(mastery[concept]), sd, assessed=True)
+            sd = None if bounds is None else max(mastery_logit(bounds[1]) - mastery_logit(bounds[0]), 0.0) / (2 * z)
+            beliefs[concept] = ConceptBelief(mastery_logit(mastery[concept]), sd, assessed=True)
         else:
             beliefs[concept] = ConceptBelief(irf.prior_mean.get(concept, 0.0), irf.prior_sd.get(concept, 1.0),
                                              assessed=False)

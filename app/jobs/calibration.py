@@ -174,9 +174,11 @@ class CalibrationJobHandler:
             request.method or self.settings.default_calibration_method, **({"isotonic": True} if request.isotonic else {})
         )
         release = self._release_epsilon(request, cohort.simulated)
-        irf = await self._serving_scale(cohort, tenant)
+        guarded = release is not None and calibrator.scores_held_out  # a DP guard that scores kept-back responses
+        # the item parameters only where a truth is derived or a guard scores forecasts (loading may read a model)
+        irf = await self._serving_scale(cohort, tenant) if guarded or any(cohort.derived) else None
         checks: list[list[ItemCheck]] | None = None
-        if irf is not None and release is not None and calibrator.scores_held_out:
+        if irf is not None and guarded:
             cohort, checks = self._kept_back(cohort, irf)
         cohort = self._on_serving_scale(cohort, irf)
         selected = self.federation.pipeline.select(request.entities)
